@@ -1,0 +1,32 @@
+# Helpers shared by every part: one way to declare a library, an executable
+# and a test, so warnings and layout rules are set in one place.
+
+function(ddprun_set_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow
+                                           -Wnon-virtual-dtor -Werror=switch)
+  if(DDPRUN_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+# ddprun_add_library(NAME ALIAS SOURCES ...): a static library whose public
+# headers live in <part>/include and private headers beside its sources.
+function(ddprun_add_library name)
+  cmake_parse_arguments(ARG "" "ALIAS" "SOURCES" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name}
+    PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+           $<INSTALL_INTERFACE:include>
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  ddprun_set_warnings(${name})
+  if(ARG_ALIAS)
+    add_library(${ARG_ALIAS} ALIAS ${name})
+  endif()
+endfunction()
+
+function(ddprun_add_executable name)
+  cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  ddprun_set_warnings(${name})
+endfunction()

@@ -1,0 +1,90 @@
+// StoreClient: the one client of the ddprun store, used by the agent and by
+// the worker library.
+//
+// It connects with retry and exponential backoff until a deadline, sends the
+// token in the handshake, and then carries any number of concurrent calls
+// on one connection: every request has an id, and whichever calling thread
+// is waiting reads replies for all of them (no background thread, so a
+// lone caller pays exactly one round trip). A heartbeat from one thread
+// while another blocks in wait() is the intended use.
+//
+// Example:
+//   StoreClientOptions options{.host = "127.0.0.1", .port = 29400,
+//                              .token = *ddprun::tokenFromEnv("DDPRUN_TOKEN")};
+//   StoreClient client(options);
+//   client.set("ready/3", "1");
+//   client.wait({"go"}, std::chrono::seconds(60));
+//
+// Errors: TimeoutError, NetworkError, AuthError, ProtocolError, ServerError
+// (all ddprun::Error), with messages that name the server and the key.
+// Thread-safety: every method may be called from several threads at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/store.h"
+
+namespace ddprun::rendezvous {
+
+class Connection;
+
+struct StoreClientOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::string token;
+  // Total time to keep trying to connect (the server may still be starting).
+  std::chrono::milliseconds connectTimeout{std::chrono::seconds(60)};
+  // Bound on every call that does not wait for keys.
+  std::chrono::milliseconds requestTimeout{std::chrono::seconds(60)};
+  // Shown in the server's logs.
+  std::string name = "client";
+  protocol::Limits limits;
+};
+
+class StoreClient : public Store {
+ public:
+  // Connects and authenticates. Throws TimeoutError/NetworkError when the
+  // server cannot be reached before connectTimeout, AuthError on a wrong
+  // token, ProtocolError when the peer is not a compatible ddprun store.
+  explicit StoreClient(StoreClientOptions options);
+  ~StoreClient() override;
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void set(const std::string& key, std::string_view value) override;
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  std::string compareSet(const std::string& key, std::string_view expected,
+                         std::string_view desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool deleteKey(const std::string& key) override;
+  std::int64_t numKeys() override;
+  std::vector<std::string> multiGet(const std::vector<std::string>& keys,
+                                    std::chrono::milliseconds timeout) override;
+  void multiSet(const std::vector<std::pair<std::string, std::string>>& items) override;
+  void append(const std::string& key, std::string_view value) override;
+
+  // One round trip; throws if the server does not answer in requestTimeout.
+  void ping();
+
+  // "host:port" of the server, for messages.
+  const std::string& endpoint() const { return endpoint_; }
+  const StoreClientOptions& options() const { return options_; }
+
+ private:
+  protocol::Reply call(protocol::Request& request, std::chrono::milliseconds waitTimeout);
+  std::shared_ptr<Connection> connection();
+
+  StoreClientOptions options_;
+  std::string endpoint_;
+  std::mutex mutex_;  // guards connection_ (not the calls on it)
+  std::shared_ptr<Connection> connection_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,86 @@
+// StoreServer: the ddprun key-value store served over TCP.
+//
+// One io_context on one thread runs C++20 coroutines: a listener and one
+// coroutine per connection. The store data (StoreState) is touched only from
+// that thread, so it needs no locks. Clients authenticate with a shared
+// token in their HELLO; see docs/protocol.md.
+//
+// Example:
+//   StoreServerOptions options;
+//   options.token = ddprun::randomToken();
+//   StoreServer server(options);          // binds now; port 0 picks a port
+//   server.start();                       // serves on a background thread
+//   std::uint16_t port = server.port();
+//   ...
+//   server.stop();                        // or let the destructor do it
+//
+// Thread-safety: port(), stats(), start() and stop() may be called from any
+// thread; stop() is idempotent and the destructor calls it.
+// Ownership: the server owns its io_context, sockets, state and thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ddprun/rendezvous/protocol.h"
+
+namespace ddprun::rendezvous {
+
+struct StoreServerOptions {
+  std::string host = "127.0.0.1";  // address to bind ("0.0.0.0" for all)
+  std::uint16_t port = 0;          // 0: the OS picks a free port
+  std::string token;               // required; never logged
+  std::string name = "ddprun-rendezvous";
+  protocol::Limits limits;
+  std::size_t maxTotalBytes = std::size_t{4} << 30;  // keys + values held
+  // A connection must complete its handshake within this time.
+  std::chrono::milliseconds handshakeTimeout{std::chrono::seconds(10)};
+  // An authenticated connection with no traffic and no pending request for
+  // this long is told goodbye and closed (the client reconnects on its next
+  // call). Zero disables the limit.
+  std::chrono::milliseconds idleTimeout{std::chrono::hours(1)};
+  // TCP keepalive probing detects peers that vanished without closing.
+  std::chrono::seconds keepAliveIdle{30};
+  std::chrono::seconds keepAliveInterval{10};
+  int keepAliveCount = 3;
+};
+
+struct StoreServerStats {
+  std::uint64_t accepted = 0;     // connections accepted
+  std::uint64_t rejected = 0;     // connections refused at the handshake
+  std::uint64_t active = 0;       // connections open now
+  std::uint64_t requests = 0;     // requests handled
+};
+
+class StoreServer {
+ public:
+  // Binds and listens at once (so port() is valid and no other process can
+  // take the port). Throws NetworkError if the address cannot be bound and
+  // ConfigError if the token is empty.
+  explicit StoreServer(StoreServerOptions options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  std::uint16_t port() const;
+  const std::string& host() const;
+
+  // Serves on a background thread until stop().
+  void start();
+  // Serves on the calling thread until stop() is called from another thread.
+  void run();
+  // Closes the listener and every connection, then ends the loop. Waiting
+  // clients see their connection close. Idempotent.
+  void stop();
+
+  StoreServerStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rendezvous

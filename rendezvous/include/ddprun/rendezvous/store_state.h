@@ -1,0 +1,82 @@
+// The store's data: keys, values and the waiters blocked on missing keys.
+//
+// Plain synchronous C++ with no I/O and no locks: the server touches it from
+// its one event-loop thread only. A waiter is registered with the keys it
+// needs and a callback; the write that makes the last of those keys exist
+// calls the callback (synchronously, after the waiter has been removed).
+// Nothing here polls or sleeps.
+//
+// Thread-safety: not thread-safe; confine an instance to one thread.
+// Ownership: callbacks are owned by the state until they fire or are removed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ddprun/rendezvous/protocol.h"
+
+namespace ddprun::rendezvous {
+
+class StoreState {
+ public:
+  using WaiterId = std::uint64_t;
+
+  // `maxTotalBytes` caps the sum of key and value sizes held.
+  explicit StoreState(std::size_t maxTotalBytes = std::size_t{4} << 30);
+  StoreState(const StoreState&) = delete;
+  StoreState& operator=(const StoreState&) = delete;
+
+  // Writes. Each returns kOk, or kStoreFull / kNotInteger without changing
+  // anything. Writes that create a key wake the waiters that needed it.
+  protocol::Status set(const std::string& key, std::string value);
+  protocol::Status append(const std::string& key, std::string_view value);
+  // Adds `delta` to the decimal integer at `key` (missing counts as 0).
+  protocol::Status add(const std::string& key, std::int64_t delta, std::int64_t& result);
+  // TCPStore semantics: see docs/protocol.md (COMPARE_SET truth table).
+  protocol::Status compareSet(const std::string& key, std::string_view expected,
+                              std::string desired, std::string& result);
+  protocol::Status multiSet(std::span<const std::string> keys, std::span<std::string> values);
+  bool deleteKey(const std::string& key);
+
+  // Reads.
+  const std::string* find(const std::string& key) const;
+  bool check(std::span<const std::string> keys) const;
+  std::int64_t numKeys() const { return static_cast<std::int64_t>(data_.size()); }
+  std::size_t totalBytes() const { return totalBytes_; }
+
+  // Waiters. Registers `onReady` to run once every key in `keys` exists.
+  // Returns nullopt (and does not register) when they all exist already.
+  std::optional<WaiterId> addWaiter(std::span<const std::string> keys,
+                                    std::function<void()> onReady);
+  // Drops a waiter that has not fired (timeout, disconnect). No-op if unknown.
+  void removeWaiter(WaiterId id);
+  std::size_t numWaiters() const { return waiters_.size(); }
+
+ private:
+  struct Waiter {
+    std::vector<std::string> keys;  // distinct keys it waits for
+    std::size_t missing = 0;        // how many of them were missing
+    std::function<void()> onReady;
+  };
+
+  bool fits(std::size_t added, std::size_t removed) const;
+  // Stores key -> value and wakes waiters if the key is new.
+  void put(const std::string& key, std::string value);
+  void keyCreated(const std::string& key);
+  void detach(WaiterId id, const Waiter& waiter, const std::string* except);
+
+  std::unordered_map<std::string, std::string> data_;
+  std::unordered_map<std::string, std::vector<WaiterId>> waitersByKey_;
+  std::unordered_map<WaiterId, Waiter> waiters_;
+  WaiterId nextWaiterId_ = 1;
+  std::size_t totalBytes_ = 0;
+  std::size_t maxTotalBytes_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,260 @@
+#include "connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "ddprun/common/error.h"
+#include "ddprun/rendezvous/store_client.h"
+#include "ddprun/rendezvous/tcp_connect.h"
+
+namespace ddprun::rendezvous {
+
+using protocol::Op;
+using protocol::Reply;
+using protocol::Request;
+using protocol::Status;
+
+namespace {
+
+int remainingMs(Connection::Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - Connection::Clock::now());
+  // Round up so a sub-millisecond remainder still waits.
+  return static_cast<int>(std::clamp<std::int64_t>(left.count() + 1, 0, 1 << 30));
+}
+
+}  // namespace
+
+std::shared_ptr<Connection> Connection::open(const StoreClientOptions& options,
+                                             Clock::time_point deadline) {
+  const int fd = connectWithBackoff(options.host, options.port, deadline);
+  std::shared_ptr<Connection> connection(
+      new Connection(fd, fmt::format("{}:{}", options.host, options.port)));
+  connection->sendAll(std::string(protocol::kPreamble), deadline);
+  Request hello;
+  hello.op = Op::kHello;
+  hello.version = protocol::kVersion;
+  hello.values.push_back(options.token);
+  hello.keys.push_back(options.name);
+  const Reply reply = connection->call(hello, deadline);
+  if (reply.status != Status::kOk) {
+    // The server refuses with a frame of id 0, which call() turns into an
+    // exception; a non-ok reply to the HELLO id is equally final.
+    throw ProtocolError(fmt::format("the store at {} refused the handshake: {}",
+                                    connection->endpoint_, reply.message));
+  }
+  return connection;
+}
+
+Connection::Connection(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {
+  lastUse_ = Clock::now().time_since_epoch().count();
+}
+
+Connection::~Connection() { ::close(fd_); }
+
+std::uint32_t Connection::nextRequestId() {
+  std::uint32_t id = nextId_.fetch_add(1);
+  if (id == 0) id = nextId_.fetch_add(1);  // 0 is reserved for pushes
+  return id;
+}
+
+void Connection::sendAll(const std::string& bytes, Clock::time_point deadline) {
+  std::lock_guard lock(sendMutex_);
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n =
+        ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      markBroken(Status::kOk, fmt::format("sending to the store at {} failed: {}", endpoint_,
+                                          std::strerror(errno)));
+      throwBroken();
+    }
+    pollfd p{fd_, POLLOUT, 0};
+    if (::poll(&p, 1, remainingMs(deadline)) == 0) {
+      // Part of a frame may be out: the stream can no longer be trusted.
+      markBroken(Status::kOk, fmt::format("sending to the store at {} timed out", endpoint_));
+      throw TimeoutError(fmt::format(
+          "sending a request to the store at {} timed out; the server is not reading", endpoint_));
+    }
+  }
+}
+
+Reply Connection::call(const Request& request, Clock::time_point deadline) {
+  thread_local std::string frame;
+  frame.clear();
+  const std::uint32_t id = nextRequestId();
+  protocol::encodeRequest(frame, id, request);
+  Slot slot;
+  slot.op = request.op;
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_) throwBroken();
+    pending_.emplace(id, &slot);
+  }
+  lastUse_ = Clock::now().time_since_epoch().count();
+  try {
+    sendAll(frame, deadline);
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    pending_.erase(id);
+    throw;
+  }
+  std::unique_lock lock(mutex_);
+  while (!slot.done) {
+    if (broken_) {
+      pending_.erase(id);
+      throwBroken();
+    }
+    if (!readerActive_) {
+      readerActive_ = true;
+      lock.unlock();
+      readUntil(slot, deadline);
+      lock.lock();
+      readerActive_ = false;
+      delivered_.notify_all();  // let another caller take over reading
+    } else {
+      delivered_.wait_until(lock, deadline);
+    }
+    if (!slot.done && !broken_ && Clock::now() >= deadline) {
+      pending_.erase(id);
+      throw TimeoutError(fmt::format("the store at {} did not answer {} in time", endpoint_,
+                                     protocol::opName(request.op)));
+    }
+  }
+  lastUse_ = Clock::now().time_since_epoch().count();
+  return std::move(slot.reply);
+}
+
+bool Connection::readUntil(const Slot& mine, Clock::time_point deadline) {
+  for (;;) {
+    dispatchFrames();
+    {
+      std::lock_guard lock(mutex_);
+      if (mine.done) return true;
+      if (broken_) return false;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    const int ready = ::poll(&p, 1, remainingMs(deadline));
+    if (ready == 0) return false;
+    if (ready < 0 && errno == EINTR) continue;
+    std::size_t space = 0;
+    char* tail = input_.writable(0, space);
+    const ssize_t n = ::recv(fd_, tail, space, MSG_DONTWAIT);
+    if (n > 0) {
+      input_.commit(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    markBroken(Status::kOk,
+               n == 0 ? fmt::format("the store at {} closed the connection", endpoint_)
+                      : fmt::format("receiving from the store at {} failed: {}", endpoint_,
+                                    std::strerror(errno)));
+    return false;
+  }
+}
+
+void Connection::dispatchFrames() {
+  for (;;) {
+    protocol::FrameHeader header;
+    const std::string_view data = input_.readable();
+    const auto parsed = protocol::parseFrameHeader(data, std::size_t(1) << 31, header);
+    if (parsed == protocol::ParseResult::kNeedMore) {
+      if (data.size() >= protocol::kHeaderSize) {
+        std::size_t space = 0;
+        input_.writable(protocol::kHeaderSize + header.bodySize, space);
+      }
+      return;
+    }
+    const std::string_view body = data.substr(protocol::kHeaderSize, header.bodySize);
+    if (header.requestId == 0) {
+      // A push: the server refuses us or says goodbye, then closes.
+      Reply push;
+      std::string error;
+      protocol::decodeReply(Op::kPing, header.code, body, push, error);
+      const bool goodbye = push.status == Status::kGoodbye;
+      markBroken(push.status, goodbye ? fmt::format("the store at {} closed the connection: {}",
+                                                    endpoint_, push.message)
+                                      : push.message);
+      if (goodbye) goodbye_ = true;
+    } else {
+      std::lock_guard lock(mutex_);
+      auto it = pending_.find(header.requestId);
+      if (it != pending_.end()) {  // else: a late reply to a timed-out call
+        Slot& slot = *it->second;
+        std::string error;
+        if (!protocol::decodeReply(slot.op, header.code, body, slot.reply, error)) {
+          slot.reply = Reply{};
+          slot.reply.status = Status::kBadRequest;
+          slot.reply.message = error;
+        }
+        slot.done = true;
+        pending_.erase(it);
+        delivered_.notify_all();
+      }
+    }
+    input_.consume(protocol::kHeaderSize + header.bodySize);
+  }
+}
+
+void Connection::drainPushes() {
+  {
+    std::lock_guard lock(mutex_);
+    if (readerActive_ || broken_) return;
+    readerActive_ = true;
+  }
+  pollfd p{fd_, POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0) {
+    std::size_t space = 0;
+    char* tail = input_.writable(0, space);
+    const ssize_t n = ::recv(fd_, tail, space, MSG_DONTWAIT);
+    if (n > 0) {
+      input_.commit(static_cast<std::size_t>(n));
+      dispatchFrames();
+    } else if (n == 0) {
+      markBroken(Status::kOk, fmt::format("the store at {} closed the connection", endpoint_));
+    }
+  }
+  std::lock_guard lock(mutex_);
+  readerActive_ = false;
+  delivered_.notify_all();
+}
+
+void Connection::markBroken(Status status, std::string reason) {
+  std::lock_guard lock(mutex_);
+  if (broken_) return;
+  brokenStatus_ = status;
+  brokenReason_ = std::move(reason);
+  broken_ = true;
+  delivered_.notify_all();
+}
+
+void Connection::throwBroken() {
+  // Called with or without mutex_ held; reads fields that no longer change
+  // once broken_ is set.
+  switch (brokenStatus_) {
+    case Status::kAuthFailed:
+      throw AuthError(fmt::format("the store at {} refused this client: {}", endpoint_,
+                                  brokenReason_));
+    case Status::kUnsupportedVersion:
+    case Status::kBadRequest:
+    case Status::kTooLarge:
+      throw ProtocolError(
+          fmt::format("the store at {} refused this client: {}", endpoint_, brokenReason_));
+    default:
+      throw NetworkError(brokenReason_);
+  }
+}
+
+}  // namespace ddprun::rendezvous

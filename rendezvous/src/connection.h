@@ -1,0 +1,89 @@
+// Connection: one authenticated socket to a store server, carrying
+// concurrent calls matched by request id.
+//
+// Reading follows the leader/follower pattern: the first caller that needs
+// a reply becomes the reader and dispatches every reply it receives to the
+// waiting caller it belongs to; the others sleep on a condition variable
+// until their reply is delivered or the reader role is free. A single caller
+// therefore does send + poll + recv and nothing else.
+//
+// Thread-safety: call() may run on many threads at once.
+// Ownership: owns the socket; closed in the destructor.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "ddprun/rendezvous/protocol.h"
+#include "input_buffer.h"
+
+namespace ddprun::rendezvous {
+
+struct StoreClientOptions;
+
+class Connection {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Connects (retrying with backoff until `deadline`), sends the preamble
+  // and HELLO, and checks the reply. Throws on failure (see StoreClient).
+  static std::shared_ptr<Connection> open(const StoreClientOptions& options,
+                                          Clock::time_point deadline);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends `request` and returns its reply (of any status). Throws
+  // TimeoutError at `deadline`, NetworkError when the connection breaks.
+  protocol::Reply call(const protocol::Request& request, Clock::time_point deadline);
+
+  // True once the server said goodbye (idle limit) or the socket broke.
+  bool broken() const { return broken_.load(); }
+  // True when the server closed this connection politely for idleness, so
+  // a new connection may transparently replace it.
+  bool saidGoodbye() const { return goodbye_.load(); }
+  // Reads any frames the server pushed while the connection sat idle.
+  void drainPushes();
+  Clock::time_point lastUse() const { return Clock::time_point(Clock::duration(lastUse_.load())); }
+
+ private:
+  struct Slot {
+    protocol::Op op = protocol::Op::kPing;
+    bool done = false;
+    protocol::Reply reply;
+  };
+
+  Connection(int fd, std::string endpoint);
+  void sendAll(const std::string& bytes, Clock::time_point deadline);
+  // As the reader: reads until `mine` is done, the deadline passes (false)
+  // or the connection breaks (false).
+  bool readUntil(const Slot& mine, Clock::time_point deadline);
+  // Parses every complete frame in input_ and delivers it.
+  void dispatchFrames();
+  void markBroken(protocol::Status status, std::string reason);
+  [[noreturn]] void throwBroken();
+  std::uint32_t nextRequestId();
+
+  const int fd_;
+  const std::string endpoint_;
+  std::mutex sendMutex_;
+  std::mutex mutex_;  // guards everything below except input_
+  std::condition_variable delivered_;
+  std::unordered_map<std::uint32_t, Slot*> pending_;
+  bool readerActive_ = false;
+  protocol::Status brokenStatus_ = protocol::Status::kOk;
+  std::string brokenReason_;
+  InputBuffer input_;  // touched only by the current reader
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> goodbye_{false};
+  std::atomic<std::uint32_t> nextId_{1};
+  std::atomic<Clock::rep> lastUse_{0};
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,112 @@
+// ddprun-rendezvous: the standalone store daemon.
+//
+//   DDPRUN_TOKEN=secret ddprun-rendezvous --host 0.0.0.0 --port 29400
+//
+// Serves until SIGINT or SIGTERM, then exits 0. With --port 0 the OS picks
+// the port; the first line on stdout is always "listening on HOST:PORT".
+// The token comes from DDPRUN_TOKEN or --token-file, never from argv.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "ddprun/common/env.h"
+#include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
+#include "ddprun/common/secret.h"
+#include "ddprun/rendezvous/store_server.h"
+
+namespace {
+
+using ddprun::rendezvous::StoreServer;
+using ddprun::rendezvous::StoreServerOptions;
+
+// Lets one daemon hold as many connections as the hard limit allows.
+void raiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+std::string loadToken(const std::string& tokenFile) {
+  if (!tokenFile.empty()) return ddprun::readTokenFile(tokenFile);
+  if (auto token = ddprun::tokenFromEnv(ddprun::env::kToken)) return *token;
+  throw ddprun::ConfigError(
+      "no token: set DDPRUN_TOKEN in the environment or pass --token-file FILE (the token is "
+      "never taken from the command line)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddprun-rendezvous: the ddprun key-value store and rendezvous daemon"};
+  StoreServerOptions options;
+  options.host = "0.0.0.0";
+  std::string tokenFile;
+  double idleSeconds = 3600;
+  double handshakeSeconds = 10;
+  app.add_option("--host", options.host, "IP address to listen on")->capture_default_str();
+  app.add_option("--port", options.port, "TCP port (0: pick a free port and print it)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--token-file", tokenFile,
+                 "file holding the shared token (default: the DDPRUN_TOKEN variable)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--idle-timeout", idleSeconds,
+                 "seconds before an idle connection is closed (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--handshake-timeout", handshakeSeconds,
+                 "seconds a new connection has to authenticate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-value-bytes", options.limits.maxValueBytes, "largest value accepted")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-store-bytes", options.maxTotalBytes,
+                 "total bytes of keys and values held")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  ddprun::initLogging("rendezvous");
+  options.idleTimeout = std::chrono::milliseconds(static_cast<std::int64_t>(idleSeconds * 1000));
+  options.handshakeTimeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(handshakeSeconds * 1000));
+  options.limits.maxFrameBytes =
+      std::max(options.limits.maxFrameBytes, options.limits.maxValueBytes + 4096);
+
+  // Signals are taken synchronously by this thread; block them first so the
+  // server's thread never receives them.
+  sigset_t stopSignals;
+  sigemptyset(&stopSignals);
+  sigaddset(&stopSignals, SIGINT);
+  sigaddset(&stopSignals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  raiseDescriptorLimit();
+
+  try {
+    options.token = loadToken(tokenFile);
+    StoreServer server(options);
+    std::cout << "listening on " << options.host << ":" << server.port() << std::endl;
+    server.start();
+    int signal = 0;
+    sigwait(&stopSignals, &signal);
+    DDPRUN_INFO("The store server received {} and is shutting down.",
+                signal == SIGINT ? "SIGINT" : "SIGTERM");
+    server.stop();
+    return 0;
+  } catch (const ddprun::ConfigError& e) {
+    std::cerr << "ddprun-rendezvous: error: " << e.what() << "\n";
+    return 2;
+  } catch (const ddprun::Error& e) {
+    std::cerr << "ddprun-rendezvous: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,372 @@
+#include "ddprun/rendezvous/protocol.h"
+
+#include <fmt/format.h>
+
+#include "byte_io.h"
+
+namespace ddprun::rendezvous::protocol {
+
+const char* opName(Op op) {
+  switch (op) {
+    case Op::kHello: return "HELLO";
+    case Op::kSet: return "SET";
+    case Op::kGet: return "GET";
+    case Op::kAdd: return "ADD";
+    case Op::kCompareSet: return "COMPARE_SET";
+    case Op::kCheck: return "CHECK";
+    case Op::kWait: return "WAIT";
+    case Op::kDeleteKey: return "DELETE_KEY";
+    case Op::kNumKeys: return "NUM_KEYS";
+    case Op::kMultiGet: return "MULTI_GET";
+    case Op::kMultiSet: return "MULTI_SET";
+    case Op::kAppend: return "APPEND";
+    case Op::kPing: return "PING";
+  }
+  return "UNKNOWN";
+}
+
+const char* statusName(Status status) {
+  switch (status) {
+    case Status::kOk: return "ok";
+    case Status::kTimeout: return "timeout";
+    case Status::kAuthFailed: return "authentication failed";
+    case Status::kBadRequest: return "bad request";
+    case Status::kTooLarge: return "too large";
+    case Status::kUnsupportedVersion: return "unsupported protocol version";
+    case Status::kNotInteger: return "not an integer";
+    case Status::kStoreFull: return "store full";
+    case Status::kGoodbye: return "goodbye";
+  }
+  return "unknown status";
+}
+
+bool isKnownOp(std::uint8_t code) {
+  return code >= static_cast<std::uint8_t>(Op::kHello) && code <= static_cast<std::uint8_t>(Op::kPing);
+}
+
+std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) return 0;
+  if (timeout.count() >= static_cast<std::int64_t>(kNoTimeout)) return kNoTimeout;
+  return static_cast<std::uint32_t>(timeout.count());
+}
+
+ParseResult parseFrameHeader(std::string_view input, std::size_t maxFrameBytes,
+                             FrameHeader& header) {
+  if (input.size() < kHeaderSize) return ParseResult::kNeedMore;
+  ByteReader reader(input.substr(0, kHeaderSize));
+  reader.u32(header.bodySize);
+  reader.u32(header.requestId);
+  reader.u8(header.code);
+  if (header.bodySize > maxFrameBytes) return ParseResult::kTooLarge;
+  if (input.size() - kHeaderSize < header.bodySize) return ParseResult::kNeedMore;
+  return ParseResult::kFrame;
+}
+
+void appendHeader(std::string& out, std::uint32_t requestId, std::uint8_t code,
+                  std::uint32_t bodySize) {
+  putU32(out, bodySize);
+  putU32(out, requestId);
+  putU8(out, code);
+}
+
+namespace {
+
+// Writes the header with a placeholder size, lets `body` append, then
+// patches the size in place: one pass, no temporary buffer.
+template <typename BodyFn>
+void appendFrame(std::string& out, std::uint32_t requestId, std::uint8_t code, BodyFn&& body) {
+  const std::size_t start = out.size();
+  appendHeader(out, requestId, code, 0);
+  body();
+  const auto size = static_cast<std::uint32_t>(out.size() - start - kHeaderSize);
+  for (std::size_t i = 0; i < 4; ++i) out[start + i] = static_cast<char>((size >> (8 * i)) & 0xFF);
+}
+
+void putKeyList(std::string& out, const std::vector<std::string>& keys) {
+  putU32(out, static_cast<std::uint32_t>(keys.size()));
+  for (const auto& key : keys) putString(out, key);
+}
+
+// Decodes one op's body; shares the error bookkeeping of all ops.
+class RequestDecoder {
+ public:
+  RequestDecoder(std::string_view body, const Limits& limits) : reader_(body), limits_(limits) {}
+
+  bool key(std::vector<std::string>& keys) { return string(keys, limits_.maxKeyBytes, "key"); }
+  bool value(std::vector<std::string>& values) {
+    return string(values, limits_.maxValueBytes, "value");
+  }
+  bool count(std::uint32_t& n) {
+    if (!reader_.u32(n)) return false;
+    if (n > limits_.maxKeysPerRequest || n > reader_.remaining() / 4) {
+      // Each key takes at least its 4-byte length: a count beyond what the
+      // body can hold is refused before any vector is sized from it.
+      error_ = n > limits_.maxKeysPerRequest
+                   ? DecodeError{Status::kTooLarge,
+                                 fmt::format("{} keys in one request is over the limit of {}", n,
+                                             limits_.maxKeysPerRequest)}
+                   : DecodeError{Status::kBadRequest,
+                                 fmt::format("the request claims {} keys but its body is "
+                                             "too short for them",
+                                             n)};
+      return false;
+    }
+    return true;
+  }
+  bool keys(std::vector<std::string>& keys) {
+    std::uint32_t n = 0;
+    if (!count(n)) return false;
+    keys.reserve(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (!key(keys)) return false;
+    }
+    return true;
+  }
+  ByteReader& reader() { return reader_; }
+
+  // The final verdict: a read that failed without a specific error means the
+  // body was truncated; leftover bytes mean it was too long.
+  DecodeError finish(bool ok, Op op) {
+    if (!error_.ok()) return error_;
+    if (!ok) {
+      return {Status::kBadRequest, fmt::format("the {} request body is truncated", opName(op))};
+    }
+    if (!reader_.atEnd()) {
+      return {Status::kBadRequest,
+              fmt::format("the {} request body has {} unexpected trailing bytes", opName(op),
+                          reader_.remaining())};
+    }
+    return {};
+  }
+
+ private:
+  bool string(std::vector<std::string>& out, std::size_t limit, const char* what) {
+    bool tooLarge = false;
+    std::string s;
+    if (!reader_.string(s, limit, tooLarge)) {
+      if (tooLarge) {
+        error_ = {Status::kTooLarge, fmt::format("a {} is over the limit of {} bytes", what, limit)};
+      }
+      return false;
+    }
+    out.push_back(std::move(s));
+    return true;
+  }
+
+  ByteReader reader_;
+  const Limits& limits_;
+  DecodeError error_;
+};
+
+}  // namespace
+
+void encodeRequest(std::string& out, std::uint32_t requestId, const Request& r) {
+  appendFrame(out, requestId, static_cast<std::uint8_t>(r.op), [&] {
+    switch (r.op) {
+      case Op::kHello:
+        putU16(out, r.version);
+        putString(out, r.values.empty() ? std::string_view() : r.values[0]);
+        putString(out, r.keys.empty() ? std::string_view() : r.keys[0]);
+        break;
+      case Op::kSet:
+      case Op::kAppend:
+        putString(out, r.keys.at(0));
+        putString(out, r.values.at(0));
+        break;
+      case Op::kGet:
+        putString(out, r.keys.at(0));
+        putU32(out, r.timeoutMs);
+        break;
+      case Op::kAdd:
+        putString(out, r.keys.at(0));
+        putI64(out, r.delta);
+        break;
+      case Op::kCompareSet:
+        putString(out, r.keys.at(0));
+        putString(out, r.values.at(0));
+        putString(out, r.values.at(1));
+        break;
+      case Op::kCheck:
+        putKeyList(out, r.keys);
+        break;
+      case Op::kWait:
+      case Op::kMultiGet:
+        putU32(out, r.timeoutMs);
+        putKeyList(out, r.keys);
+        break;
+      case Op::kDeleteKey:
+        putString(out, r.keys.at(0));
+        break;
+      case Op::kNumKeys:
+        break;
+      case Op::kMultiSet:
+        putU32(out, static_cast<std::uint32_t>(r.keys.size()));
+        for (std::size_t i = 0; i < r.keys.size(); ++i) {
+          putString(out, r.keys[i]);
+          putString(out, r.values.at(i));
+        }
+        break;
+      case Op::kPing:
+        putString(out, r.values.empty() ? std::string_view() : r.values[0]);
+        break;
+    }
+  });
+}
+
+DecodeError decodeRequest(std::uint8_t code, std::string_view body, const Limits& limits,
+                          Request& r) {
+  if (!isKnownOp(code)) {
+    return {Status::kBadRequest, fmt::format("unknown operation code {}", code)};
+  }
+  r = Request{};
+  r.op = static_cast<Op>(code);
+  RequestDecoder d(body, limits);
+  ByteReader& in = d.reader();
+  bool ok = false;
+  switch (r.op) {
+    case Op::kHello: {
+      // The token and the client name are small; cap them at the key limit.
+      ok = in.u16(r.version) && d.value(r.values) && d.key(r.keys);
+      break;
+    }
+    case Op::kSet:
+    case Op::kAppend:
+      ok = d.key(r.keys) && d.value(r.values);
+      break;
+    case Op::kGet:
+      ok = d.key(r.keys) && in.u32(r.timeoutMs);
+      break;
+    case Op::kAdd:
+      ok = d.key(r.keys) && in.i64(r.delta);
+      break;
+    case Op::kCompareSet:
+      ok = d.key(r.keys) && d.value(r.values) && d.value(r.values);
+      break;
+    case Op::kCheck:
+      ok = d.keys(r.keys);
+      break;
+    case Op::kWait:
+    case Op::kMultiGet:
+      ok = in.u32(r.timeoutMs) && d.keys(r.keys);
+      break;
+    case Op::kDeleteKey:
+      ok = d.key(r.keys);
+      break;
+    case Op::kNumKeys:
+      ok = true;
+      break;
+    case Op::kMultiSet: {
+      std::uint32_t n = 0;
+      ok = d.count(n);
+      for (std::uint32_t i = 0; ok && i < n; ++i) ok = d.key(r.keys) && d.value(r.values);
+      break;
+    }
+    case Op::kPing:
+      ok = d.value(r.values);
+      break;
+  }
+  return d.finish(ok, r.op);
+}
+
+void encodeReply(std::string& out, std::uint32_t requestId, Op op, const Reply& r) {
+  appendFrame(out, requestId, static_cast<std::uint8_t>(Status::kOk), [&] {
+    switch (op) {
+      case Op::kHello:
+        putU16(out, r.version);
+        putString(out, r.values.empty() ? std::string_view() : r.values[0]);
+        break;
+      case Op::kGet:
+      case Op::kCompareSet:
+      case Op::kPing:
+        putString(out, r.values.at(0));
+        break;
+      case Op::kMultiGet:
+        putU32(out, static_cast<std::uint32_t>(r.values.size()));
+        for (const auto& v : r.values) putString(out, v);
+        break;
+      case Op::kAdd:
+      case Op::kNumKeys:
+        putI64(out, r.integer);
+        break;
+      case Op::kCheck:
+      case Op::kDeleteKey:
+        putU8(out, r.flag ? 1 : 0);
+        break;
+      case Op::kSet:
+      case Op::kAppend:
+      case Op::kWait:
+      case Op::kMultiSet:
+        break;
+    }
+  });
+}
+
+void encodeError(std::string& out, std::uint32_t requestId, Status status,
+                 std::string_view message) {
+  appendFrame(out, requestId, static_cast<std::uint8_t>(status),
+              [&] { putString(out, message); });
+}
+
+bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& r, std::string& error) {
+  r = Reply{};
+  ByteReader in(body);
+  bool tooLarge = false;
+  constexpr std::size_t kAny = static_cast<std::size_t>(-1);
+  if (code > static_cast<std::uint8_t>(Status::kGoodbye)) {
+    error = fmt::format("unknown reply status {}", code);
+    return false;
+  }
+  r.status = static_cast<Status>(code);
+  bool ok = false;
+  if (r.status != Status::kOk) {
+    ok = in.string(r.message, kAny, tooLarge);
+  } else {
+    std::string value;
+    switch (op) {
+      case Op::kHello:
+        ok = in.u16(r.version) && in.string(value, kAny, tooLarge);
+        r.values.push_back(std::move(value));
+        break;
+      case Op::kGet:
+      case Op::kCompareSet:
+      case Op::kPing:
+        ok = in.string(value, kAny, tooLarge);
+        r.values.push_back(std::move(value));
+        break;
+      case Op::kMultiGet: {
+        std::uint32_t n = 0;
+        ok = in.u32(n) && n <= in.remaining() / 4;
+        for (std::uint32_t i = 0; ok && i < n; ++i) {
+          ok = in.string(value, kAny, tooLarge);
+          r.values.push_back(std::move(value));
+        }
+        break;
+      }
+      case Op::kAdd:
+      case Op::kNumKeys:
+        ok = in.i64(r.integer);
+        break;
+      case Op::kCheck:
+      case Op::kDeleteKey: {
+        std::uint8_t flag = 0;
+        ok = in.u8(flag);
+        r.flag = flag != 0;
+        break;
+      }
+      case Op::kSet:
+      case Op::kAppend:
+      case Op::kWait:
+      case Op::kMultiSet:
+        ok = true;
+        break;
+    }
+  }
+  if (!ok || !in.atEnd()) {
+    error = fmt::format("the server's {} reply to {} has a malformed body of {} bytes",
+                        statusName(r.status), opName(op), body.size());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace ddprun::rendezvous::protocol

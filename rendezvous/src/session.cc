@@ -1,0 +1,407 @@
+#include "session.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <fmt/format.h>
+
+#include "ddprun/common/logging.h"
+#include "ddprun/common/secret.h"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+using protocol::Op;
+using protocol::Reply;
+using protocol::Request;
+using protocol::Status;
+
+namespace {
+
+constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
+// Before the handshake a frame may not be larger than this.
+constexpr std::size_t kMaxHandshakeFrame = 64 * 1024;
+// Stop reading from a client that does not read its replies.
+constexpr std::size_t kMaxBufferedOutput = 128 * 1024 * 1024;
+constexpr std::size_t kIdleInputCapacity = 64 * 1024;
+
+std::string describePeer(const asio::ip::tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto endpoint = socket.remote_endpoint(ec);
+  if (ec) return "unknown peer";
+  return fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
+}
+
+}  // namespace
+
+Session::Session(asio::ip::tcp::socket socket, ServerContext& context)
+    : socket_(std::move(socket)),
+      context_(context),
+      peer_(describePeer(socket_)),
+      started_(std::chrono::steady_clock::now()),
+      lastActivity_(started_),
+      watchdogTimer_(socket_.get_executor()),
+      drained_(socket_.get_executor()) {
+  context_.sessions.insert(this);
+  context_.counters.accepted++;
+  context_.counters.active++;
+}
+
+Session::~Session() { close(); }
+
+asio::awaitable<void> Session::run() {
+  auto self = shared_from_this();
+  asio::co_spawn(socket_.get_executor(), watchdog(), asio::detached);
+  while (!closed_ && !closing_) {
+    if (bufferedOutput() > kMaxBufferedOutput) {
+      // The client pipelines faster than it reads: wait for the writes.
+      drained_.expires_at(std::chrono::steady_clock::time_point::max());
+      co_await drained_.async_wait(kAwait);
+      continue;
+    }
+    std::size_t space = 0;
+    char* tail = input_.writable(0, space);
+    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(tail, space), kAwait);
+    if (ec) {
+      if (!authenticated_ && !closed_ && ec != asio::error::eof) {
+        context_.counters.rejected++;
+        DDPRUN_WARN("Rejected client {}: the connection failed before the handshake ({}).",
+                    peer_, ec.message());
+      }
+      break;
+    }
+    input_.commit(n);
+    lastActivity_ = std::chrono::steady_clock::now();
+    if (!processInput()) break;
+    flush();
+  }
+  if (!closing_) close();
+}
+
+bool Session::processInput() {
+  for (;;) {
+    std::string_view data = input_.readable();
+    if (!preambleSeen_) {
+      const auto& magic = protocol::kPreamble;
+      const std::size_t n = std::min(data.size(), magic.size());
+      if (data.substr(0, n) != magic.substr(0, n)) {
+        reject(Status::kBadRequest,
+               "it is not a ddprun client (the first bytes are not the DDPR preamble)");
+        return false;
+      }
+      if (n < magic.size()) return true;
+      input_.consume(magic.size());
+      preambleSeen_ = true;
+      continue;
+    }
+    protocol::FrameHeader header;
+    const std::size_t maxFrame =
+        authenticated_ ? context_.options.limits.maxFrameBytes : kMaxHandshakeFrame;
+    switch (protocol::parseFrameHeader(data, maxFrame, header)) {
+      case protocol::ParseResult::kNeedMore:
+        if (data.size() >= protocol::kHeaderSize) {
+          std::size_t space = 0;
+          input_.writable(protocol::kHeaderSize + header.bodySize, space);
+        }
+        return true;
+      case protocol::ParseResult::kTooLarge: {
+        const std::string message =
+            fmt::format("a frame of {} bytes is over the limit of {} bytes", header.bodySize,
+                        maxFrame);
+        if (!authenticated_) {
+          reject(Status::kTooLarge, message);
+        } else {
+          DDPRUN_WARN("Closing the connection of {}: {}.", peer_, message);
+          sendError(header.requestId, Status::kTooLarge, message);
+          closeAfterFlush();
+        }
+        return false;
+      }
+      case protocol::ParseResult::kFrame:
+        break;
+    }
+    handleFrame(header, data.substr(protocol::kHeaderSize, header.bodySize));
+    input_.consume(protocol::kHeaderSize + header.bodySize);
+    if (closed_ || closing_) return false;
+    if (input_.readable().empty()) input_.shrinkTo(kIdleInputCapacity);
+  }
+}
+
+void Session::handleFrame(const protocol::FrameHeader& header, std::string_view body) {
+  Request request;
+  const auto error = protocol::decodeRequest(header.code, body, context_.options.limits, request);
+  if (!authenticated_) {
+    if (!error.ok()) {
+      reject(error.status, error.message);
+    } else if (request.op != Op::kHello) {
+      reject(Status::kBadRequest,
+             fmt::format("it sent {} before HELLO", protocol::opName(request.op)));
+    } else {
+      handleHello(header.requestId, request);
+    }
+    return;
+  }
+  context_.counters.requests++;
+  if (!error.ok()) {
+    // The framing is intact, so the connection can go on after the error.
+    sendError(header.requestId, error.status, error.message);
+    return;
+  }
+  if (header.requestId == 0) {
+    sendError(0, Status::kBadRequest, "request id 0 is reserved for server pushes");
+    return;
+  }
+  handleRequest(header.requestId, request);
+}
+
+void Session::handleHello(std::uint32_t id, const Request& request) {
+  if (request.version < 1 || request.version > protocol::kVersion) {
+    reject(Status::kUnsupportedVersion,
+           fmt::format("it speaks protocol version {} and this server speaks 1 to {}; "
+                       "use a ddprun client of the same release",
+                       request.version, protocol::kVersion));
+    return;
+  }
+  if (!constantTimeEquals(request.values.at(0), context_.options.token)) {
+    reject(Status::kAuthFailed,
+           "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)");
+    return;
+  }
+  authenticated_ = true;
+  Reply reply;
+  reply.version = request.version;
+  reply.values.push_back(context_.options.name);
+  sendOk(id, Op::kHello, reply);
+  DDPRUN_DEBUG("Client {} ({}) connected.", request.keys.at(0), peer_);
+}
+
+void Session::handleRequest(std::uint32_t id, Request& r) {
+  StoreState& state = context_.state;
+  Reply reply;
+  Status status = Status::kOk;
+  switch (r.op) {
+    case Op::kHello:
+      sendError(id, Status::kBadRequest, "HELLO was already sent on this connection");
+      return;
+    case Op::kSet:
+      status = state.set(r.keys[0], std::move(r.values[0]));
+      break;
+    case Op::kAppend:
+      status = state.append(r.keys[0], r.values[0]);
+      break;
+    case Op::kAdd:
+      status = state.add(r.keys[0], r.delta, reply.integer);
+      if (status == Status::kNotInteger) {
+        sendError(id, status,
+                  fmt::format("ADD on key '{}' failed: its value is not a decimal integer, or "
+                              "the sum leaves the 64-bit range",
+                              r.keys[0]));
+        return;
+      }
+      break;
+    case Op::kCompareSet:
+      reply.values.emplace_back();
+      status = state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), reply.values[0]);
+      break;
+    case Op::kCheck:
+      reply.flag = state.check(r.keys);
+      break;
+    case Op::kDeleteKey:
+      reply.flag = state.deleteKey(r.keys[0]);
+      break;
+    case Op::kNumKeys:
+      reply.integer = state.numKeys();
+      break;
+    case Op::kMultiSet:
+      status = state.multiSet(r.keys, r.values);
+      break;
+    case Op::kPing:
+      reply.values.push_back(std::move(r.values[0]));
+      break;
+    case Op::kGet:
+    case Op::kWait:
+    case Op::kMultiGet:
+      startWait(id, r);
+      return;
+  }
+  sendStatus(id, r.op, status, reply);
+}
+
+void Session::startWait(std::uint32_t id, Request& r) {
+  if (waits_.contains(id)) {
+    sendError(id, Status::kBadRequest,
+              fmt::format("request id {} already has a pending wait on this connection", id));
+    return;
+  }
+  PendingWait wait;
+  wait.op = r.op;
+  wait.keys = std::move(r.keys);
+  auto waiter = context_.state.addWaiter(wait.keys, [this, id] { completeWait(id); });
+  if (!waiter) {
+    waits_.emplace(id, std::move(wait));
+    completeWait(id);
+    return;
+  }
+  wait.waiter = *waiter;
+  if (r.timeoutMs != protocol::kNoTimeout) {
+    wait.timer = std::make_unique<asio::steady_timer>(socket_.get_executor(),
+                                                      std::chrono::milliseconds(r.timeoutMs));
+    wait.timer->async_wait([self = shared_from_this(), id](boost::system::error_code ec) {
+      if (!ec) self->timeoutWait(id);
+    });
+  }
+  waits_.emplace(id, std::move(wait));
+}
+
+void Session::completeWait(std::uint32_t id) {
+  auto it = waits_.find(id);
+  if (it == waits_.end()) return;
+  PendingWait wait = std::move(it->second);
+  waits_.erase(it);
+  if (wait.timer) wait.timer->cancel();
+  lastActivity_ = std::chrono::steady_clock::now();
+  Reply reply;
+  if (wait.op != Op::kWait) {
+    for (const auto& key : wait.keys) {
+      const std::string* value = context_.state.find(key);
+      reply.values.push_back(value ? *value : std::string());
+    }
+  }
+  sendOk(id, wait.op, reply);
+  flush();
+}
+
+void Session::timeoutWait(std::uint32_t id) {
+  auto it = waits_.find(id);
+  if (it == waits_.end()) return;
+  context_.state.removeWaiter(it->second.waiter);
+  std::string missing;
+  for (const auto& key : it->second.keys) {
+    if (context_.state.find(key) != nullptr) continue;
+    if (!missing.empty()) missing += "', '";
+    missing += key;
+  }
+  const Op op = it->second.op;
+  waits_.erase(it);
+  sendError(id, Status::kTimeout,
+            fmt::format("{} timed out waiting for key '{}'", protocol::opName(op), missing));
+  flush();
+}
+
+void Session::sendOk(std::uint32_t id, Op op, const Reply& reply) {
+  protocol::encodeReply(output_, id, op, reply);
+}
+
+void Session::sendStatus(std::uint32_t id, Op op, Status status, const Reply& reply) {
+  switch (status) {
+    case Status::kOk:
+      sendOk(id, op, reply);
+      return;
+    case Status::kStoreFull:
+      sendError(id, status,
+                fmt::format("{} refused: the store would exceed its limit of {} bytes",
+                            protocol::opName(op), context_.options.maxTotalBytes));
+      return;
+    default:
+      sendError(id, status, fmt::format("{} failed: {}", protocol::opName(op),
+                                        protocol::statusName(status)));
+      return;
+  }
+}
+
+void Session::sendError(std::uint32_t id, Status status, std::string_view message) {
+  protocol::encodeError(output_, id, status, message);
+}
+
+void Session::reject(Status status, const std::string& reason) {
+  context_.counters.rejected++;
+  DDPRUN_WARN("Rejected client {}: {}.", peer_, reason);
+  sendError(0, status, reason);
+  closeAfterFlush();
+}
+
+void Session::flush() {
+  if (writing_ || output_.empty() || closed_) return;
+  writing_ = true;
+  std::swap(output_, inFlight_);
+  asio::async_write(socket_, asio::buffer(inFlight_),
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      self->writing_ = false;
+                      self->inFlight_.clear();
+                      if (self->inFlight_.capacity() > kMaxBufferedOutput / 16) {
+                        std::string().swap(self->inFlight_);
+                      }
+                      self->drained_.cancel();
+                      if (ec) {
+                        self->close();
+                      } else if (self->closing_ && self->output_.empty()) {
+                        self->close();
+                      } else {
+                        self->flush();
+                      }
+                    });
+}
+
+void Session::closeAfterFlush() {
+  closing_ = true;
+  if (!writing_ && output_.empty()) {
+    close();
+  } else {
+    flush();
+  }
+}
+
+void Session::close() {
+  if (closed_) return;
+  closed_ = true;
+  for (auto& [id, wait] : waits_) {
+    context_.state.removeWaiter(wait.waiter);
+    if (wait.timer) wait.timer->cancel();
+  }
+  waits_.clear();
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  watchdogTimer_.cancel();
+  drained_.cancel();
+  context_.sessions.erase(this);
+  context_.counters.active--;
+}
+
+asio::awaitable<void> Session::watchdog() {
+  auto self = shared_from_this();
+  const auto& options = context_.options;
+  const auto deadline = [&] {
+    if (!authenticated_) return started_ + options.handshakeTimeout;
+    if (options.idleTimeout.count() > 0) return lastActivity_ + options.idleTimeout;
+    return std::chrono::steady_clock::time_point::max();
+  };
+  while (!closed_ && !closing_) {
+    watchdogTimer_.expires_at(deadline());
+    co_await watchdogTimer_.async_wait(kAwait);
+    if (closed_ || closing_) co_return;
+    // Activity since the timer was armed moves the deadline: look again.
+    if (std::chrono::steady_clock::now() < deadline()) continue;
+    if (!authenticated_) {
+      reject(Status::kBadRequest,
+             fmt::format("it did not complete the handshake within {} ms",
+                         options.handshakeTimeout.count()));
+      co_return;
+    }
+    if (!waits_.empty() || bufferedOutput() > 0) {
+      lastActivity_ = std::chrono::steady_clock::now();  // busy, not idle
+      continue;
+    }
+    DDPRUN_INFO("Closing the connection of {}: idle for {} ms.", peer_,
+                options.idleTimeout.count());
+    sendError(0, Status::kGoodbye,
+              fmt::format("idle for {} ms; reconnect to continue", options.idleTimeout.count()));
+    closeAfterFlush();
+    co_return;
+  }
+}
+
+}  // namespace ddprun::rendezvous

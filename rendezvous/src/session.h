@@ -1,0 +1,90 @@
+// Session: one client connection of the store server.
+//
+// A coroutine reads bytes, splits them into frames and handles each request;
+// replies are appended to an output buffer that one write at a time drains,
+// so replies of a pipelined batch leave in one write. Blocking requests
+// (WAIT, GET, MULTI_GET) register a waiter in StoreState and a timer; the
+// write that completes them, or the timer, sends the reply. A watchdog timer
+// enforces the handshake deadline and the idle limit.
+//
+// Anything wrong with the peer's bytes closes this connection only.
+//
+// Thread-safety: lives on the server's loop thread only.
+// Ownership: shared_ptr; the read coroutine, timers and writes hold it.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "input_buffer.h"
+#include "server_context.h"
+
+namespace ddprun::rendezvous {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(boost::asio::ip::tcp::socket socket, ServerContext& context);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Serves the connection until it closes.
+  boost::asio::awaitable<void> run();
+  // Closes the socket and drops pending waits. Idempotent.
+  void close();
+
+ private:
+  struct PendingWait {
+    StoreState::WaiterId waiter = 0;
+    protocol::Op op = protocol::Op::kWait;
+    std::vector<std::string> keys;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+
+  // Handles every complete frame in the input; false when the connection
+  // must stop reading (rejected, or a frame that breaks the framing).
+  bool processInput();
+  void handleFrame(const protocol::FrameHeader& header, std::string_view body);
+  void handleHello(std::uint32_t id, const protocol::Request& request);
+  void handleRequest(std::uint32_t id, protocol::Request& request);
+  void startWait(std::uint32_t id, protocol::Request& request);
+  void completeWait(std::uint32_t id);
+  void timeoutWait(std::uint32_t id);
+
+  void sendOk(std::uint32_t id, protocol::Op op, const protocol::Reply& reply);
+  void sendStatus(std::uint32_t id, protocol::Op op, protocol::Status status,
+                  const protocol::Reply& reply);
+  void sendError(std::uint32_t id, protocol::Status status, std::string_view message);
+  // Refuses the client at the handshake: error reply, one log line, close.
+  void reject(protocol::Status status, const std::string& reason);
+  void flush();
+  void closeAfterFlush();
+
+  boost::asio::awaitable<void> watchdog();
+  std::size_t bufferedOutput() const { return output_.size() + inFlight_.size(); }
+
+  boost::asio::ip::tcp::socket socket_;
+  ServerContext& context_;
+  std::string peer_;
+  InputBuffer input_;
+  std::string output_;    // replies waiting for the next write
+  std::string inFlight_;  // replies being written now
+  bool writing_ = false;
+  bool closing_ = false;  // stop reading; close once output is written
+  bool closed_ = false;
+  bool preambleSeen_ = false;
+  bool authenticated_ = false;
+  std::unordered_map<std::uint32_t, PendingWait> waits_;
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point lastActivity_;
+  boost::asio::steady_timer watchdogTimer_;
+  boost::asio::steady_timer drained_;  // cancelled when output drains
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,167 @@
+#include "ddprun/rendezvous/store_server.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <fmt/format.h>
+
+#include <thread>
+#include <vector>
+
+#include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
+#include "server_context.h"
+#include "session.h"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+void setIntOption(int fd, int level, int name, int value) {
+  // Best effort: a socket option that is unavailable only weakens detection
+  // of dead peers; it never affects correctness.
+  (void)::setsockopt(fd, level, name, &value, sizeof(value));
+}
+
+void configureAccepted(tcp::socket& socket, const StoreServerOptions& options) {
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  socket.set_option(asio::socket_base::keep_alive(true), ignored);
+  const int fd = socket.native_handle();
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // never inherited by spawned workers
+  setIntOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, static_cast<int>(options.keepAliveIdle.count()));
+  setIntOption(fd, IPPROTO_TCP, TCP_KEEPINTVL,
+               static_cast<int>(options.keepAliveInterval.count()));
+  setIntOption(fd, IPPROTO_TCP, TCP_KEEPCNT, options.keepAliveCount);
+  // Unacknowledged writes to a vanished peer fail after the same budget.
+  const auto userTimeout =
+      options.keepAliveIdle + options.keepAliveInterval * options.keepAliveCount;
+  setIntOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT,
+               static_cast<int>(std::chrono::milliseconds(userTimeout).count()));
+}
+
+}  // namespace
+
+struct StoreServer::Impl {
+  explicit Impl(StoreServerOptions options)
+      : context(std::move(options)), io(1), acceptor(io), retryTimer(io) {}
+
+  asio::awaitable<void> listen();
+  void shutdown();
+
+  // Declared before `io` so that sessions destroyed with the io_context can
+  // still unregister from the context.
+  ServerContext context;
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  asio::steady_timer retryTimer;
+  std::uint16_t port = 0;
+  std::thread thread;
+  std::atomic<bool> stopped{false};
+};
+
+asio::awaitable<void> StoreServer::Impl::listen() {
+  constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
+  while (!stopped) {
+    auto [ec, socket] = co_await acceptor.async_accept(kAwait);
+    if (ec) {
+      if (ec == asio::error::operation_aborted || stopped) co_return;
+      // Out of descriptors (EMFILE/ENFILE) or a transient error: back off a
+      // little instead of spinning on a listener that stays readable.
+      DDPRUN_WARN("The store server could not accept a connection: {}.", ec.message());
+      retryTimer.expires_after(std::chrono::milliseconds(50));
+      co_await retryTimer.async_wait(kAwait);
+      continue;
+    }
+    configureAccepted(socket, context.options);
+    auto session = std::make_shared<Session>(std::move(socket), context);
+    asio::co_spawn(io, session->run(), asio::detached);
+  }
+}
+
+void StoreServer::Impl::shutdown() {
+  boost::system::error_code ignored;
+  acceptor.close(ignored);
+  retryTimer.cancel();
+  // close() unregisters, so iterate over a copy.
+  std::vector<Session*> open(context.sessions.begin(), context.sessions.end());
+  for (Session* session : open) session->close();
+  io.stop();
+}
+
+StoreServer::StoreServer(StoreServerOptions options) {
+  if (options.token.empty()) {
+    throw ConfigError(
+        "the store server needs a token; set DDPRUN_TOKEN or pass a token file");
+  }
+  impl_ = std::make_unique<Impl>(std::move(options));
+  const auto& opts = impl_->context.options;
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(opts.host, ec);
+  if (ec) {
+    throw ConfigError(fmt::format("'{}' is not an IP address to listen on; give an address "
+                                  "such as 0.0.0.0 or 127.0.0.1",
+                                  opts.host));
+  }
+  const tcp::endpoint endpoint(address, opts.port);
+  auto& acceptor = impl_->acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw NetworkError(fmt::format("the store server cannot listen on {}:{}: {}{}", opts.host,
+                                   opts.port, ec.message(),
+                                   ec == asio::error::address_in_use
+                                       ? "; choose another port or stop the process using it"
+                                       : ""));
+  }
+  // Asio does not set close-on-exec; a worker must not inherit the listener.
+  ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
+  impl_->port = acceptor.local_endpoint().port();
+  asio::co_spawn(impl_->io, impl_->listen(), asio::detached);
+}
+
+StoreServer::~StoreServer() { stop(); }
+
+std::uint16_t StoreServer::port() const { return impl_->port; }
+const std::string& StoreServer::host() const { return impl_->context.options.host; }
+
+void StoreServer::start() {
+  impl_->thread = std::thread([this] { run(); });
+}
+
+void StoreServer::run() {
+  DDPRUN_INFO("The store server {} is listening on {}:{}.", impl_->context.options.name,
+              impl_->context.options.host, impl_->port);
+  impl_->io.run();
+  DDPRUN_INFO("The store server {} on port {} has stopped.", impl_->context.options.name,
+              impl_->port);
+}
+
+void StoreServer::stop() {
+  if (!impl_ || impl_->stopped.exchange(true)) return;
+  asio::post(impl_->io, [impl = impl_.get()] { impl->shutdown(); });
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+StoreServerStats StoreServer::stats() const {
+  const auto& c = impl_->context.counters;
+  return {c.accepted.load(), c.rejected.load(), c.active.load(), c.requests.load()};
+}
+
+}  // namespace ddprun::rendezvous

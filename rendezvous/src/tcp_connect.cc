@@ -1,0 +1,115 @@
+#include "ddprun/rendezvous/tcp_connect.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "ddprun/common/error.h"
+
+namespace ddprun::rendezvous {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct AddrInfoDelete {
+  void operator()(addrinfo* info) const { ::freeaddrinfo(info); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDelete>;
+
+int remainingMs(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 1 << 30));
+}
+
+// One non-blocking connect attempt to one address; returns fd or -1 (errno).
+int tryConnect(const addrinfo& addr, Clock::time_point deadline, int& error) {
+  const int fd = ::socket(addr.ai_family, addr.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                          addr.ai_protocol);
+  if (fd < 0) {
+    error = errno;
+    return -1;
+  }
+  if (::connect(fd, addr.ai_addr, addr.ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) {
+      error = errno;
+      ::close(fd);
+      return -1;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    const int ready = ::poll(&p, 1, remainingMs(deadline));
+    int soError = 0;
+    socklen_t len = sizeof(soError);
+    if (ready <= 0) {
+      soError = ready == 0 ? ETIMEDOUT : errno;
+    } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len) != 0) {
+      soError = errno;
+    }
+    if (soError != 0) {
+      error = soError;
+      ::close(fd);
+      return -1;
+    }
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  return fd;
+}
+
+}  // namespace
+
+int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_point deadline) {
+  std::set<std::string> failures;  // distinct reasons, for the final message
+  auto backoff = std::chrono::milliseconds(10);
+  std::minstd_rand jitter(static_cast<unsigned>(Clock::now().time_since_epoch().count()));
+  const std::string service = std::to_string(port);
+  for (;;) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* raw = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &raw);
+    AddrInfoPtr addresses(raw);
+    if (rc != 0) {
+      failures.insert(fmt::format("cannot resolve '{}': {}", host, ::gai_strerror(rc)));
+    } else {
+      for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+        int error = 0;
+        const int fd = tryConnect(*a, deadline, error);
+        if (fd >= 0) return fd;
+        failures.insert(std::strerror(error));
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    // Sleep backoff +-25 %, never past the deadline.
+    const auto spread = backoff.count() / 4;
+    const auto sleep = std::chrono::milliseconds(
+        backoff.count() - spread + static_cast<std::int64_t>(jitter() % (2 * spread + 1)));
+    std::this_thread::sleep_for(std::min<Clock::duration>(sleep, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  std::string reasons;
+  for (const auto& f : failures) reasons += (reasons.empty() ? "" : "; ") + f;
+  throw TimeoutError(fmt::format(
+      "could not connect to the store at {}:{} before the deadline ({}); check that the "
+      "server is running and the address is reachable from this host",
+      host, port, reasons));
+}
+
+}  // namespace ddprun::rendezvous
