@@ -72,7 +72,12 @@ int main(int argc, char** argv) {
                  "total bytes of keys and values held")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors exit 2, like every ddprun command; --help exits 0.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   ddprun::initLogging("rendezvous");
   options.idleTimeout = std::chrono::milliseconds(static_cast<std::int64_t>(idleSeconds * 1000));

@@ -106,8 +106,8 @@ class RequestDecoder {
                                  fmt::format("{} keys in one request is over the limit of {}", n,
                                              limits_.maxKeysPerRequest)}
                    : DecodeError{Status::kBadRequest,
-                                 fmt::format("the request claims {} keys but its body is "
-                                             "too short for them",
+                                 fmt::format("the request body is truncated: it claims {} "
+                                             "keys but has room for fewer",
                                              n)};
       return false;
     }

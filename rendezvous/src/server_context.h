@@ -18,6 +18,7 @@ struct ServerCounters {
   std::atomic<std::uint64_t> rejected{0};
   std::atomic<std::uint64_t> active{0};
   std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> waiters{0};
 };
 
 struct ServerContext {
@@ -28,6 +29,9 @@ struct ServerContext {
   StoreState state;
   std::unordered_set<Session*> sessions;
   ServerCounters counters;
+
+  // Publishes the waiter count for stats() readers on other threads.
+  void syncWaiters() { counters.waiters = state.numWaiters(); }
 };
 
 }  // namespace ddprun::rendezvous

@@ -171,6 +171,7 @@ void Session::handleHello(std::uint32_t id, const Request& request) {
     return;
   }
   authenticated_ = true;
+  watchdogTimer_.cancel();  // re-arm for the idle limit
   Reply reply;
   reply.version = request.version;
   reply.values.push_back(context_.options.name);
@@ -246,6 +247,7 @@ void Session::startWait(std::uint32_t id, Request& r) {
     return;
   }
   wait.waiter = *waiter;
+  context_.syncWaiters();
   if (r.timeoutMs != protocol::kNoTimeout) {
     wait.timer = std::make_unique<asio::steady_timer>(socket_.get_executor(),
                                                       std::chrono::milliseconds(r.timeoutMs));
@@ -261,6 +263,7 @@ void Session::completeWait(std::uint32_t id) {
   if (it == waits_.end()) return;
   PendingWait wait = std::move(it->second);
   waits_.erase(it);
+  context_.syncWaiters();
   if (wait.timer) wait.timer->cancel();
   lastActivity_ = std::chrono::steady_clock::now();
   Reply reply;
@@ -286,6 +289,7 @@ void Session::timeoutWait(std::uint32_t id) {
   }
   const Op op = it->second.op;
   waits_.erase(it);
+  context_.syncWaiters();
   sendError(id, Status::kTimeout,
             fmt::format("{} timed out waiting for key '{}'", protocol::opName(op), missing));
   flush();
@@ -362,6 +366,7 @@ void Session::close() {
     if (wait.timer) wait.timer->cancel();
   }
   waits_.clear();
+  context_.syncWaiters();
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

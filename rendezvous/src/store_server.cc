@@ -161,7 +161,8 @@ void StoreServer::stop() {
 
 StoreServerStats StoreServer::stats() const {
   const auto& c = impl_->context.counters;
-  return {c.accepted.load(), c.rejected.load(), c.active.load(), c.requests.load()};
+  return {c.accepted.load(), c.rejected.load(), c.active.load(), c.requests.load(),
+          c.waiters.load()};
 }
 
 }  // namespace ddprun::rendezvous

@@ -1,0 +1,196 @@
+#include "ddprun/rendezvous/store_state.h"
+
+#include <gtest/gtest.h>
+
+namespace ddprun::rendezvous {
+namespace {
+
+using protocol::Status;
+
+TEST(StoreState, SetFindDeleteAndCount) {
+  StoreState state;
+  EXPECT_EQ(state.find("k"), nullptr);
+  EXPECT_EQ(state.set("k", "v"), Status::kOk);
+  ASSERT_NE(state.find("k"), nullptr);
+  EXPECT_EQ(*state.find("k"), "v");
+  EXPECT_EQ(state.set("k", "w"), Status::kOk);
+  EXPECT_EQ(*state.find("k"), "w");
+  EXPECT_EQ(state.numKeys(), 1);
+  EXPECT_TRUE(state.deleteKey("k"));
+  EXPECT_FALSE(state.deleteKey("k"));
+  EXPECT_EQ(state.numKeys(), 0);
+  EXPECT_EQ(state.totalBytes(), 0u);
+}
+
+TEST(StoreState, AddCountsFromZeroAndRefusesNonIntegers) {
+  StoreState state;
+  std::int64_t result = 0;
+  EXPECT_EQ(state.add("c", 5, result), Status::kOk);
+  EXPECT_EQ(result, 5);
+  EXPECT_EQ(state.add("c", -7, result), Status::kOk);
+  EXPECT_EQ(result, -2);
+  EXPECT_EQ(*state.find("c"), "-2");  // stored as decimal text, like TCPStore
+  state.set("text", "abc");
+  EXPECT_EQ(state.add("text", 1, result), Status::kNotInteger);
+  EXPECT_EQ(*state.find("text"), "abc");
+  state.set("empty", "");
+  EXPECT_EQ(state.add("empty", 1, result), Status::kNotInteger);
+  state.set("max", std::to_string(INT64_MAX));
+  EXPECT_EQ(state.add("max", 1, result), Status::kNotInteger);
+  EXPECT_EQ(state.add("max", 0, result), Status::kOk);
+}
+
+TEST(StoreState, AppendCreatesThenConcatenates) {
+  StoreState state;
+  state.append("log", "a");
+  state.append("log", "b");
+  EXPECT_EQ(*state.find("log"), "ab");
+  EXPECT_EQ(state.totalBytes(), 5u);
+}
+
+// The COMPARE_SET truth table (docs/protocol.md), matching TCPStore.
+TEST(StoreState, CompareSetTruthTable) {
+  struct Row {
+    const char* name;
+    std::optional<std::string> before;
+    std::string expected;
+    std::string desired;
+    std::string reply;
+    std::optional<std::string> after;
+  };
+  const Row rows[] = {
+      {"missing, expected empty: set", std::nullopt, "", "new", "new", "new"},
+      {"missing, expected non-empty: unchanged", std::nullopt, "x", "new", "x", std::nullopt},
+      {"present and equal: replaced", "old", "old", "new", "new", "new"},
+      {"present and different: unchanged", "cur", "old", "new", "cur", "cur"},
+      {"present empty, expected empty: replaced", "", "", "new", "new", "new"},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    StoreState state;
+    if (row.before) state.set("k", *row.before);
+    std::string reply;
+    EXPECT_EQ(state.compareSet("k", row.expected, row.desired, reply), Status::kOk);
+    EXPECT_EQ(reply, row.reply);
+    const std::string* after = state.find("k");
+    EXPECT_EQ(after != nullptr, row.after.has_value());
+    if (after && row.after) {
+      EXPECT_EQ(*after, *row.after);
+    }
+  }
+}
+
+TEST(StoreState, CheckNeedsEveryKey) {
+  StoreState state;
+  const std::vector<std::string> keys = {"a", "b"};
+  EXPECT_FALSE(state.check(keys));
+  state.set("a", "1");
+  EXPECT_FALSE(state.check(keys));
+  state.set("b", "1");
+  EXPECT_TRUE(state.check(keys));
+  EXPECT_TRUE(state.check({}));
+}
+
+TEST(StoreState, WaiterOnPresentKeysIsNotRegistered) {
+  StoreState state;
+  state.set("a", "1");
+  const std::vector<std::string> keys = {"a"};
+  EXPECT_FALSE(state.addWaiter(keys, [] { FAIL(); }).has_value());
+  EXPECT_EQ(state.numWaiters(), 0u);
+}
+
+// Each kind of write that creates a key wakes a waiter.
+TEST(StoreState, WaitersAreWokenByEveryCreatingWrite) {
+  using Write = std::function<void(StoreState&)>;
+  const std::vector<std::pair<const char*, Write>> writes = {
+      {"set", [](StoreState& s) { s.set("k", "v"); }},
+      {"append", [](StoreState& s) { s.append("k", "v"); }},
+      {"add", [](StoreState& s) {
+         std::int64_t r;
+         s.add("k", 1, r);
+       }},
+      {"compareSet", [](StoreState& s) {
+         std::string r;
+         s.compareSet("k", "", "v", r);
+       }},
+      {"multiSet", [](StoreState& s) {
+         std::vector<std::string> keys = {"other", "k"};
+         std::vector<std::string> values = {"1", "2"};
+         s.multiSet(keys, values);
+       }},
+  };
+  for (const auto& [name, write] : writes) {
+    SCOPED_TRACE(name);
+    StoreState state;
+    int woken = 0;
+    const std::vector<std::string> keys = {"k"};
+    ASSERT_TRUE(state.addWaiter(keys, [&] { ++woken; }).has_value());
+    EXPECT_EQ(woken, 0);
+    write(state);
+    EXPECT_EQ(woken, 1);
+    EXPECT_EQ(state.numWaiters(), 0u);
+    state.set("k", "again");  // overwriting does not wake anyone twice
+    EXPECT_EQ(woken, 1);
+  }
+}
+
+TEST(StoreState, WaiterNeedsAllItsKeys) {
+  StoreState state;
+  int woken = 0;
+  const std::vector<std::string> keys = {"a", "b", "a"};  // duplicates are fine
+  ASSERT_TRUE(state.addWaiter(keys, [&] { ++woken; }).has_value());
+  state.set("a", "1");
+  EXPECT_EQ(woken, 0);
+  state.set("b", "1");
+  EXPECT_EQ(woken, 1);
+}
+
+TEST(StoreState, KeyDeletedBeforeTheLastArrivesKeepsWaiting) {
+  StoreState state;
+  int woken = 0;
+  const std::vector<std::string> keys = {"a", "b"};
+  ASSERT_TRUE(state.addWaiter(keys, [&] { ++woken; }).has_value());
+  state.set("a", "1");
+  state.deleteKey("a");
+  state.set("b", "1");
+  EXPECT_EQ(woken, 0);  // "a" is gone again
+  state.set("a", "2");
+  EXPECT_EQ(woken, 1);
+}
+
+TEST(StoreState, RemovedWaiterNeverFires) {
+  StoreState state;
+  const std::vector<std::string> keys = {"k"};
+  auto id = state.addWaiter(keys, [] { FAIL(); });
+  ASSERT_TRUE(id.has_value());
+  state.removeWaiter(*id);
+  state.removeWaiter(*id);  // twice is harmless
+  state.set("k", "v");
+  EXPECT_EQ(state.numWaiters(), 0u);
+}
+
+TEST(StoreState, ManyWaitersOnOneKeyAllWake) {
+  StoreState state;
+  int woken = 0;
+  const std::vector<std::string> keys = {"go"};
+  for (int i = 0; i < 1000; ++i) state.addWaiter(keys, [&] { ++woken; });
+  state.set("go", "1");
+  EXPECT_EQ(woken, 1000);
+}
+
+TEST(StoreState, SizeLimitRefusesWritesWithoutChangingState) {
+  StoreState state(10);
+  EXPECT_EQ(state.set("k", "12345678"), Status::kOk);  // 9 bytes
+  EXPECT_EQ(state.set("k2", "123"), Status::kStoreFull);
+  EXPECT_EQ(state.find("k2"), nullptr);
+  EXPECT_EQ(state.append("k", "12"), Status::kStoreFull);
+  EXPECT_EQ(*state.find("k"), "12345678");
+  EXPECT_EQ(state.set("k", "123456789"), Status::kOk);  // replacing frees the old value
+  std::vector<std::string> keys = {"x", "y"};
+  std::vector<std::string> values = {"1", "2"};
+  EXPECT_EQ(state.multiSet(keys, values), Status::kStoreFull);
+  EXPECT_EQ(state.find("x"), nullptr);  // all or nothing
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

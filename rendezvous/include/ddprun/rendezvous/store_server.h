@@ -53,6 +53,7 @@ struct StoreServerStats {
   std::uint64_t rejected = 0;     // connections refused at the handshake
   std::uint64_t active = 0;       // connections open now
   std::uint64_t requests = 0;     // requests handled
+  std::uint64_t waiters = 0;      // blocking requests pending now
 };
 
 class StoreServer {

@@ -1,0 +1,115 @@
+// ddprun-bench: benchmarks that measure ddprun against the reference system
+// in the same run and report the ratio (see docs/benchmarks.md).
+//
+//   ddprun-bench store [--clients 1,4,16,64] [--seconds 3] [--repeat 3] [--json FILE]
+//
+// `store` measures aggregate set+get calls per second of ddprun's
+// StoreClient against the ddprun-rendezvous daemon, and of LibTorch's
+// c10d::TCPStore client against its own server, each server in its own child
+// process. `c10d-server` (hidden) is that child for the c10d server.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "ddprun/common/error.h"
+#include "ddprun_driver.h"
+#include "store_benchmark.h"
+#include "store_report.h"
+#ifdef DDPRUN_BENCH_HAVE_TORCH
+#include "tcp_store.h"
+#include "tcp_store_driver.h"
+#endif
+
+namespace {
+
+namespace bench = ddprun::bench;
+namespace fs = std::filesystem;
+
+fs::path thisExecutable() { return fs::read_symlink("/proc/self/exe"); }
+
+int runStore(const bench::StoreBenchOptions& options, const fs::path& daemonPath,
+             const std::string& jsonPath) {
+  if (!fs::exists(daemonPath)) {
+    std::cerr << "ddprun-bench: error: the daemon " << daemonPath
+              << " does not exist; build it (cmake --build build --target ddprun-rendezvous) "
+                 "or pass --daemon PATH\n";
+    return 2;
+  }
+  std::vector<std::unique_ptr<bench::StoreDriver>> drivers;
+  drivers.push_back(std::make_unique<bench::DdprunDriver>(daemonPath));
+  bool referenceAvailable = false;
+#ifdef DDPRUN_BENCH_HAVE_TORCH
+  drivers.push_back(std::make_unique<bench::TcpStoreDriver>(thisExecutable()));
+  referenceAvailable = true;
+#endif
+  if (!referenceAvailable) {
+    std::cerr << "ddprun-bench: reference unavailable (built without LibTorch); measuring "
+                 "ddprun only\n";
+  }
+  bench::StoreBenchmark benchmark(options, std::move(drivers));
+  std::cerr << "ddprun-bench store: measuring (one line per run)\n";
+  bench::StoreReport report(options, benchmark.run(std::cerr), referenceAvailable);
+  report.printTable(std::cout);
+  if (!jsonPath.empty()) {
+    report.writeJson(jsonPath);
+    std::cerr << "ddprun-bench: wrote " << jsonPath << "\n";
+  }
+  return report.allSucceeded() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddprun-bench: ddprun measured against the reference system in the same run"};
+  app.require_subcommand(1);
+
+  bench::StoreBenchOptions options;
+  double seconds = options.duration.count();
+  std::string jsonPath;
+  std::string daemonPath = (thisExecutable().parent_path() / "ddprun-rendezvous").string();
+  CLI::App* store = app.add_subcommand(
+      "store",
+      "aggregate set+get round trips per second: ddprun's client and daemon against "
+      "c10d::TCPStore");
+  store->add_option("--clients", options.clients, "client threads, as a comma list")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096))
+      ->default_str("1,4,16,64");
+  store->add_option("--seconds", seconds, "measured seconds per run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  store->add_option("--repeat", options.repeat, "runs per configuration (median reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  store->add_option("--value-bytes", options.valueBytes, "size of every value set")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  store->add_option("--json", jsonPath, "also write the results as JSON to FILE");
+  store->add_option("--daemon", daemonPath, "the ddprun-rendezvous binary")->capture_default_str();
+
+#ifdef DDPRUN_BENCH_HAVE_TORCH
+  // Internal: the child process that hosts the reference server.
+  CLI::App* c10dServer =
+      app.add_subcommand("c10d-server", "run a c10d::TCPStore server (used by `store`)");
+  c10dServer->group("");
+#endif
+
+  CLI11_PARSE(app, argc, argv);
+  ::signal(SIGPIPE, SIG_IGN);
+
+#ifdef DDPRUN_BENCH_HAVE_TORCH
+  if (c10dServer->parsed()) return bench::runTcpStoreServer();
+#endif
+  try {
+    options.duration = std::chrono::duration<double>(seconds);
+    return runStore(options, daemonPath, jsonPath);
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun-bench: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,234 @@
+// ddprun-rendezvous as a user runs it: a separate process on loopback.
+#include <sys/resource.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include "child_process.h"
+#include "ddprun/common/error.h"
+#include "ddprun/rendezvous/store_client.h"
+#include "raw_socket.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using rendezvous::StoreClient;
+using rendezvous::StoreClientOptions;
+using test_support::ChildProcess;
+using test_support::RawSocket;
+
+constexpr char kToken[] = "integration-secret";
+const std::string kDaemon = std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous";
+
+// A running daemon on a free port.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> extraArgs = {},
+                  std::map<std::string, std::string> env = {{"DDPRUN_TOKEN", kToken}}) {
+    std::vector<std::string> argv = {kDaemon, "--host", "127.0.0.1", "--port", "0"};
+    argv.insert(argv.end(), extraArgs.begin(), extraArgs.end());
+    process_ = std::make_unique<ChildProcess>(argv, env);
+    const auto line = process_->readStdoutLine(10s);
+    if (!line || line->rfind("listening on 127.0.0.1:", 0) != 0) {
+      throw std::runtime_error("the daemon did not print its address: " + line.value_or("") +
+                               process_->stderrText());
+    }
+    port_ = static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  }
+
+  std::uint16_t port() const { return port_; }
+  ChildProcess& process() { return *process_; }
+
+  StoreClientOptions clientOptions(const std::string& name = "test") const {
+    StoreClientOptions options;
+    options.port = port_;
+    options.token = kToken;
+    options.name = name;
+    options.connectTimeout = 10s;
+    options.requestTimeout = 10s;
+    return options;
+  }
+
+ private:
+  std::unique_ptr<ChildProcess> process_;
+  std::uint16_t port_ = 0;
+};
+
+TEST(Daemon, PrintsItsAddressFirstAndServes) {
+  Daemon daemon;
+  StoreClient client(daemon.clientOptions());
+  client.set("k", "v");
+  EXPECT_EQ(client.get("k", 1s), "v");
+}
+
+TEST(Daemon, SixtyFourConcurrentClients) {
+  Daemon daemon;
+  constexpr int kClients = 64;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        StoreClient client(daemon.clientOptions("client-" + std::to_string(i)));
+        for (int op = 0; op < 50; ++op) {
+          const std::string key = fmt::format("c{}/k{}", i, op);
+          client.set(key, key);
+          if (client.get(key, 5s) != key) failures++;
+          client.add("total", 1);
+        }
+        rendezvous::barrier(client, "all-done", kClients, 30s);
+        // Every client sees every other client's last write.
+        const std::string other = fmt::format("c{}/k49", (i + 1) % kClients);
+        if (client.get(other, 5s) != other) failures++;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "client " << i << ": " << e.what();
+        failures++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  StoreClient client(daemon.clientOptions());
+  EXPECT_EQ(client.add("total", 0), kClients * 50);
+}
+
+TEST(Daemon, ClientVanishingMidWaitLeavesTheServerHealthy) {
+  Daemon daemon;
+  for (int i = 0; i < 20; ++i) {
+    RawSocket raw("127.0.0.1", daemon.port());
+    ASSERT_TRUE(raw.handshake(kToken));
+    std::string bytes;
+    rendezvous::protocol::Request wait;
+    wait.op = rendezvous::protocol::Op::kWait;
+    wait.keys = {"never"};
+    wait.timeoutMs = rendezvous::protocol::kNoTimeout;
+    rendezvous::protocol::encodeRequest(bytes, 7, wait);
+    raw.send(bytes);
+  }  // each socket closes with its wait pending
+  StoreClient client(daemon.clientOptions());
+  client.set("never", "now");  // wakes nobody, crashes nothing
+  EXPECT_EQ(client.get("never", 1s), "now");
+  EXPECT_FALSE(daemon.process().wait(0ms).has_value()) << "the daemon exited";
+}
+
+TEST(Daemon, ThousandConnectionFlood) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  ASSERT_GE(limit.rlim_cur, 2400u) << "the test needs 2400 descriptors";
+
+  Daemon daemon;
+  constexpr int kConnections = 1100;
+  std::vector<std::unique_ptr<RawSocket>> flood;
+  // Half authenticate and hold their connection, half never say anything.
+  for (int i = 0; i < kConnections; ++i) {
+    flood.push_back(std::make_unique<RawSocket>("127.0.0.1", daemon.port()));
+    if (i % 2 == 0) {
+      ASSERT_TRUE(flood.back()->handshake(kToken)) << "connection " << i;
+    }
+  }
+  // A normal client is still served while all of them are open.
+  StoreClient client(daemon.clientOptions());
+  for (int i = 0; i < 100; ++i) client.add("served", 1);
+  EXPECT_EQ(client.add("served", 0), 100);
+  // Real clients on top of the flood also work.
+  std::vector<std::unique_ptr<StoreClient>> clients;
+  for (int i = 0; i < 100; ++i) {
+    clients.push_back(std::make_unique<StoreClient>(daemon.clientOptions()));
+    clients.back()->ping();
+  }
+  flood.clear();
+  clients.clear();
+  EXPECT_EQ(client.add("served", 1), 101);
+  EXPECT_FALSE(daemon.process().wait(0ms).has_value()) << "the daemon exited";
+}
+
+TEST(Daemon, SigtermShutsDownCleanly) {
+  Daemon daemon;
+  StoreClient client(daemon.clientOptions());
+  auto blocked = std::async(std::launch::async, [&] { client.wait({"never"}, 60s); });
+  std::this_thread::sleep_for(100ms);
+  daemon.process().signal(SIGTERM);
+  EXPECT_EQ(daemon.process().wait(10s), 0);
+  EXPECT_THROW(blocked.get(), NetworkError);
+  const std::string log = daemon.process().stderrText();
+  EXPECT_NE(log.find("received SIGTERM"), std::string::npos) << log;
+  EXPECT_NE(log.find("has stopped"), std::string::npos) << log;
+}
+
+TEST(Daemon, SigintShutsDownCleanly) {
+  Daemon daemon;
+  daemon.process().signal(SIGINT);
+  EXPECT_EQ(daemon.process().wait(10s), 0);
+}
+
+TEST(Daemon, WrongTokenIsRefusedAndLogged) {
+  Daemon daemon;
+  auto options = daemon.clientOptions();
+  options.token = "not-the-token";
+  EXPECT_THROW(StoreClient{options}, AuthError);
+  StoreClient good(daemon.clientOptions());
+  good.ping();
+  daemon.process().signal(SIGTERM);
+  ASSERT_EQ(daemon.process().wait(10s), 0);
+  const std::string log = daemon.process().stderrText();
+  EXPECT_NE(log.find("Rejected client 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("token is wrong"), std::string::npos) << log;
+  // The token itself never appears in the log.
+  EXPECT_EQ(log.find(kToken), std::string::npos) << log;
+  EXPECT_EQ(log.find("not-the-token"), std::string::npos) << log;
+}
+
+TEST(Daemon, TokenFromFile) {
+  const std::string path = ::testing::TempDir() + "/daemon-token";
+  std::ofstream(path) << kToken << "\n";
+  Daemon daemon({"--token-file", path}, {{"DDPRUN_TOKEN", ""}});
+  StoreClient client(daemon.clientOptions());
+  client.ping();
+}
+
+// Bad invocations: one clear line, a non-zero exit, nothing left running.
+TEST(Daemon, BadInvocationsFailClearly) {
+  struct Case {
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+    int code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--port", "0"}, {{"DDPRUN_TOKEN", ""}}, 2, "no token"},
+      {{"--port", "70000"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--port"},
+      {{"--port", "abc"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--port"},
+      {{"--host", "not-an-ip", "--port", "0"}, {{"DDPRUN_TOKEN", kToken}}, 2,
+       "not an IP address"},
+      {{"--token-file", "/nonexistent"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--token-file"},
+      {{"--bogus"}, {{"DDPRUN_TOKEN", kToken}}, 2, "bogus"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {kDaemon};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    ChildProcess process(argv, c.env);
+    EXPECT_EQ(process.wait(10s), c.code) << c.message;
+    const std::string err = process.stderrText();
+    EXPECT_NE(err.find(c.message), std::string::npos) << err;
+  }
+}
+
+TEST(Daemon, PortInUseFailsClearly) {
+  Daemon first;
+  ChildProcess second({kDaemon, "--host", "127.0.0.1", "--port", std::to_string(first.port())},
+                      {{"DDPRUN_TOKEN", kToken}});
+  EXPECT_EQ(second.wait(10s), 1);
+  EXPECT_NE(second.stderrText().find("choose another port"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun
