@@ -26,8 +26,8 @@ bool constantTimeEquals(std::string_view a, std::string_view b) {
 std::string readTokenFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw ConfigError(fmt::format(
-        "cannot read the token file '{}'; check the path and its permissions", path));
+    throw ConfigError(
+        fmt::format("cannot read the token file '{}'; check the path and its permissions", path));
   }
   std::ostringstream text;
   text << in.rdbuf();

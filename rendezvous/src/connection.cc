@@ -24,8 +24,8 @@ using protocol::Status;
 namespace {
 
 int remainingMs(Connection::Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - Connection::Clock::now());
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Connection::Clock::now());
   // Round up so a sub-millisecond remainder still waits.
   return static_cast<int>(std::clamp<std::int64_t>(left.count() + 1, 0, 1 << 30));
 }
@@ -157,10 +157,9 @@ bool Connection::readUntil(const Slot& mine, Clock::time_point deadline) {
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    markBroken(Status::kOk,
-               n == 0 ? fmt::format("the store at {} closed the connection", endpoint_)
-                      : fmt::format("receiving from the store at {} failed: {}", endpoint_,
-                                    std::strerror(errno)));
+    markBroken(Status::kOk, n == 0 ? fmt::format("the store at {} closed the connection", endpoint_)
+                                   : fmt::format("receiving from the store at {} failed: {}",
+                                                 endpoint_, std::strerror(errno)));
     return false;
   }
 }
@@ -245,8 +244,8 @@ void Connection::throwBroken() {
   // once broken_ is set.
   switch (brokenStatus_) {
     case Status::kAuthFailed:
-      throw AuthError(fmt::format("the store at {} refused this client: {}", endpoint_,
-                                  brokenReason_));
+      throw AuthError(
+          fmt::format("the store at {} refused this client: {}", endpoint_, brokenReason_));
     case Status::kUnsupportedVersion:
     case Status::kBadRequest:
     case Status::kTooLarge:

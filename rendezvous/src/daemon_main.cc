@@ -68,8 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-value-bytes", options.limits.maxValueBytes, "largest value accepted")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--max-store-bytes", options.maxTotalBytes,
-                 "total bytes of keys and values held")
+  app.add_option("--max-store-bytes", options.maxTotalBytes, "total bytes of keys and values held")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   try {

@@ -8,40 +8,63 @@ namespace ddprun::rendezvous::protocol {
 
 const char* opName(Op op) {
   switch (op) {
-    case Op::kHello: return "HELLO";
-    case Op::kSet: return "SET";
-    case Op::kGet: return "GET";
-    case Op::kAdd: return "ADD";
-    case Op::kCompareSet: return "COMPARE_SET";
-    case Op::kCheck: return "CHECK";
-    case Op::kWait: return "WAIT";
-    case Op::kDeleteKey: return "DELETE_KEY";
-    case Op::kNumKeys: return "NUM_KEYS";
-    case Op::kMultiGet: return "MULTI_GET";
-    case Op::kMultiSet: return "MULTI_SET";
-    case Op::kAppend: return "APPEND";
-    case Op::kPing: return "PING";
+    case Op::kHello:
+      return "HELLO";
+    case Op::kSet:
+      return "SET";
+    case Op::kGet:
+      return "GET";
+    case Op::kAdd:
+      return "ADD";
+    case Op::kCompareSet:
+      return "COMPARE_SET";
+    case Op::kCheck:
+      return "CHECK";
+    case Op::kWait:
+      return "WAIT";
+    case Op::kDeleteKey:
+      return "DELETE_KEY";
+    case Op::kNumKeys:
+      return "NUM_KEYS";
+    case Op::kMultiGet:
+      return "MULTI_GET";
+    case Op::kMultiSet:
+      return "MULTI_SET";
+    case Op::kAppend:
+      return "APPEND";
+    case Op::kPing:
+      return "PING";
   }
   return "UNKNOWN";
 }
 
 const char* statusName(Status status) {
   switch (status) {
-    case Status::kOk: return "ok";
-    case Status::kTimeout: return "timeout";
-    case Status::kAuthFailed: return "authentication failed";
-    case Status::kBadRequest: return "bad request";
-    case Status::kTooLarge: return "too large";
-    case Status::kUnsupportedVersion: return "unsupported protocol version";
-    case Status::kNotInteger: return "not an integer";
-    case Status::kStoreFull: return "store full";
-    case Status::kGoodbye: return "goodbye";
+    case Status::kOk:
+      return "ok";
+    case Status::kTimeout:
+      return "timeout";
+    case Status::kAuthFailed:
+      return "authentication failed";
+    case Status::kBadRequest:
+      return "bad request";
+    case Status::kTooLarge:
+      return "too large";
+    case Status::kUnsupportedVersion:
+      return "unsupported protocol version";
+    case Status::kNotInteger:
+      return "not an integer";
+    case Status::kStoreFull:
+      return "store full";
+    case Status::kGoodbye:
+      return "goodbye";
   }
   return "unknown status";
 }
 
 bool isKnownOp(std::uint8_t code) {
-  return code >= static_cast<std::uint8_t>(Op::kHello) && code <= static_cast<std::uint8_t>(Op::kPing);
+  return code >= static_cast<std::uint8_t>(Op::kHello) &&
+         code <= static_cast<std::uint8_t>(Op::kPing);
 }
 
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout) {
@@ -145,7 +168,8 @@ class RequestDecoder {
     std::string s;
     if (!reader_.string(s, limit, tooLarge)) {
       if (tooLarge) {
-        error_ = {Status::kTooLarge, fmt::format("a {} is over the limit of {} bytes", what, limit)};
+        error_ = {Status::kTooLarge,
+                  fmt::format("a {} is over the limit of {} bytes", what, limit)};
       }
       return false;
     }
@@ -303,8 +327,7 @@ void encodeReply(std::string& out, std::uint32_t requestId, Op op, const Reply& 
 
 void encodeError(std::string& out, std::uint32_t requestId, Status status,
                  std::string_view message) {
-  appendFrame(out, requestId, static_cast<std::uint8_t>(status),
-              [&] { putString(out, message); });
+  appendFrame(out, requestId, static_cast<std::uint8_t>(status), [&] { putString(out, message); });
 }
 
 bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& r, std::string& error) {

@@ -68,8 +68,8 @@ asio::awaitable<void> Session::run() {
     if (ec) {
       if (!authenticated_ && !closed_ && ec != asio::error::eof) {
         context_.counters.rejected++;
-        DDPRUN_WARN("Rejected client {}: the connection failed before the handshake ({}).",
-                    peer_, ec.message());
+        DDPRUN_WARN("Rejected client {}: the connection failed before the handshake ({}).", peer_,
+                    ec.message());
       }
       break;
     }
@@ -108,9 +108,8 @@ bool Session::processInput() {
         }
         return true;
       case protocol::ParseResult::kTooLarge: {
-        const std::string message =
-            fmt::format("a frame of {} bytes is over the limit of {} bytes", header.bodySize,
-                        maxFrame);
+        const std::string message = fmt::format("a frame of {} bytes is over the limit of {} bytes",
+                                                header.bodySize, maxFrame);
         if (!authenticated_) {
           reject(Status::kTooLarge, message);
         } else {
@@ -310,8 +309,8 @@ void Session::sendStatus(std::uint32_t id, Op op, Status status, const Reply& re
                             protocol::opName(op), context_.options.maxTotalBytes));
       return;
     default:
-      sendError(id, status, fmt::format("{} failed: {}", protocol::opName(op),
-                                        protocol::statusName(status)));
+      sendError(id, status,
+                fmt::format("{} failed: {}", protocol::opName(op), protocol::statusName(status)));
       return;
   }
 }
@@ -391,9 +390,8 @@ asio::awaitable<void> Session::watchdog() {
     // Activity since the timer was armed moves the deadline: look again.
     if (std::chrono::steady_clock::now() < deadline()) continue;
     if (!authenticated_) {
-      reject(Status::kBadRequest,
-             fmt::format("it did not complete the handshake within {} ms",
-                         options.handshakeTimeout.count()));
+      reject(Status::kBadRequest, fmt::format("it did not complete the handshake within {} ms",
+                                              options.handshakeTimeout.count()));
       co_return;
     }
     if (!waits_.empty() || bufferedOutput() > 0) {

@@ -51,8 +51,8 @@ void PrefixStore::append(const std::string& key, std::string_view value) {
 void barrier(Store& store, const std::string& name, std::int64_t worldSize,
              std::chrono::milliseconds timeout) {
   if (worldSize <= 0) {
-    throw ConfigError(fmt::format("barrier '{}' needs a positive world size, got {}", name,
-                                  worldSize));
+    throw ConfigError(
+        fmt::format("barrier '{}' needs a positive world size, got {}", name, worldSize));
   }
   // Arrival n belongs to round (n - 1) / worldSize; the last arrival of a
   // round opens it by creating its key, which wakes everyone waiting on it.

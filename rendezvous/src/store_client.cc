@@ -39,8 +39,7 @@ std::string describeKeys(const std::vector<std::string>& keys) {
 }  // namespace
 
 StoreClient::StoreClient(StoreClientOptions options)
-    : options_(std::move(options)),
-      endpoint_(fmt::format("{}:{}", options_.host, options_.port)) {
+    : options_(std::move(options)), endpoint_(fmt::format("{}:{}", options_.host, options_.port)) {
   connection_ = Connection::open(options_, Clock::now() + options_.connectTimeout);
 }
 
@@ -63,9 +62,8 @@ Reply StoreClient::call(Request& request, std::chrono::milliseconds waitTimeout)
   Clock::time_point deadline;
   if (request.op == Op::kGet || request.op == Op::kWait || request.op == Op::kMultiGet) {
     request.timeoutMs = protocol::toTimeoutMs(waitTimeout);
-    deadline = request.timeoutMs == protocol::kNoTimeout
-                   ? Clock::time_point::max()
-                   : Clock::now() + waitTimeout + kWaitGrace;
+    deadline = request.timeoutMs == protocol::kNoTimeout ? Clock::time_point::max()
+                                                         : Clock::now() + waitTimeout + kWaitGrace;
   } else {
     deadline = Clock::now() + options_.requestTimeout;
   }
@@ -74,8 +72,8 @@ Reply StoreClient::call(Request& request, std::chrono::milliseconds waitTimeout)
     case Status::kOk:
       return reply;
     case Status::kTimeout:
-      throw TimeoutError(fmt::format("store {}: {} after {} ms", endpoint_, reply.message,
-                                     waitTimeout.count()));
+      throw TimeoutError(
+          fmt::format("store {}: {} after {} ms", endpoint_, reply.message, waitTimeout.count()));
     case Status::kAuthFailed:
       throw AuthError(fmt::format("store {}: {}", endpoint_, reply.message));
     case Status::kBadRequest:

@@ -44,8 +44,7 @@ void configureAccepted(tcp::socket& socket, const StoreServerOptions& options) {
   const int fd = socket.native_handle();
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // never inherited by spawned workers
   setIntOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, static_cast<int>(options.keepAliveIdle.count()));
-  setIntOption(fd, IPPROTO_TCP, TCP_KEEPINTVL,
-               static_cast<int>(options.keepAliveInterval.count()));
+  setIntOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, static_cast<int>(options.keepAliveInterval.count()));
   setIntOption(fd, IPPROTO_TCP, TCP_KEEPCNT, options.keepAliveCount);
   // Unacknowledged writes to a vanished peer fail after the same budget.
   const auto userTimeout =
@@ -105,17 +104,17 @@ void StoreServer::Impl::shutdown() {
 
 StoreServer::StoreServer(StoreServerOptions options) {
   if (options.token.empty()) {
-    throw ConfigError(
-        "the store server needs a token; set DDPRUN_TOKEN or pass a token file");
+    throw ConfigError("the store server needs a token; set DDPRUN_TOKEN or pass a token file");
   }
   impl_ = std::make_unique<Impl>(std::move(options));
   const auto& opts = impl_->context.options;
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(opts.host, ec);
   if (ec) {
-    throw ConfigError(fmt::format("'{}' is not an IP address to listen on; give an address "
-                                  "such as 0.0.0.0 or 127.0.0.1",
-                                  opts.host));
+    throw ConfigError(
+        fmt::format("'{}' is not an IP address to listen on; give an address "
+                    "such as 0.0.0.0 or 127.0.0.1",
+                    opts.host));
   }
   const tcp::endpoint endpoint(address, opts.port);
   auto& acceptor = impl_->acceptor;
@@ -124,11 +123,10 @@ StoreServer::StoreServer(StoreServerOptions options) {
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    throw NetworkError(fmt::format("the store server cannot listen on {}:{}: {}{}", opts.host,
-                                   opts.port, ec.message(),
-                                   ec == asio::error::address_in_use
-                                       ? "; choose another port or stop the process using it"
-                                       : ""));
+    throw NetworkError(fmt::format(
+        "the store server cannot listen on {}:{}: {}{}", opts.host, opts.port, ec.message(),
+        ec == asio::error::address_in_use ? "; choose another port or stop the process using it"
+                                          : ""));
   }
   // Asio does not set close-on-exec; a worker must not inherit the listener.
   ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);

@@ -38,8 +38,8 @@ int remainingMs(Clock::time_point deadline) {
 
 // One non-blocking connect attempt to one address; returns fd or -1 (errno).
 int tryConnect(const addrinfo& addr, Clock::time_point deadline, int& error) {
-  const int fd = ::socket(addr.ai_family, addr.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                          addr.ai_protocol);
+  const int fd =
+      ::socket(addr.ai_family, addr.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, addr.ai_protocol);
   if (fd < 0) {
     error = errno;
     return -1;

@@ -207,8 +207,7 @@ TEST(Daemon, BadInvocationsFailClearly) {
       {{"--port", "0"}, {{"DDPRUN_TOKEN", ""}}, 2, "no token"},
       {{"--port", "70000"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--port"},
       {{"--port", "abc"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--port"},
-      {{"--host", "not-an-ip", "--port", "0"}, {{"DDPRUN_TOKEN", kToken}}, 2,
-       "not an IP address"},
+      {{"--host", "not-an-ip", "--port", "0"}, {{"DDPRUN_TOKEN", kToken}}, 2, "not an IP address"},
       {{"--token-file", "/nonexistent"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--token-file"},
       {{"--bogus"}, {{"DDPRUN_TOKEN", kToken}}, 2, "bogus"},
   };

@@ -83,9 +83,9 @@ TEST(Protocol, EveryTruncationIsDetected) {
       SCOPED_TRACE(std::string(opName(request.op)) + " cut at " + std::to_string(cut));
       // The frame parser waits for the missing bytes...
       FrameHeader partial;
-      EXPECT_EQ(parseFrameHeader(std::string_view(bytes).substr(0, kHeaderSize + cut), 1 << 30,
-                                 partial),
-                ParseResult::kNeedMore);
+      EXPECT_EQ(
+          parseFrameHeader(std::string_view(bytes).substr(0, kHeaderSize + cut), 1 << 30, partial),
+          ParseResult::kNeedMore);
       // ...and a body that is short by itself is refused, not over-read.
       Request decoded;
       const auto error = decodeRequest(header.code, body.substr(0, cut), Limits{}, decoded);

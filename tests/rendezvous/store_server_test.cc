@@ -94,7 +94,9 @@ TEST_F(StoreServerTest, WaitAndMultiGetAreWokenByEveryKindOfWrite) {
       [&](const std::string& k) { writer->add(k, 1); },
       [&](const std::string& k) { writer->append(k, "1"); },
       [&](const std::string& k) { writer->compareSet(k, "", "1"); },
-      [&](const std::string& k) { writer->multiSet({{k, "1"}}); },
+      [&](const std::string& k) {
+        writer->multiSet({{k, "1"}});
+      },
   };
   for (std::size_t i = 0; i < writes.size(); ++i) {
     const std::string key = "woken/" + std::to_string(i);

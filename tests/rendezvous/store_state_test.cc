@@ -105,15 +105,18 @@ TEST(StoreState, WaitersAreWokenByEveryCreatingWrite) {
   const std::vector<std::pair<const char*, Write>> writes = {
       {"set", [](StoreState& s) { s.set("k", "v"); }},
       {"append", [](StoreState& s) { s.append("k", "v"); }},
-      {"add", [](StoreState& s) {
+      {"add",
+       [](StoreState& s) {
          std::int64_t r;
          s.add("k", 1, r);
        }},
-      {"compareSet", [](StoreState& s) {
+      {"compareSet",
+       [](StoreState& s) {
          std::string r;
          s.compareSet("k", "", "v", r);
        }},
-      {"multiSet", [](StoreState& s) {
+      {"multiSet",
+       [](StoreState& s) {
          std::vector<std::string> keys = {"other", "k"};
          std::vector<std::string> values = {"1", "2"};
          s.multiSet(keys, values);

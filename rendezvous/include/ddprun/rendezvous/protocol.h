@@ -159,7 +159,6 @@ void encodeError(std::string& out, std::uint32_t requestId, Status status,
 
 // Decodes a reply frame to a request of kind `op`. Returns false (with
 // `error` set) when the body does not match the op's reply layout.
-bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& reply,
-                 std::string& error);
+bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& reply, std::string& error);
 
 }  // namespace ddprun::rendezvous::protocol

@@ -49,11 +49,11 @@ struct StoreServerOptions {
 };
 
 struct StoreServerStats {
-  std::uint64_t accepted = 0;     // connections accepted
-  std::uint64_t rejected = 0;     // connections refused at the handshake
-  std::uint64_t active = 0;       // connections open now
-  std::uint64_t requests = 0;     // requests handled
-  std::uint64_t waiters = 0;      // blocking requests pending now
+  std::uint64_t accepted = 0;  // connections accepted
+  std::uint64_t rejected = 0;  // connections refused at the handshake
+  std::uint64_t active = 0;    // connections open now
+  std::uint64_t requests = 0;  // requests handled
+  std::uint64_t waiters = 0;   // blocking requests pending now
 };
 
 class StoreServer {
