@@ -39,10 +39,8 @@ using protocol::Status;
 // The server's frame limit before the handshake (session.cc).
 constexpr std::size_t kHandshakeFrameBytes = 64 * 1024;
 // Limits small enough that fuzzed inputs reach every kTooLarge branch.
-constexpr Limits kTinyLimits{.maxKeyBytes = 8,
-                             .maxValueBytes = 16,
-                             .maxFrameBytes = 64,
-                             .maxKeysPerRequest = 3};
+constexpr Limits kTinyLimits{
+    .maxKeyBytes = 8, .maxValueBytes = 16, .maxFrameBytes = 64, .maxKeysPerRequest = 3};
 constexpr Limits kDefaultLimits{};
 
 [[noreturn]] void fail(const char* what) {
@@ -180,13 +178,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool complete = stream.size() - protocol::kHeaderSize >= bodySize;
     for (int i = 0; i < 3; ++i) {
       expect(sameHeader(headers[i], headers[0]), "the frame limits disagree on the header");
-      expect(headers[i].bodySize == bodySize &&
-                 headers[i].requestId == readU32(stream.substr(4)) &&
+      expect(headers[i].bodySize == bodySize && headers[i].requestId == readU32(stream.substr(4)) &&
                  headers[i].code == static_cast<std::uint8_t>(stream[8]),
              "the parsed header is not the little-endian bytes");
       const ParseResult want = bodySize > limits[i] ? ParseResult::kTooLarge
-                               : complete          ? ParseResult::kFrame
-                                                   : ParseResult::kNeedMore;
+                               : complete           ? ParseResult::kFrame
+                                                    : ParseResult::kNeedMore;
       expect(results[i] == want, "parseFrameHeader's verdict is wrong for its limit");
     }
     if (results[2] != ParseResult::kFrame) break;  // as the server: stop reading

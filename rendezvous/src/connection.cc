@@ -23,6 +23,10 @@ using protocol::Status;
 
 namespace {
 
+// Replies carry at most a MULTI_GET of values within the server's frame
+// limit; anything beyond this bound is refused before allocating.
+constexpr std::size_t kMaxReplyFrame = std::size_t{1} << 30;
+
 int remainingMs(Connection::Clock::time_point deadline) {
   const auto left =
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Connection::Clock::now());
@@ -168,7 +172,14 @@ void Connection::dispatchFrames() {
   for (;;) {
     protocol::FrameHeader header;
     const std::string_view data = input_.readable();
-    const auto parsed = protocol::parseFrameHeader(data, std::size_t(1) << 31, header);
+    const auto parsed = protocol::parseFrameHeader(data, kMaxReplyFrame, header);
+    if (parsed == protocol::ParseResult::kTooLarge) {
+      // Nothing a ddprun server sends is this large: the stream is not ours.
+      markBroken(Status::kBadRequest,
+                 fmt::format("the store at {} sent a frame of {} bytes, over the limit of {}",
+                             endpoint_, header.bodySize, kMaxReplyFrame));
+      return;
+    }
     if (parsed == protocol::ParseResult::kNeedMore) {
       if (data.size() >= protocol::kHeaderSize) {
         std::size_t space = 0;

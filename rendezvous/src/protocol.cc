@@ -249,7 +249,8 @@ DecodeError decodeRequest(std::uint8_t code, std::string_view body, const Limits
   bool ok = false;
   switch (r.op) {
     case Op::kHello: {
-      // The token and the client name are small; cap them at the key limit.
+      // The token is read under the value limit and the name under the key
+      // limit; before authentication the 64 KiB frame limit bounds both.
       ok = in.u16(r.version) && d.value(r.values) && d.key(r.keys);
       break;
     }

@@ -260,6 +260,14 @@ void Session::startWait(std::uint32_t id, Request& r) {
 void Session::completeWait(std::uint32_t id) {
   auto it = waits_.find(id);
   if (it == waits_.end()) return;
+  if (!context_.state.check(it->second.keys)) {
+    // A key that existed when the wait began was deleted since: wait on.
+    auto waiter = context_.state.addWaiter(it->second.keys, [this, id] { completeWait(id); });
+    if (waiter) {
+      it->second.waiter = *waiter;
+      return;
+    }
+  }
   PendingWait wait = std::move(it->second);
   waits_.erase(it);
   context_.syncWaiters();

@@ -30,6 +30,35 @@ Request makeRequest(Op op, std::vector<std::string> keys = {},
   return r;
 }
 
+// Refuses locally what the server would refuse, before sending it.
+void checkLimits(const Request& r, const protocol::Limits& limits, const std::string& endpoint) {
+  if (r.keys.size() > limits.maxKeysPerRequest) {
+    throw ServerError(fmt::format("store {}: {} keys in one {} is over the limit of {}", endpoint,
+                                  r.keys.size(), protocol::opName(r.op),
+                                  limits.maxKeysPerRequest));
+  }
+  std::size_t total = 0;
+  for (const auto& key : r.keys) {
+    if (key.size() > limits.maxKeyBytes) {
+      throw ServerError(fmt::format("store {}: a key of {} bytes is over the limit of {} bytes",
+                                    endpoint, key.size(), limits.maxKeyBytes));
+    }
+    total += key.size() + 4;
+  }
+  for (const auto& value : r.values) {
+    if (value.size() > limits.maxValueBytes) {
+      throw ServerError(fmt::format("store {}: a value of {} bytes is over the limit of {} bytes",
+                                    endpoint, value.size(), limits.maxValueBytes));
+    }
+    total += value.size() + 4;
+  }
+  if (total > limits.maxFrameBytes) {
+    throw ServerError(fmt::format("store {}: a {} request of {} bytes is over the frame limit of "
+                                  "{} bytes; split it",
+                                  endpoint, protocol::opName(r.op), total, limits.maxFrameBytes));
+  }
+}
+
 std::string describeKeys(const std::vector<std::string>& keys) {
   std::string out;
   for (const auto& key : keys) out += (out.empty() ? "'" : ", '") + key + "'";
@@ -67,6 +96,7 @@ Reply StoreClient::call(Request& request, std::chrono::milliseconds waitTimeout)
   } else {
     deadline = Clock::now() + options_.requestTimeout;
   }
+  checkLimits(request, options_.limits, endpoint_);
   Reply reply = connection()->call(request, deadline);
   switch (reply.status) {
     case Status::kOk:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace ddprun::rendezvous {
@@ -78,14 +79,18 @@ Status StoreState::compareSet(const std::string& key, std::string_view expected,
 }
 
 Status StoreState::multiSet(std::span<const std::string> keys, std::span<std::string> values) {
+  // The size check must see the batch as applied: with a repeated key only
+  // its last value stays, and an old value is freed once.
+  std::unordered_map<std::string_view, std::size_t> last;
+  for (std::size_t i = 0; i < keys.size(); ++i) last[keys[i]] = i;
   std::size_t added = 0;
   std::size_t removed = 0;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    added += keys[i].size() + values[i].size();
-    if (const std::string* old = find(keys[i])) removed += keys[i].size() + old->size();
+  for (const auto& [key, index] : last) {
+    added += key.size() + values[index].size();
+    if (const std::string* old = find(keys[index])) removed += key.size() + old->size();
   }
   // Checked as a whole so the batch is applied entirely or not at all.
-  if (removed > totalBytes_ || !fits(added, removed)) return Status::kStoreFull;
+  if (!fits(added, removed)) return Status::kStoreFull;
   for (std::size_t i = 0; i < keys.size(); ++i) put(keys[i], std::move(values[i]));
   return Status::kOk;
 }

@@ -7,6 +7,9 @@
 #include <future>
 #include <thread>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+
 #include "ddprun/common/error.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "raw_socket.h"
@@ -226,6 +229,48 @@ TEST_F(StoreServerTest, OversizedKeyGetsAnErrorAndTheConnectionContinues) {
   EXPECT_THROW(c->set("k", std::string(33, 'v')), ServerError);
   c->set("k", "fits");
   EXPECT_EQ(c->get("k", 1s), "fits");
+}
+
+TEST_F(StoreServerTest, ClientRefusesOversizedRequestsBeforeSending) {
+  auto options = clientOptions();
+  options.limits.maxKeyBytes = 8;
+  StoreClient c(options);
+  EXPECT_THROW(c.set(std::string(9, 'k'), "v"), ServerError);
+  c.set("fits", "v");
+  EXPECT_EQ(server_->stats().requests, 1u);  // the refused one never left
+}
+
+TEST_F(StoreServerTest, MultiGetWaitsAgainForAKeyDeletedMeanwhile) {
+  auto waiter = client();
+  auto writer = client();
+  writer->set("a", "1");
+  auto result = std::async(std::launch::async, [&] { return waiter->multiGet({"a", "b"}, 10s); });
+  ASSERT_TRUE(eventually([](const StoreServerStats& s) { return s.waiters == 1; }));
+  writer->deleteKey("a");
+  writer->set("b", "2");  // "a" is gone: the wait must go on
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(result.wait_for(0ms), std::future_status::timeout);
+  writer->set("a", "3");
+  EXPECT_EQ(result.get(), (std::vector<std::string>{"3", "2"}));
+}
+
+TEST_F(StoreServerTest, ClientRefusesAnAbsurdReplyFrame) {
+  // A fake server that answers the HELLO with a frame claiming 2 GiB.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  std::thread fake([&] {
+    auto socket = acceptor.accept();
+    char buffer[256];
+    socket.read_some(boost::asio::buffer(buffer));
+    const char reply[] = "\x01\x00\x00\x80\x01\x00\x00\x00\x00" "abc";
+    boost::asio::write(socket, boost::asio::buffer(reply, sizeof(reply) - 1));
+    boost::system::error_code ignored;
+    socket.read_some(boost::asio::buffer(buffer), ignored);  // until the client closes
+  });
+  auto options = clientOptions();
+  options.port = acceptor.local_endpoint().port();
+  EXPECT_THROW(StoreClient{options}, ProtocolError);
+  fake.join();
 }
 
 TEST_F(StoreServerTest, AddOnTextIsAServerError) {

@@ -197,3 +197,19 @@ TEST(StoreState, SizeLimitRefusesWritesWithoutChangingState) {
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST(StoreState, MultiSetWithARepeatedKeyCountsItsSizeOnce) {
+  StoreState state(1000);
+  state.set("k", std::string(10, 'v'));
+  std::vector<std::string> keys = {"k", "k"};
+  std::vector<std::string> values = {"x", "y"};
+  EXPECT_EQ(state.multiSet(keys, values), protocol::Status::kOk);
+  EXPECT_EQ(*state.find("k"), "y");
+  EXPECT_EQ(state.totalBytes(), 2u);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
