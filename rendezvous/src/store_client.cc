@@ -34,8 +34,7 @@ Request makeRequest(Op op, std::vector<std::string> keys = {},
 void checkLimits(const Request& r, const protocol::Limits& limits, const std::string& endpoint) {
   if (r.keys.size() > limits.maxKeysPerRequest) {
     throw ServerError(fmt::format("store {}: {} keys in one {} is over the limit of {}", endpoint,
-                                  r.keys.size(), protocol::opName(r.op),
-                                  limits.maxKeysPerRequest));
+                                  r.keys.size(), protocol::opName(r.op), limits.maxKeysPerRequest));
   }
   std::size_t total = 0;
   for (const auto& key : r.keys) {
@@ -53,9 +52,10 @@ void checkLimits(const Request& r, const protocol::Limits& limits, const std::st
     total += value.size() + 4;
   }
   if (total > limits.maxFrameBytes) {
-    throw ServerError(fmt::format("store {}: a {} request of {} bytes is over the frame limit of "
-                                  "{} bytes; split it",
-                                  endpoint, protocol::opName(r.op), total, limits.maxFrameBytes));
+    throw ServerError(
+        fmt::format("store {}: a {} request of {} bytes is over the frame limit of "
+                    "{} bytes; split it",
+                    endpoint, protocol::opName(r.op), total, limits.maxFrameBytes));
   }
 }
 

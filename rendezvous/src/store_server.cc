@@ -144,10 +144,11 @@ void StoreServer::start() {
 }
 
 void StoreServer::run() {
-  DDPRUN_INFO("The store server {} is listening on {}:{}.", impl_->context.options.name,
+  const auto level = impl_->context.options.quiet ? spdlog::level::debug : spdlog::level::info;
+  spdlog::log(level, "The store server {} is listening on {}:{}.", impl_->context.options.name,
               impl_->context.options.host, impl_->port);
   impl_->io.run();
-  DDPRUN_INFO("The store server {} on port {} has stopped.", impl_->context.options.name,
+  spdlog::log(level, "The store server {} on port {} has stopped.", impl_->context.options.name,
               impl_->port);
 }
 

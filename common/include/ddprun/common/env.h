@@ -7,10 +7,44 @@
 
 namespace ddprun::env {
 
+// --- torchrun's worker variables (set by the agent for every worker) -------
+inline constexpr char kRank[] = "RANK";
+inline constexpr char kLocalRank[] = "LOCAL_RANK";
+inline constexpr char kGroupRank[] = "GROUP_RANK";
+inline constexpr char kRoleRank[] = "ROLE_RANK";
+inline constexpr char kRoleName[] = "ROLE_NAME";
+inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr char kWorldSize[] = "WORLD_SIZE";
+inline constexpr char kGroupWorldSize[] = "GROUP_WORLD_SIZE";
+inline constexpr char kRoleWorldSize[] = "ROLE_WORLD_SIZE";
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";
+inline constexpr char kMasterPort[] = "MASTER_PORT";
+inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr char kMaxRestarts[] = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
+inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";
+inline constexpr char kNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr char kNcclAsyncErrorHandlingOld[] = "NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+
+// --- read by the launcher --------------------------------------------------
+inline constexpr char kPythonExec[] = "PYTHON_EXEC";
+inline constexpr char kLogLinePrefixTemplate[] = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
+inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+
 // --- ddprun's own variables -------------------------------------------------
 // Shared secret that authenticates store clients (never on argv, never logged).
 inline constexpr char kToken[] = "DDPRUN_TOKEN";
 // Log level for every ddprun component: trace, debug, info, warn, error, off.
 inline constexpr char kLogLevel[] = "DDPRUN_LOG_LEVEL";
+// Where workers reach the agent's store natively (with kToken).
+inline constexpr char kStoreHost[] = "DDPRUN_STORE_HOST";
+inline constexpr char kStorePort[] = "DDPRUN_STORE_PORT";
+// Key prefix of the current attempt, so a restarted attempt never reads the
+// keys of the previous one ("<run_id>/attempt_<n>/").
+inline constexpr char kStorePrefix[] = "DDPRUN_STORE_PREFIX";
+// The node's hostname as the agent reports it (for logs and reports).
+inline constexpr char kHostname[] = "DDPRUN_HOSTNAME";
 
 }  // namespace ddprun::env

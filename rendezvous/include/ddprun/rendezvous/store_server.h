@@ -34,6 +34,9 @@ struct StoreServerOptions {
   std::uint16_t port = 0;          // 0: the OS picks a free port
   std::string token;               // required; never logged
   std::string name = "ddprun-rendezvous";
+  // Log start and stop at debug level instead of info (an agent's private
+  // store is an implementation detail; the daemon's is not).
+  bool quiet = false;
   protocol::Limits limits;
   std::size_t maxTotalBytes = std::size_t{4} << 30;  // keys + values held
   // A connection must complete its handshake within this time.

@@ -1,0 +1,53 @@
+// The root-cause report printed when a job fails.
+//
+// The root cause is the first failure in time: the first worker of the
+// last attempt that exited unsuccessfully on its own (workers the agent
+// stopped afterwards are listed separately, not blamed). The report names
+// rank, local rank, host, pid, exit code or signal, time and the error
+// message: from the worker's error file when it wrote one, else the last
+// lines of its stderr.
+//
+// Thread-safety: plain values and a pure formatting function.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "error_file.h"
+#include "worker_process.h"
+
+namespace ddprun::agent {
+
+struct WorkerFailure {
+  int rank = 0;
+  int localRank = 0;
+  int nodeRank = 0;
+  std::string host;
+  int pid = 0;
+  int attempt = 0;
+  ExitStatus status;
+  std::chrono::system_clock::time_point time;
+  std::filesystem::path errorFile;      // where the worker could write one
+  std::optional<WorkerError> error;     // what it wrote, if anything
+  std::vector<std::string> stderrTail;  // its last stderr lines
+};
+
+struct FailureSummary {
+  std::string programName;
+  int attempts = 0;  // attempts run
+  int maxRestarts = 0;
+  WorkerFailure rootCause;
+  std::vector<WorkerFailure> otherFailures;  // later failures, same attempt
+  std::vector<int> stoppedRanks;             // ranks the agent stopped
+  std::vector<std::string> history;          // one line per earlier attempt
+};
+
+// "worker rank 3 (local rank 3, pid 4121) exited with code 7"
+std::string describeExit(const WorkerFailure& failure);
+
+std::string formatFailureReport(const FailureSummary& summary);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,72 @@
+#include "worker_env.h"
+
+#include "ddprun/common/env.h"
+
+extern char** environ;
+
+namespace ddprun::agent {
+
+std::map<std::string, std::string> currentEnvironment() {
+  std::map<std::string, std::string> result;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    result[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return result;
+}
+
+std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>& base,
+                                        const AgentConfig& config, const WorkerIdentity& id) {
+  std::map<std::string, std::string> env = base;
+  const int localWorldSize = config.nprocPerNode;
+  env[env::kRank] = std::to_string(id.rank);
+  env[env::kLocalRank] = std::to_string(id.localRank);
+  env[env::kGroupRank] = std::to_string(config.nodeRank);
+  env[env::kRoleRank] = std::to_string(id.rank);
+  env[env::kRoleName] = config.role;
+  env[env::kLocalWorldSize] = std::to_string(localWorldSize);
+  env[env::kWorldSize] = std::to_string(id.worldSize);
+  env[env::kGroupWorldSize] = std::to_string(config.nnodes);
+  env[env::kRoleWorldSize] = std::to_string(id.worldSize);
+  env[env::kMasterAddr] = id.masterAddr;
+  env[env::kMasterPort] = std::to_string(id.masterPort);
+  env[env::kRestartCount] = std::to_string(id.restartCount);
+  env[env::kMaxRestarts] = std::to_string(config.maxRestarts);
+  env[env::kRunId] = config.runId;
+  // Worker rank 0 hosts the TCPStore of init_process_group at MASTER_PORT
+  // (torchrun 1.13's c10d behaviour); ddprun's own store is DDPRUN_STORE_*.
+  env[env::kUseAgentStore] = "False";
+  env[env::kErrorFile] = id.errorFile;
+  // The agent's value when set, else 1 (torchrun: both spellings).
+  for (const char* name : {env::kNcclAsyncErrorHandling, env::kNcclAsyncErrorHandlingOld}) {
+    if (!base.contains(name)) env[name] = "1";
+  }
+  env[env::kStoreHost] = id.storeHost;
+  env[env::kStorePort] = std::to_string(id.storePort);
+  env[env::kStorePrefix] = id.storePrefix;
+  env[env::kToken] = id.token;
+  env[env::kHostname] = config.hostname;
+  for (const auto& [name, value] : config.extraEnv) env[name] = value;
+
+  std::vector<std::string> entries;
+  entries.reserve(env.size());
+  for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
+  return entries;
+}
+
+std::vector<std::string> substituteLocalRank(const std::vector<std::string>& argv, int localRank) {
+  static const std::string kMacro = "${local_rank}";
+  const std::string value = std::to_string(localRank);
+  std::vector<std::string> out = argv;
+  for (auto& arg : out) {
+    for (std::size_t pos = arg.find(kMacro); pos != std::string::npos;
+         pos = arg.find(kMacro, pos + value.size())) {
+      arg.replace(pos, kMacro.size(), value);
+    }
+  }
+  return out;
+}
+
+}  // namespace ddprun::agent

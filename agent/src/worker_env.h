@@ -1,0 +1,41 @@
+// The environment of one worker: the agent's own environment plus
+// torchrun's variables and ddprun's (docs/env.md).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ddprun/agent/agent_config.h"
+
+namespace ddprun::agent {
+
+// What varies per attempt and per worker.
+struct WorkerIdentity {
+  int localRank = 0;
+  int rank = 0;
+  int worldSize = 1;
+  int restartCount = 0;
+  std::string masterAddr;
+  int masterPort = 0;
+  std::string storeHost;
+  int storePort = 0;
+  std::string storePrefix;
+  std::string errorFile;
+  std::string token;
+};
+
+// Returns "KEY=VALUE" entries: `base` (usually the agent's environ) with
+// torchrun's and ddprun's variables set for `id`, then config.extraEnv.
+std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>& base,
+                                        const AgentConfig& config, const WorkerIdentity& id);
+
+// The current process's environment as a map.
+std::map<std::string, std::string> currentEnvironment();
+
+// Replaces every "${local_rank}" in the arguments (torchrun's macro).
+std::vector<std::string> substituteLocalRank(const std::vector<std::string>& argv, int localRank);
+
+}  // namespace ddprun::agent

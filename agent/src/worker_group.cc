@@ -1,0 +1,238 @@
+#include "worker_group.h"
+
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
+#include "signal_names.h"
+
+namespace ddprun::agent {
+
+namespace {
+
+// How long output may trail the last exit before the pipes are closed
+// anyway (a process that escaped its group may still hold one).
+constexpr auto kDrainLimit = std::chrono::milliseconds(500);
+
+std::string substitutePrefix(std::string text, const AgentConfig& config, int rank, int localRank) {
+  const std::pair<const char*, std::string> vars[] = {
+      {"${rank}", std::to_string(rank)}, {"${local_rank}", std::to_string(localRank)},
+      {"${role_name}", config.role},     {"${node_rank}", std::to_string(config.nodeRank)},
+      {"${hostname}", config.hostname},
+  };
+  for (const auto& [name, value] : vars) {
+    const std::string macro(name);
+    for (std::size_t pos = text.find(macro); pos != std::string::npos;
+         pos = text.find(macro, pos + value.size())) {
+      text.replace(pos, macro.size(), value);
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& config, OrphanGuard& guard,
+                         OutputRouter& router, const RunDirectory& runDir, int attempt,
+                         IdentityFn identity, DoneFn onDone)
+    : io_(io),
+      config_(config),
+      guard_(guard),
+      router_(router),
+      runDir_(runDir),
+      attempt_(attempt),
+      identity_(std::move(identity)),
+      onDone_(std::move(onDone)),
+      graceTimer_(io),
+      drainTimer_(io) {}
+
+WorkerGroup::~WorkerGroup() {
+  // Every exit path of the agent ends here: nothing may survive the group.
+  for (Slot& slot : slots_) {
+    if (!slot.process) continue;
+    slot.process->signalGroup(SIGKILL);
+    guard_.unwatch(slot.process->pid());
+  }
+}
+
+void WorkerGroup::start() {
+  router_.reset(config_.nprocPerNode);
+  slots_.resize(static_cast<std::size_t>(config_.nprocPerNode));
+  for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) {
+    Slot& slot = slots_[static_cast<std::size_t>(localRank)];
+    slot.localRank = localRank;
+    if (stopping_) break;  // an earlier worker could not start
+    spawn(slot);
+  }
+  DDPRUN_DEBUG("Attempt {} started {} workers.", attempt_, live_);
+}
+
+void WorkerGroup::spawn(Slot& slot) {
+  const int localRank = slot.localRank;
+  const auto dir = runDir_.workerDir(attempt_, localRank);
+  slot.errorFile = dir / "error.json";
+  const WorkerIdentity id = identity_(localRank, slot.errorFile.string());
+  slot.rank = id.rank;
+
+  const std::string prefix =
+      substitutePrefix(config_.logPrefixTemplate, config_, id.rank, localRank);
+  const bool shown = !config_.localRanksFilter || config_.localRanksFilter->contains(localRank);
+  for (Stream stream : {Stream::kStdout, Stream::kStderr}) {
+    const Streams which = stream == Stream::kStdout ? Streams::kOut : Streams::kErr;
+    const bool redirected = includes(config_.redirects.forRank(localRank), which);
+    const bool teed = includes(config_.tee.forRank(localRank), which);
+    StreamRoute route;
+    route.console = shown && (!redirected || teed);
+    if (redirected || teed)
+      route.file = dir / (stream == Stream::kStdout ? "stdout.log" : "stderr.log");
+    router_.setRoute(localRank, stream, route, prefix);
+  }
+
+  const auto argv = substituteLocalRank(config_.command, localRank);
+  try {
+    slot.process = std::make_unique<WorkerProcess>(io_, argv, buildWorkerEnv({}, config_, id));
+  } catch (const Error& e) {
+    WorkerError error;
+    error.message = e.what();
+    slot.exited = true;
+    auto failure = failureOf(slot, ExitStatus{127, 0, false});
+    failure.error = error;
+    DDPRUN_ERROR("Worker rank {} could not be started: {}", slot.rank, e.what());
+    outcome_.rootCause = failure;
+    stop(SIGTERM);
+    return;
+  }
+  guard_.watch(slot.process->pid());
+  slot.exited = false;
+  ++live_;
+  for (Stream stream : {Stream::kStdout, Stream::kStderr}) {
+    auto& pipe =
+        stream == Stream::kStdout ? slot.process->stdoutPipe() : slot.process->stderrPipe();
+    auto pump = std::make_shared<LogPump>(std::move(pipe), router_, localRank, stream, [this] {
+      --openPumps_;
+      maybeFinish();
+    });
+    ++openPumps_;
+    pumps_.push_back(pump);
+    pump->start();
+  }
+  slot.process->waitForExit([this, localRank](ExitStatus status) { onExit(localRank, status); });
+}
+
+WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const {
+  WorkerFailure f;
+  f.rank = slot.rank;
+  f.localRank = slot.localRank;
+  f.nodeRank = config_.nodeRank;
+  f.host = config_.hostname;
+  f.pid = slot.process ? slot.process->pid() : 0;
+  f.attempt = attempt_;
+  f.status = status;
+  f.time = std::chrono::system_clock::now();
+  f.errorFile = slot.errorFile;
+  return f;
+}
+
+void WorkerGroup::onExit(int localRank, ExitStatus status) {
+  Slot& slot = slots_.at(static_cast<std::size_t>(localRank));
+  slot.exited = true;
+  slot.status = status;
+  --live_;
+  if (!status.success()) {
+    WorkerFailure failure = failureOf(slot, status);
+    if (!stopping_) {
+      DDPRUN_ERROR("{}.", describeExit(failure));
+      outcome_.rootCause = failure;
+      stop(SIGTERM);
+    } else if (slot.stoppedByAgent) {
+      outcome_.stoppedRanks.push_back(slot.rank);
+    } else {
+      outcome_.otherFailures.push_back(failure);
+    }
+  } else if (slot.stoppedByAgent) {
+    outcome_.stoppedRanks.push_back(slot.rank);
+  }
+  maybeFinish();
+}
+
+void WorkerGroup::stop(int sig) {
+  if (stopping_) {
+    if (sig == SIGKILL || stopSignal_) {
+      // Asked twice: no more grace.
+      for (Slot& slot : slots_) {
+        if (!slot.exited) slot.process->signalGroup(SIGKILL);
+      }
+    }
+    stopSignal_ = sig;
+    return;
+  }
+  stopping_ = true;
+  for (Slot& slot : slots_) {
+    if (slot.exited) continue;
+    slot.stoppedByAgent = true;
+    slot.process->signalGroup(sig);
+  }
+  if (live_ > 0) {
+    DDPRUN_DEBUG("Sent {} to {} workers; SIGKILL follows in {} ms.", signalName(sig), live_,
+                 config_.shutdownTimeout.count());
+  }
+  graceTimer_.expires_after(config_.shutdownTimeout);
+  graceTimer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    for (Slot& slot : slots_) {
+      if (slot.exited) continue;
+      DDPRUN_WARN("Worker rank {} (pid {}) did not exit within {} ms; sending SIGKILL.", slot.rank,
+                  slot.process->pid(), config_.shutdownTimeout.count());
+      slot.process->signalGroup(SIGKILL);
+    }
+  });
+  maybeFinish();
+}
+
+void WorkerGroup::maybeFinish() {
+  if (finished_ || live_ > 0) return;
+  bool allStarted = true;
+  for (const Slot& slot : slots_) allStarted = allStarted && (slot.process || stopping_);
+  if (!allStarted) return;
+  graceTimer_.cancel();
+  if (openPumps_ > 0) {
+    // Every worker is gone: kill what is left in their process groups so
+    // the pipes reach end of file, and bound the wait for them anyway.
+    for (Slot& slot : slots_) {
+      if (slot.process) slot.process->signalGroup(SIGKILL);
+    }
+    drainTimer_.expires_after(kDrainLimit);
+    drainTimer_.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      for (auto& pump : pumps_) pump->close();
+    });
+    return;
+  }
+  finish();
+}
+
+void WorkerGroup::finish() {
+  finished_ = true;
+  drainTimer_.cancel();
+  for (Slot& slot : slots_) {
+    if (!slot.process) continue;
+    slot.process->signalGroup(SIGKILL);  // stragglers left in the group
+    guard_.unwatch(slot.process->pid());
+  }
+  pumps_.clear();
+  outcome_.succeeded = !stopping_ && !outcome_.rootCause;
+  if (outcome_.rootCause) {
+    WorkerFailure& root = *outcome_.rootCause;
+    if (!root.error) root.error = readErrorFile(root.errorFile);
+    const auto& tail = router_.stderrTail(root.localRank);
+    root.stderrTail.assign(tail.begin(), tail.end());
+  }
+  // The callback may destroy this group: hand it over from a fresh handler.
+  boost::asio::post(io_, [onDone = onDone_, outcome = std::move(outcome_)]() mutable {
+    onDone(std::move(outcome));
+  });
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,99 @@
+// WorkerGroup: the workers of one attempt on this node.
+//
+// It spawns them, pumps their output, and watches their exits. The first
+// worker to fail is the root cause: the group then stops the others
+// (signal, grace period, SIGKILL) and reports once every worker has been
+// reaped, stragglers in their process groups killed, and their output
+// drained. The caller decides what happens next (restart, report, exit).
+//
+// Thread-safety: the agent's loop thread only.
+// Ownership: owns its WorkerProcess objects; borrows everything else.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "ddprun/agent/agent_config.h"
+#include "failure_report.h"
+#include "log_pump.h"
+#include "orphan_guard.h"
+#include "output_router.h"
+#include "run_directory.h"
+#include "worker_env.h"
+#include "worker_process.h"
+
+namespace ddprun::agent {
+
+struct GroupOutcome {
+  bool succeeded = false;
+  std::optional<WorkerFailure> rootCause;
+  std::vector<WorkerFailure> otherFailures;
+  std::vector<int> stoppedRanks;  // ranks the group stopped (not failures)
+};
+
+class WorkerGroup {
+ public:
+  using IdentityFn = std::function<WorkerIdentity(int localRank, const std::string& errorFile)>;
+  using DoneFn = std::function<void(GroupOutcome)>;
+
+  WorkerGroup(boost::asio::io_context& io, const AgentConfig& config, OrphanGuard& guard,
+              OutputRouter& router, const RunDirectory& runDir, int attempt, IdentityFn identity,
+              DoneFn onDone);
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  // Spawns every worker. A worker that cannot be started counts as the
+  // first failure (exit code 127) and stops the others.
+  void start();
+  // Forwards `sig` to every live worker's process group, then SIGKILLs the
+  // survivors after the shutdown timeout. A second call escalates to
+  // SIGKILL at once.
+  void stop(int sig);
+  int liveWorkers() const { return live_; }
+
+ private:
+  struct Slot {
+    std::unique_ptr<WorkerProcess> process;
+    int localRank = 0;
+    int rank = 0;
+    bool exited = true;
+    bool stoppedByAgent = false;
+    ExitStatus status;
+    std::filesystem::path errorFile;
+  };
+
+  void spawn(Slot& slot);
+  void onExit(int localRank, ExitStatus status);
+  void fail(Slot& slot, ExitStatus status, const std::string& reason);
+  WorkerFailure failureOf(const Slot& slot, ExitStatus status) const;
+  void maybeFinish();
+  void finish();
+
+  boost::asio::io_context& io_;
+  const AgentConfig& config_;
+  OrphanGuard& guard_;
+  OutputRouter& router_;
+  const RunDirectory& runDir_;
+  const int attempt_;
+  IdentityFn identity_;
+  DoneFn onDone_;
+
+  std::vector<Slot> slots_;
+  std::vector<std::shared_ptr<LogPump>> pumps_;
+  int live_ = 0;
+  int openPumps_ = 0;
+  bool stopping_ = false;
+  bool finished_ = false;
+  std::optional<int> stopSignal_;
+  GroupOutcome outcome_;
+  boost::asio::steady_timer graceTimer_;
+  boost::asio::steady_timer drainTimer_;
+};
+
+}  // namespace ddprun::agent

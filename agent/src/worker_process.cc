@@ -1,0 +1,93 @@
+#include "worker_process.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/connect_pipe.hpp>
+#include <boost/asio/writable_pipe.hpp>
+
+#include <fmt/format.h>
+
+#include "ddprun/common/error.h"
+
+namespace ddprun::agent {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+
+ExitStatus ExitStatus::fromWaitStatus(int status) {
+  ExitStatus result;
+  if (WIFSIGNALED(status)) {
+    result.signaled = true;
+    result.signal = WTERMSIG(status);
+  } else {
+    result.code = WEXITSTATUS(status);
+  }
+  return result;
+}
+
+namespace {
+
+// Runs in the child between fork and exec: only async-signal-safe calls.
+struct ChildSetup {
+  pid_t agent;
+
+  bp::error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&,
+                               const char* const*) {
+    // Its own process group, so a signal reaches the worker and its children.
+    if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
+    // Die with the agent; if the agent already died, die now.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != agent) ::_exit(128 + SIGKILL);
+    // Signals the agent handles or ignores must be default in the worker.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
+      ::signal(sig, SIG_DFL);
+    }
+    return {};
+  }
+};
+
+}  // namespace
+
+WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env)
+    : stdout_(io), stderr_(io), handle_(io) {
+  asio::writable_pipe outWrite(io);
+  asio::writable_pipe errWrite(io);
+  asio::connect_pipe(stdout_, outWrite);
+  asio::connect_pipe(stderr_, errWrite);
+
+  std::vector<const char*> envp;
+  envp.reserve(env.size() + 1);
+  for (const auto& entry : env) envp.push_back(entry.c_str());
+  envp.push_back(nullptr);
+
+  bp::posix::default_launcher launcher;
+  launcher.env = envp.data();
+  bp::error_code ec;
+  const std::vector<std::string> args(argv.begin() + 1, argv.end());
+  auto process = launcher(io.get_executor(), ec, bp::filesystem::path(argv.at(0)), args,
+                          bp::process_stdio{{}, outWrite, errWrite}, ChildSetup{::getpid()});
+  if (ec) {
+    throw Error(fmt::format("cannot start '{}': {}", argv[0], ec.message()));
+  }
+  pid_ = process.id();
+  handle_ = process.detach();
+}
+
+void WorkerProcess::signalGroup(int sig) const {
+  if (pid_ > 0) ::kill(-pid_, sig);
+}
+
+void WorkerProcess::waitForExit(std::function<void(ExitStatus)> onExit) {
+  handle_.async_wait([onExit = std::move(onExit)](bp::error_code ec, int status) {
+    onExit(ec ? ExitStatus{127, 0, false} : ExitStatus::fromWaitStatus(status));
+  });
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,61 @@
+// WorkerProcess: one spawned worker.
+//
+// Spawned with Boost.Process v2 in its own process group, with
+// PR_SET_PDEATHSIG (checked after fork for the race where the agent died
+// first), default signal dispositions, and no descriptor of the agent but
+// its stdin and the two output pipes (Boost.Process closes the rest).
+// Its exit is observed through a pidfd on the agent's io_context.
+//
+// Thread-safety: the agent's loop thread only.
+// Ownership: owns the process handle and the read ends of its pipes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/readable_pipe.hpp>
+#include "process_v2.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ddprun::agent {
+
+struct ExitStatus {
+  int code = 0;    // exit code, when !signaled
+  int signal = 0;  // terminating signal, when signaled
+  bool signaled = false;
+
+  bool success() const { return !signaled && code == 0; }
+  // The shell convention: the code, or 128 + the signal number.
+  int shellCode() const { return signaled ? 128 + signal : code; }
+  static ExitStatus fromWaitStatus(int status);
+};
+
+class WorkerProcess {
+ public:
+  // Starts `argv` (argv[0] an absolute path) with exactly `env`. Throws
+  // ddprun::Error naming the program when it cannot be started.
+  WorkerProcess(boost::asio::io_context& io, const std::vector<std::string>& argv,
+                const std::vector<std::string>& env);
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Sends `sig` to the worker's whole process group (ESRCH is ignored).
+  void signalGroup(int sig) const;
+  // Calls `onExit` once, when the worker exits.
+  void waitForExit(std::function<void(ExitStatus)> onExit);
+
+  boost::asio::readable_pipe& stdoutPipe() { return stdout_; }
+  boost::asio::readable_pipe& stderrPipe() { return stderr_; }
+
+ private:
+  boost::asio::readable_pipe stdout_;
+  boost::asio::readable_pipe stderr_;
+  boost::process::v2::process_handle handle_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace ddprun::agent

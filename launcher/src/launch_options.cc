@@ -1,0 +1,108 @@
+#include "launch_options.h"
+
+#include <cstdlib>
+#include <iostream>
+
+#include "ddprun/common/env.h"
+
+namespace ddprun::launcher {
+
+namespace {
+
+// "--nproc_per_node,--nproc-per-node" and PET_NPROC_PER_NODE for "nproc_per_node".
+std::string spellings(const std::string& name, const std::string& shortName = "") {
+  std::string dashed = name;
+  for (char& c : dashed) c = c == '_' ? '-' : c;
+  std::string all = shortName.empty() ? "" : "-" + shortName + ",";
+  all += "--" + name;
+  if (dashed != name) all += ",--" + dashed;
+  return all;
+}
+
+std::string petName(const std::string& name) {
+  std::string upper = "PET_";
+  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return upper;
+}
+
+void text(CLI::App& app, const std::string& name, std::string& target, const std::string& help,
+          const std::string& shortName = "") {
+  app.add_option(spellings(name, shortName), target, help)
+      ->envname(petName(name))
+      ->capture_default_str();
+}
+
+void flag(CLI::App& app, const std::string& name, bool& target, const std::string& help,
+          const std::string& shortName = "") {
+  app.add_flag(spellings(name, shortName), target, help)->envname(petName(name));
+}
+
+}  // namespace
+
+void defineOptions(CLI::App& app, LaunchOptions& o) {
+  app.description(
+      "ddprun: launch a distributed data-parallel job (torchrun-compatible).\n"
+      "  ddprun [options] PROGRAM [ARGS...]\n"
+      "PROGRAM ending in .py (or -m MODULE) runs under ${PYTHON_EXEC:-python3} -u; any other "
+      "executable runs directly. Every option can also be set as PET_<NAME> in the "
+      "environment (the flag wins).");
+  app.get_formatter()->column_width(34);
+  text(app, "nproc_per_node", o.nprocPerNode,
+       "workers on this node: a number, 'cpu', 'gpu' or 'auto' (GPUs, else CPUs)");
+  text(app, "nnodes", o.nnodes, "number of nodes, or MIN:MAX for an elastic job");
+  text(app, "node_rank", o.nodeRank, "rank of this node (static rendezvous)");
+  text(app, "master_addr", o.masterAddr, "MASTER_ADDR given to workers");
+  text(app, "master_port", o.masterPort, "MASTER_PORT given to workers (default: a free port)");
+  flag(app, "standalone", o.standalone,
+       "single-node job with a private store on a free port (the default on one node)");
+  text(app, "rdzv_backend", o.rdzvBackend, "rendezvous backend: static or c10d");
+  text(app, "rdzv_endpoint", o.rdzvEndpoint, "HOST[:PORT] of the rendezvous store");
+  text(app, "rdzv_id", o.rdzvId, "job id shared by all nodes (also names the log directory)");
+  text(app, "rdzv_conf", o.rdzvConf, "rendezvous settings KEY=VALUE[,KEY=VALUE...]");
+  text(app, "max_restarts", o.maxRestarts, "restarts of the worker group before giving up");
+  text(app, "monitor_interval", o.monitorInterval,
+       "accepted for torchrun compatibility; ddprun reacts to events, it does not poll");
+  text(app, "role", o.role, "role name of the workers (ROLE_NAME)");
+  text(app, "log_dir", o.logDir,
+       "directory for <run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json");
+  text(app, "redirects", o.redirects,
+       "send worker output to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or "
+       "per rank 0:3,1:1",
+       "r");
+  text(app, "tee", o.tee, "send worker output to log files and the console (same values)", "t");
+  text(app, "local_ranks_filter", o.localRanksFilter,
+       "show only these local ranks' output on the console, e.g. 0,3");
+  flag(app, "run_path", o.runPath, "run PROGRAM as a Python script whatever its name");
+  flag(app, "module", o.module, "PROGRAM is a Python module, run as python -m", "m");
+  flag(app, "no_python", o.noPython, "run PROGRAM directly, never through Python");
+  text(app, "local_addr", o.localAddr, "address of this node that other nodes can reach");
+  text(app, "shutdown_timeout", o.shutdownTimeout,
+       "seconds between forwarding a stop signal and SIGKILL");
+  app.add_option("--log_prefix,--log-prefix", o.logPrefix,
+                 "console prefix of worker lines; ${rank}, ${local_rank}, ${role_name}, "
+                 "${node_rank}, ${hostname}; empty for none")
+      ->envname("PET_LOG_PREFIX")
+      ->capture_default_str();
+  // Everything from the first positional argument on is the program and
+  // its arguments, passed untouched (collected from remaining()).
+  app.prefix_command();
+}
+
+int parseCommandLine(int argc, char** argv, LaunchOptions& options) {
+  CLI::App app;
+  defineOptions(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ddprun: error: " << e.what() << "; see ddprun --help\n";
+    return 2;
+  }
+  for (const auto& rest : app.remaining()) options.program.push_back(rest);
+  options.logPrefixGiven =
+      app.get_option("--log_prefix")->count() > 0 || std::getenv("PET_LOG_PREFIX") != nullptr;
+  return -1;
+}
+
+}  // namespace ddprun::launcher

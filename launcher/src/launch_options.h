@@ -1,0 +1,56 @@
+// LaunchOptions: ddprun's command line as given, before validation.
+//
+// Every option has torchrun's name in both spellings (--nproc_per_node and
+// --nproc-per-node) and reads PET_<NAME> from the environment when the flag
+// is absent (flag > PET_* > default). Values are kept as text so that
+// buildAgentConfig() can say precisely what is wrong with them.
+//
+// Thread-safety: plain value; defineOptions() binds a CLI::App to it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+struct LaunchOptions {
+  std::string nprocPerNode = "1";
+  std::string nnodes = "1";
+  std::string nodeRank = "0";
+  std::string masterAddr = "127.0.0.1";
+  std::string masterPort;  // empty: pick a free port
+  bool standalone = false;
+  std::string rdzvBackend = "static";
+  std::string rdzvEndpoint;
+  std::string rdzvId = "none";
+  std::string rdzvConf;
+  std::string maxRestarts = "0";
+  std::string monitorInterval = "0.1";
+  std::string role = "default";
+  std::string logDir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string localRanksFilter;
+  bool runPath = false;
+  bool module = false;
+  bool noPython = false;
+  std::string localAddr;
+  std::string shutdownTimeout = "30";
+  std::string logPrefix = "[rank ${rank}]: ";
+  bool logPrefixGiven = false;
+
+  // The program and its arguments, untouched.
+  std::vector<std::string> program;
+};
+
+// Declares every option on `app`, bound to `options`.
+void defineOptions(CLI::App& app, LaunchOptions& options);
+
+// Parses argv. Returns the exit code to use when ddprun must stop now
+// (0 after --help, 2 for a usage error, after printing the message), or -1
+// to go on.
+int parseCommandLine(int argc, char** argv, LaunchOptions& options);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,37 @@
+// ddprun: the command-line entry point. Parses the options, builds the
+// agent's configuration and runs the agent; the exit code is the agent's
+// (0, the root cause's code, or 128+N after signal N), or 2 for bad input.
+#include <signal.h>
+
+#include <iostream>
+
+#include "ddprun/agent/agent.h"
+#include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
+#include "launch_options.h"
+#include "run_config.h"
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  ddprun::launcher::LaunchOptions options;
+  if (const int code = ddprun::launcher::parseCommandLine(argc, argv, options); code >= 0) {
+    return code;
+  }
+  ddprun::agent::AgentConfig config;
+  try {
+    std::string notices;
+    config = ddprun::launcher::buildAgentConfig(options, notices);
+    std::cerr << notices;
+  } catch (const ddprun::ConfigError& e) {
+    std::cerr << "ddprun: error: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    ddprun::initLogging("ddprun");
+    ddprun::agent::Agent agent(std::move(config));
+    return agent.run();
+  } catch (const ddprun::Error& e) {
+    std::cerr << "ddprun: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,306 @@
+#include "run_config.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "ddprun/common/env.h"
+#include "ddprun/common/error.h"
+#include "ddprun/common/secret.h"
+#include "gpu_count.h"
+
+namespace ddprun::launcher {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<long long> parseInteger(const std::string& text) {
+  long long value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parseSeconds(const std::string& text) {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used != text.size() || !(value >= 0) || value > 1e9) return std::nullopt;
+    return value;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+int cpuCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int integerOption(const std::string& name, const std::string& text, long long min, long long max,
+                  const std::string& example) {
+  auto value = parseInteger(text);
+  if (!value || *value < min || *value > max) {
+    throw ConfigError(fmt::format("--{}={} is not a whole number from {} to {}; give e.g. --{}={}",
+                                  name, text, min, max, name, example));
+  }
+  return static_cast<int>(*value);
+}
+
+std::chrono::milliseconds secondsOption(const std::string& name, const std::string& text) {
+  auto value = parseSeconds(text);
+  if (!value) {
+    throw ConfigError(fmt::format(
+        "--{}={} is not a number of seconds (0 or more); give e.g. --{}=30", name, text, name));
+  }
+  return std::chrono::milliseconds(static_cast<long long>(*value * 1000));
+}
+
+agent::StdSpec stdSpecOption(const std::string& name, const std::string& text) {
+  std::string error;
+  auto spec = agent::parseStdSpec(text, error);
+  if (!spec) {
+    throw ConfigError(
+        fmt::format("--{}: {}; give e.g. --{}=3 or --{}=0:3,1:1", name, error, name, name));
+  }
+  return *spec;
+}
+
+std::set<int> parseRanksFilter(const std::string& text, int nproc) {
+  std::set<int> ranks;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    auto value = parseInteger(item);
+    if (!value || *value < 0 || *value >= nproc) {
+      throw ConfigError(
+          fmt::format("--local_ranks_filter={}: '{}' is not a local rank from 0 to {}; give e.g. "
+                      "--local_ranks_filter=0",
+                      text, item, nproc - 1));
+    }
+    ranks.insert(static_cast<int>(*value));
+    start = comma + 1;
+  }
+  return ranks;
+}
+
+std::string hostName() {
+  char buffer[256] = {};
+  if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
+  return buffer;
+}
+
+std::string randomRunId() { return randomToken().substr(0, 12); }
+
+}  // namespace
+
+int parseNproc(const std::string& text) {
+  if (text == "cpu") return cpuCount();
+  if (text == "gpu" || text == "auto") {
+    const int gpus = countVisibleGpus();
+    if (gpus > 0) return gpus;
+    if (text == "auto") return cpuCount();
+    throw ConfigError(
+        "--nproc_per_node=gpu but no GPU is visible (no NVIDIA driver, or "
+        "CUDA_VISIBLE_DEVICES hides them all); use --nproc_per_node=cpu or a number");
+  }
+  auto value = parseInteger(text);
+  if (!value || *value < 1 || *value > 65536) {
+    throw ConfigError(fmt::format(
+        "--nproc_per_node={} is not a positive number, 'cpu', 'gpu' or 'auto'; give e.g. "
+        "--nproc_per_node=4",
+        text));
+  }
+  return static_cast<int>(*value);
+}
+
+NodeRange parseNnodes(const std::string& text) {
+  const std::size_t colon = text.find(':');
+  const auto min = parseInteger(text.substr(0, colon));
+  const auto max = colon == std::string::npos ? min : parseInteger(text.substr(colon + 1));
+  if (!min || !max || *min < 1 || *max < *min || *max > 1'000'000) {
+    throw ConfigError(fmt::format(
+        "--nnodes={} is not a node count N or a range MIN:MAX with 1 <= MIN <= MAX; give e.g. "
+        "--nnodes=2 or --nnodes=1:4",
+        text));
+  }
+  return {static_cast<int>(*min), static_cast<int>(*max)};
+}
+
+std::map<std::string, std::string> parseRdzvConf(const std::string& text) {
+  std::map<std::string, std::string> conf;
+  if (text.empty()) return conf;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError(fmt::format(
+          "--rdzv_conf={}: '{}' is not KEY=VALUE; give e.g. --rdzv_conf=join_timeout=600", text,
+          item));
+    }
+    conf[item.substr(0, eq)] = item.substr(eq + 1);
+    start = comma + 1;
+  }
+  return conf;
+}
+
+std::string resolveExecutable(const std::string& name, const std::string& what) {
+  auto usable = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    std::error_code ec;
+    if (!fs::exists(name, ec)) {
+      throw ConfigError(fmt::format("{} '{}' does not exist; check the path", what, name));
+    }
+    if (!usable(name)) {
+      throw ConfigError(
+          fmt::format("{} '{}' is not an executable file; run chmod +x on it, or give a .py script",
+                      what, name));
+    }
+    return fs::absolute(name).lexically_normal().string();
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t colon = std::min(dirs.find(':', start), dirs.size());
+    const fs::path dir = dirs.substr(start, colon - start).empty()
+                             ? fs::path(".")
+                             : fs::path(dirs.substr(start, colon - start));
+    if (usable(dir / name)) return fs::absolute(dir / name).lexically_normal().string();
+    start = colon + 1;
+  }
+  throw ConfigError(fmt::format(
+      "{} '{}' was not found on PATH; give its path (e.g. ./{}) or install it", what, name, name));
+}
+
+namespace {
+
+// Fills command and programName from the program options.
+void resolveProgram(const LaunchOptions& o, agent::AgentConfig& config) {
+  if (o.program.empty()) {
+    throw ConfigError(
+        "no program to run; give one after the options, e.g. ddprun --nproc_per_node=2 "
+        "train.py");
+  }
+  if (o.module && o.noPython) {
+    throw ConfigError("-m/--module and --no_python contradict each other; drop one of them");
+  }
+  if (o.runPath && o.noPython) {
+    throw ConfigError("--run_path and --no_python contradict each other; drop one of them");
+  }
+  const std::string& first = o.program.front();
+  const std::vector<std::string> args(o.program.begin() + 1, o.program.end());
+  const bool python =
+      o.module || o.runPath || (!o.noPython && first.size() > 3 && first.ends_with(".py"));
+  if (!python) {
+    config.command.push_back(resolveExecutable(first, "the program"));
+    config.programName = fs::path(first).filename().string();
+  } else {
+    const char* pythonExec = std::getenv(env::kPythonExec);
+    const std::string interpreter = pythonExec && *pythonExec ? pythonExec : "python3";
+    config.command.push_back(
+        resolveExecutable(interpreter, "the Python interpreter (PYTHON_EXEC)"));
+    config.command.push_back("-u");
+    if (o.module) {
+      config.command.push_back("-m");
+      config.programName = first;
+    } else {
+      std::error_code ec;
+      if (!fs::is_regular_file(first, ec)) {
+        throw ConfigError(fmt::format("the script '{}' does not exist; check the path", first));
+      }
+      config.programName = fs::path(first).filename().string();
+    }
+    config.command.push_back(first);
+  }
+  config.command.insert(config.command.end(), args.begin(), args.end());
+}
+
+}  // namespace
+
+agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices) {
+  agent::AgentConfig config;
+  if (!o.program.empty() && o.program.front().starts_with("-")) {
+    throw ConfigError(fmt::format("unknown option '{}'; see ddprun --help", o.program.front()));
+  }
+  config.nprocPerNode = parseNproc(o.nprocPerNode);
+  const NodeRange nodes = parseNnodes(o.nnodes);
+  if (nodes.max > 1) {
+    throw ConfigError(fmt::format(
+        "--nnodes={}: multi-node jobs are not supported by this version of ddprun yet; run on "
+        "one node (--nnodes=1)",
+        o.nnodes));
+  }
+  config.nnodes = 1;
+  config.nodeRank = integerOption("node_rank", o.nodeRank, 0, 0, "0");
+  if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d") {
+    throw ConfigError(
+        fmt::format("--rdzv_backend={} is not supported; use static or c10d", o.rdzvBackend));
+  }
+  parseRdzvConf(o.rdzvConf);
+  if (o.masterAddr.empty()) {
+    throw ConfigError("--master_addr is empty; give an address, e.g. --master_addr=127.0.0.1");
+  }
+  config.masterAddr = o.masterAddr;
+  if (!o.masterPort.empty()) {
+    config.masterPort = integerOption("master_port", o.masterPort, 1, 65535, "29500");
+  }
+  config.maxRestarts = integerOption("max_restarts", o.maxRestarts, 0, 1'000'000, "3");
+  secondsOption("monitor_interval", o.monitorInterval);
+  config.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
+  if (o.role.empty()) {
+    throw ConfigError("--role is empty; give a name, e.g. --role=trainer");
+  }
+  config.role = o.role;
+  config.redirects = stdSpecOption("redirects", o.redirects);
+  config.tee = stdSpecOption("tee", o.tee);
+  if (!o.localRanksFilter.empty()) {
+    config.localRanksFilter = parseRanksFilter(o.localRanksFilter, config.nprocPerNode);
+  }
+  if (!o.logDir.empty()) {
+    std::error_code ec;
+    if (fs::exists(o.logDir, ec) && !fs::is_directory(o.logDir, ec) && o.logDir != "/dev/null") {
+      throw ConfigError(fmt::format(
+          "--log_dir={} exists and is not a directory; give a directory path", o.logDir));
+    }
+    if (o.logDir != "/dev/null") config.logDir = fs::absolute(o.logDir);
+  }
+  if (o.logPrefixGiven) {
+    config.logPrefixTemplate = o.logPrefix;
+  } else if (const char* t = std::getenv(env::kLogLinePrefixTemplate); t != nullptr) {
+    config.logPrefixTemplate = t;
+  }
+  resolveProgram(o, config);
+  config.runId = o.rdzvId.empty() || o.rdzvId == "none" ? randomRunId() : o.rdzvId;
+  if (config.runId.find('/') != std::string::npos || config.runId == "." || config.runId == "..") {
+    throw ConfigError(fmt::format(
+        "--rdzv_id={} cannot name a directory; use letters, digits, '-' or '_'", o.rdzvId));
+  }
+  config.hostname = hostName();
+  if (std::getenv(env::kOmpNumThreads) == nullptr && config.nprocPerNode > 1) {
+    config.extraEnv[env::kOmpNumThreads] = "1";
+    notices +=
+        "*****************************************\n"
+        "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
+        "avoid your system being overloaded, please further tune the variable for optimal "
+        "performance in your application as needed. \n"
+        "*****************************************\n";
+  }
+  return config;
+}
+
+}  // namespace ddprun::launcher
