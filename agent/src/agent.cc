@@ -96,7 +96,7 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
 void Agent::Impl::startAttempt() {
   group.reset();
   group = std::make_unique<WorkerGroup>(
-      io, config, guard, router, runDir, attempt,
+      io, config, baseEnv, guard, router, runDir, attempt,
       [this](int localRank, const std::string& errorFile) {
         return identityFor(localRank, errorFile);
       },

@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ddprun/common/error.h"
@@ -34,11 +36,13 @@ std::string substitutePrefix(std::string text, const AgentConfig& config, int ra
 
 }  // namespace
 
-WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& config, OrphanGuard& guard,
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& config,
+                         const std::map<std::string, std::string>& baseEnv, OrphanGuard& guard,
                          OutputRouter& router, const RunDirectory& runDir, int attempt,
                          IdentityFn identity, DoneFn onDone)
     : io_(io),
       config_(config),
+      baseEnv_(baseEnv),
       guard_(guard),
       router_(router),
       runDir_(runDir),
@@ -92,7 +96,8 @@ void WorkerGroup::spawn(Slot& slot) {
 
   const auto argv = substituteLocalRank(config_.command, localRank);
   try {
-    slot.process = std::make_unique<WorkerProcess>(io_, argv, buildWorkerEnv({}, config_, id));
+    slot.process =
+        std::make_unique<WorkerProcess>(io_, argv, buildWorkerEnv(baseEnv_, config_, id));
   } catch (const Error& e) {
     WorkerError error;
     error.message = e.what();
@@ -223,6 +228,7 @@ void WorkerGroup::finish() {
   }
   pumps_.clear();
   outcome_.succeeded = !stopping_ && !outcome_.rootCause;
+  std::sort(outcome_.stoppedRanks.begin(), outcome_.stoppedRanks.end());
   if (outcome_.rootCause) {
     WorkerFailure& root = *outcome_.rootCause;
     if (!root.error) root.error = readErrorFile(root.errorFile);

@@ -41,7 +41,9 @@ class WorkerGroup {
   using IdentityFn = std::function<WorkerIdentity(int localRank, const std::string& errorFile)>;
   using DoneFn = std::function<void(GroupOutcome)>;
 
-  WorkerGroup(boost::asio::io_context& io, const AgentConfig& config, OrphanGuard& guard,
+  // `baseEnv` is the environment every worker inherits (the agent's own).
+  WorkerGroup(boost::asio::io_context& io, const AgentConfig& config,
+              const std::map<std::string, std::string>& baseEnv, OrphanGuard& guard,
               OutputRouter& router, const RunDirectory& runDir, int attempt, IdentityFn identity,
               DoneFn onDone);
   ~WorkerGroup();
@@ -77,6 +79,7 @@ class WorkerGroup {
 
   boost::asio::io_context& io_;
   const AgentConfig& config_;
+  const std::map<std::string, std::string>& baseEnv_;
   OrphanGuard& guard_;
   OutputRouter& router_;
   const RunDirectory& runDir_;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,12 +31,32 @@ ExitStatus ExitStatus::fromWaitStatus(int status) {
 
 namespace {
 
+// Closes every descriptor from 3 up except those in `keep` (Boost.Process
+// 1.81's own close_all skips the gaps between kept descriptors, so fds below
+// its exec-error pipe would leak into workers). No allocation: runs after fork.
+void closeInheritedDescriptors(const std::vector<int>& keep) {
+  unsigned next = 3;
+  for (;;) {
+    // The smallest kept descriptor at or above `next`.
+    unsigned kept = ~0U;
+    for (int fd : keep) {
+      if (fd >= 0 && static_cast<unsigned>(fd) >= next && static_cast<unsigned>(fd) < kept) {
+        kept = static_cast<unsigned>(fd);
+      }
+    }
+    if (kept > next) ::syscall(SYS_close_range, next, kept == ~0U ? ~0U : kept - 1, 0);
+    if (kept == ~0U) return;
+    next = kept + 1;
+  }
+}
+
 // Runs in the child between fork and exec: only async-signal-safe calls.
 struct ChildSetup {
   pid_t agent;
 
-  bp::error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&,
+  bp::error_code on_exec_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
                                const char* const*) {
+    closeInheritedDescriptors(launcher.fd_whitelist);
     // Its own process group, so a signal reaches the worker and its children.
     if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
     // Die with the agent; if the agent already died, die now.

@@ -1,5 +1,6 @@
 #include "launch_options.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -88,11 +89,47 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   app.prefix_command();
 }
 
+namespace {
+
+// CLI11 reads "--opt=" (an empty value) as "take the next argument": split
+// it into "--opt" "" instead, for ddprun's own options only, i.e. before the
+// program name. Flags take no value; every other option takes one.
+std::vector<std::string> splitEmptyValues(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> args;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.size() < 2 || arg[0] != '-' || arg == "--") break;  // the program starts here
+    const std::size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const CLI::Option* option = nullptr;
+    try {
+      option = app.get_option(name);
+    } catch (const CLI::OptionNotFound&) {
+    }
+    if (eq != std::string::npos) {
+      args.push_back(name);
+      args.push_back(arg.substr(eq + 1));
+      continue;
+    }
+    args.push_back(arg);
+    if (option != nullptr && option->get_expected_min() > 0 && i + 1 < argc) {
+      args.push_back(argv[++i]);  // its value, whatever it looks like
+    }
+  }
+  for (; i < argc; ++i) args.push_back(argv[i]);
+  std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
+  return args;
+}
+
+}  // namespace
+
 int parseCommandLine(int argc, char** argv, LaunchOptions& options) {
   CLI::App app;
   defineOptions(app, options);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = splitEmptyValues(app, argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

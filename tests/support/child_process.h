@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -109,6 +111,10 @@ class ChildProcess {
     }
     return errBuffer_;
   }
+  // Whatever is readable right now, without waiting.
+  std::string drainStdout() { return drain(stdout_, outBuffer_); }
+  std::string drainStderr() { return drain(stderr_, errBuffer_); }
+
   std::string stdoutText() {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (readSome(stdout_, outBuffer_, deadline)) {
@@ -120,14 +126,23 @@ class ChildProcess {
   static bool readSome(int fd, std::string& into, std::chrono::steady_clock::time_point deadline) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
-    char buffer[4096];
+    if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count()))) <= 0) {
+      return false;
+    }
+    char buffer[65536];
     const ssize_t n = ::read(fd, buffer, sizeof(buffer));
     if (n <= 0) return false;
     into.append(buffer, static_cast<std::size_t>(n));
     return true;
+  }
+
+  static std::string drain(int fd, std::string& buffer) {
+    while (readSome(fd, buffer, std::chrono::steady_clock::now())) {
+    }
+    std::string out;
+    out.swap(buffer);
+    return out;
   }
 
   pid_t pid_ = -1;

@@ -1,0 +1,61 @@
+// Helpers for driving the real ddprun binary in integration tests.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+
+namespace ddprun::test_support {
+
+inline const std::string kBinDir = DDPRUN_BIN_DIR;
+inline const std::string kDdprun = kBinDir + "/ddprun";
+
+struct RunResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs ddprun with `args` to completion (bounded by `timeout`).
+inline RunResult runDdprun(const std::vector<std::string>& args,
+                           const std::map<std::string, std::string>& env = {},
+                           std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  std::vector<std::string> argv = {kDdprun};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ChildProcess process(argv, env);
+  RunResult result;
+  // Read both pipes while waiting so a chatty run never blocks on them.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    result.out += process.drainStdout();
+    result.err += process.drainStderr();
+    if (auto code = process.wait(std::chrono::milliseconds(0))) {
+      result.code = *code;
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  result.out += process.stdoutText();
+  result.err += process.stderrText();
+  return result;
+}
+
+// Lines of `text` that start with `prefix`, with the prefix removed.
+inline std::vector<std::string> linesWith(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    if (line.rfind(prefix, 0) == 0) lines.push_back(line.substr(prefix.size()));
+    start = end + 1;
+  }
+  return lines;
+}
+
+}  // namespace ddprun::test_support

@@ -1,0 +1,512 @@
+// ddprun on one node, driven as a user drives it: the real binary, real
+// processes, real signals.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "launcher_support.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::ChildProcess;
+using test_support::kBinDir;
+using test_support::kDdprun;
+using test_support::linesWith;
+using test_support::runDdprun;
+namespace fs = std::filesystem;
+
+// A fresh scratch directory per test.
+fs::path scratch() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::path(::testing::TempDir()) / "ddprun-it" / info->name();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+std::vector<std::string> args(std::vector<std::string> options,
+                              const std::vector<std::string>& program) {
+  options.insert(options.end(), program.begin(), program.end());
+  return options;
+}
+
+bool processGone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z';
+}
+
+TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
+  const auto r = runDdprun(
+      args({"--nproc_per_node=3", "--rdzv_id=envjob", "--role=trainer", "--max_restarts=2",
+            "--log_prefix="},
+           sh("echo ENV $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $ROLE_RANK "
+              "$ROLE_NAME $GROUP_WORLD_SIZE $ROLE_WORLD_SIZE $MASTER_ADDR "
+              "$TORCHELASTIC_RESTART_COUNT "
+              "$TORCHELASTIC_MAX_RESTARTS $TORCHELASTIC_RUN_ID $TORCHELASTIC_USE_AGENT_STORE "
+              "$OMP_NUM_THREADS $TORCH_NCCL_ASYNC_ERROR_HANDLING $DDPRUN_STORE_HOST "
+              "$DDPRUN_STORE_PREFIX; echo PORTS $MASTER_PORT $DDPRUN_STORE_PORT ${#DDPRUN_TOKEN}; "
+              "echo ERRFILE $TORCHELASTIC_ERROR_FILE")),
+      {{"OMP_NUM_THREADS", ""}});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto env = linesWith(r.out, "ENV ");
+  ASSERT_EQ(env.size(), 3u) << r.out;
+  std::sort(env.begin(), env.end());
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(env[rank], fmt::format("{0} {0} 3 3 0 {0} trainer 1 3 127.0.0.1 0 2 envjob False 1 "
+                                     "1 127.0.0.1 envjob/attempt_0/",
+                                     rank));
+  }
+  for (const auto& ports : linesWith(r.out, "PORTS ")) {
+    std::istringstream in(ports);
+    int master = 0, store = 0, tokenLength = 0;
+    in >> master >> store >> tokenLength;
+    EXPECT_GT(master, 0);
+    EXPECT_GT(store, 0);
+    EXPECT_NE(master, store);
+    EXPECT_EQ(tokenLength, 32);
+  }
+  std::set<std::string> errorFiles;
+  for (const auto& file : linesWith(r.out, "ERRFILE ")) errorFiles.insert(file);
+  EXPECT_EQ(errorFiles.size(), 3u);
+  for (const auto& file : errorFiles) {
+    EXPECT_TRUE(std::regex_search(file, std::regex("envjob/attempt_0/[012]/error.json$"))) << file;
+  }
+  EXPECT_NE(r.err.find("Setting OMP_NUM_THREADS"), std::string::npos);
+}
+
+TEST(Launcher, UserSettingsWinOverDefaults) {
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--master_port=29999", "--log_prefix="},
+                     sh("echo V $OMP_NUM_THREADS $TORCH_NCCL_ASYNC_ERROR_HANDLING $MASTER_PORT")),
+                {{"OMP_NUM_THREADS", "4"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"}});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "V "), (std::vector<std::string>{"4 0 29999", "4 0 29999"}));
+  EXPECT_EQ(r.err.find("Setting OMP_NUM_THREADS"), std::string::npos);
+}
+
+TEST(Launcher, PetEnvironmentVariablesAreOptions) {
+  const auto r = runDdprun(sh("echo $RANK"), {{"PET_NPROC_PER_NODE", "3"}, {"PET_LOG_PREFIX", ""}});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "").size(), 3u) << r.out;
+  // The flag wins over PET_*.
+  const auto flag = runDdprun(args({"--nproc-per-node=2", "--log-prefix="}, sh("echo $RANK")),
+                              {{"PET_NPROC_PER_NODE", "3"}});
+  EXPECT_EQ(linesWith(flag.out, "").size(), 2u) << flag.out;
+}
+
+TEST(Launcher, WorkersUseTheStoreThroughTheNativeClient) {
+  const auto r = runDdprun({"--nproc_per_node=4", kBinDir + "/hello"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(
+        r.out.find(fmt::format("[rank {}]: rank {} sees rank {}", rank, rank, (rank + 1) % 4)),
+        std::string::npos)
+        << r.out;
+  }
+}
+
+TEST(Launcher, RestartsCountDownTheBudget) {
+  const auto r = runDdprun(args({"--nproc_per_node=2", "--max_restarts=2"},
+                                sh("echo attempt $TORCHELASTIC_RESTART_COUNT; "
+                                   "[ $LOCAL_RANK = 1 ] && sleep 0.2 && exit 3; sleep 30")));
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_EQ(linesWith(r.out, "[rank 0]: attempt "), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_NE(r.err.find("Restarting the worker group (restart 1 of 2)"), std::string::npos);
+  EXPECT_NE(r.err.find("Restarting the worker group (restart 2 of 2)"), std::string::npos);
+  EXPECT_NE(r.err.find("FAILED after 3 attempts"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attempt 0: worker rank 1"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, AFailureFollowedByASuccessfulRestartSucceeds) {
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--max_restarts=3"},
+                     sh("[ $TORCHELASTIC_RESTART_COUNT = 0 ] && [ $RANK = 1 ] && exit 5; "
+                        "echo done $TORCHELASTIC_RESTART_COUNT")));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "[rank 1]: done "), (std::vector<std::string>{"1"}));
+  EXPECT_EQ(r.err.find("FAILED"), std::string::npos);
+}
+
+TEST(Launcher, ExitCodeIsTheRootCausesCode) {
+  EXPECT_EQ(runDdprun(sh("exit 42")).code, 42);
+  EXPECT_EQ(runDdprun(sh("exit 0")).code, 0);
+  const auto r = runDdprun(sh("kill -SEGV $$"));
+  EXPECT_EQ(r.code, 128 + SIGSEGV);
+  EXPECT_NE(r.err.find("SIGSEGV"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, RootCauseIsTheFirstFailureInTime) {
+  const auto r = runDdprun(
+      args({"--nproc_per_node=3"}, sh("if [ $RANK = 2 ]; then echo early failure >&2; exit 9; fi; "
+                                      "sleep 0.5; exit 4")));
+  EXPECT_EQ(r.code, 9) << r.err;
+  EXPECT_NE(r.err.find("rank       : 2 (local_rank 2, node 0)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exit       : 9"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("    early failure"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Stopped by ddprun after the failure: ranks 0, 1"), std::string::npos)
+      << r.err;
+}
+
+TEST(Launcher, RootCauseReportUsesTheErrorFile) {
+  const std::string json =
+      R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": )"
+      R"("Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: boom", )"
+      R"("timestamp": "1700000000"}}})";
+  const auto r = runDdprun(args({"--nproc_per_node=2"},
+                                sh("[ $RANK = 1 ] || exec sleep 30; echo noise >&2; printf '%s' '" +
+                                   json + "' > $TORCHELASTIC_ERROR_FILE; exit 1")));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("message    : ValueError: boom"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("    File \"train.py\", line 3"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("error_file : .*/attempt_0/1/error.json")))
+      << r.err;
+  EXPECT_NE(r.err.find("pid        : "), std::string::npos);
+  EXPECT_NE(r.err.find("host       : "), std::string::npos);
+}
+
+TEST(Launcher, RootCauseReportWithoutAnErrorFileShowsStderr) {
+  const auto r = runDdprun(sh("echo line one >&2; echo line two >&2; exit 3"));
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.err.find("error_file : <none written>"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("last lines of stderr:\n    line one\n    line two"), std::string::npos)
+      << r.err;
+}
+
+TEST(Launcher, ProgramThatCannotStartIsReported) {
+  const fs::path dir = scratch();
+  const fs::path script = dir / "vanishing";
+  std::ofstream(script) << "#!/nonexistent/interpreter\n";
+  fs::permissions(script, fs::perms::owner_all);
+  const auto r = runDdprun({script.string()});
+  EXPECT_EQ(r.code, 127) << r.err;
+  EXPECT_NE(r.err.find("cannot start"), std::string::npos) << r.err;
+}
+
+// Starts ddprun, waits until every worker wrote "<pid>" lines to `pidFile`.
+std::unique_ptr<ChildProcess> startAndWait(const std::vector<std::string>& ddprunArgs,
+                                           const fs::path& pidFile, std::size_t expected,
+                                           std::vector<pid_t>& pids) {
+  std::vector<std::string> argv = {kDdprun};
+  argv.insert(argv.end(), ddprunArgs.begin(), ddprunArgs.end());
+  auto process = std::make_unique<ChildProcess>(argv);
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream in(pidFile);
+    pids.clear();
+    pid_t pid = 0;
+    while (in >> pid) pids.push_back(pid);
+    if (pids.size() >= expected) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  return process;
+}
+
+TEST(Launcher, SignalsAreForwardedToEveryWorker) {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) {
+    SCOPED_TRACE(sig);
+    const fs::path dir = scratch();
+    const fs::path pids = dir / "pids";
+    std::vector<pid_t> workers;
+    auto process = startAndWait(
+        args({"--nproc_per_node=2", "--log_prefix="},
+             sh("trap 'echo got signal $RANK; exit 0' HUP INT QUIT TERM USR1 USR2; echo $$ >> " +
+                pids.string() + "; while :; do sleep 0.05; done")),
+        pids, 2, workers);
+    ASSERT_EQ(workers.size(), 2u);
+    process->signal(sig);
+    EXPECT_EQ(process->wait(10s), 128 + sig);
+    const std::string out = process->stdoutText();
+    EXPECT_NE(out.find("got signal 0"), std::string::npos) << out;
+    EXPECT_NE(out.find("got signal 1"), std::string::npos) << out;
+    for (pid_t pid : workers) EXPECT_TRUE(processGone(pid));
+  }
+}
+
+TEST(Launcher, WorkersIgnoringTheSignalAreKilledAfterTheGracePeriod) {
+  const fs::path dir = scratch();
+  const fs::path pids = dir / "pids";
+  std::vector<pid_t> workers;
+  auto process = startAndWait(
+      args({"--nproc_per_node=2", "--shutdown_timeout=0.3"},
+           sh("trap '' TERM; echo $$ >> " + pids.string() + "; while :; do sleep 0.05; done")),
+      pids, 2, workers);
+  ASSERT_EQ(workers.size(), 2u);
+  const auto start = std::chrono::steady_clock::now();
+  process->signal(SIGTERM);
+  EXPECT_EQ(process->wait(10s), 128 + SIGTERM);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
+  for (pid_t pid : workers) EXPECT_TRUE(processGone(pid));
+  EXPECT_NE(process->stderrText().find("sending SIGKILL"), std::string::npos);
+}
+
+TEST(Launcher, SigkillOfDdprunLeavesNoWorkerAndNoGrandchild) {
+  const fs::path dir = scratch();
+  const fs::path pids = dir / "pids";
+  std::vector<pid_t> all;
+  // Each worker starts a grandchild (in its process group) and a
+  // great-grandchild, then sleeps: 2 workers + 4 descendants.
+  auto process =
+      startAndWait(args({"--nproc_per_node=2"},
+                        sh("echo $$ >> " + pids.string() + "; sh -c 'echo $$ >> " + pids.string() +
+                           "; sleep 1000 & echo $! >> " + pids.string() + "; wait' & sleep 1000")),
+                   pids, 6, all);
+  ASSERT_EQ(all.size(), 6u);
+  for (pid_t pid : all) ASSERT_FALSE(processGone(pid)) << pid;
+  process->signal(SIGKILL);
+  ASSERT_EQ(process->wait(5s), 128 + SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + 1s;
+  bool allGone = false;
+  while (!allGone && std::chrono::steady_clock::now() < deadline) {
+    allGone = std::all_of(all.begin(), all.end(), processGone);
+    if (!allGone) std::this_thread::sleep_for(10ms);
+  }
+  for (pid_t pid : all) EXPECT_TRUE(processGone(pid)) << "pid " << pid << " survived ddprun";
+}
+
+TEST(Launcher, EachWorkerHasItsOwnProcessGroup) {
+  const auto r = runDdprun(args({"--nproc_per_node=2", "--log_prefix="},
+                                sh("echo PG $$ $(cut -d' ' -f5 /proc/$$/stat)")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto lines = linesWith(r.out, "PG ");
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& line : lines) {
+    std::istringstream in(line);
+    std::string pid, pgid;
+    in >> pid >> pgid;
+    EXPECT_EQ(pid, pgid);
+  }
+}
+
+TEST(Launcher, NoDescriptorOfTheAgentLeaksIntoWorkers) {
+  // ls lists its own descriptors: the three standard ones plus the
+  // directory it opened, which takes the lowest free number (3) unless
+  // something leaked.
+  const auto r = runDdprun({"--nproc_per_node=2", "--log_prefix=", "/bin/ls", "/proc/self/fd"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto fds = linesWith(r.out, "");
+  std::sort(fds.begin(), fds.end());
+  EXPECT_EQ(fds, (std::vector<std::string>{"0", "0", "1", "1", "2", "2", "3", "3"})) << r.out;
+}
+
+TEST(Launcher, LocalRankMacroIsSubstituted) {
+  const auto r = runDdprun(
+      {"--nproc_per_node=3", "--log_prefix=", "/bin/echo", "id=${local_rank}", "x${local_rank}y"});
+  ASSERT_EQ(r.code, 0);
+  auto lines = linesWith(r.out, "id=");
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"0 x0y", "1 x1y", "2 x2y"}));
+}
+
+TEST(Launcher, LogFilesFollowTorchrunsLayout) {
+  const fs::path dir = scratch();
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--log_dir=" + dir.string(), "--rdzv_id=layout",
+                      "--redirects=3", "--max_restarts=1"},
+                     sh("echo out $RANK $TORCHELASTIC_RESTART_COUNT; echo err $RANK >&2; "
+                        "[ $TORCHELASTIC_RESTART_COUNT$RANK = 00 ] && sleep 0.3 && "
+                        "exit 1; exit 0")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("out "), std::string::npos) << "redirected output reached the console";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int rank = 0; rank < 2; ++rank) {
+      const fs::path rankDir =
+          dir / "layout" / fmt::format("attempt_{}", attempt) / std::to_string(rank);
+      std::ifstream out(rankDir / "stdout.log");
+      std::string line;
+      std::getline(out, line);
+      EXPECT_EQ(line, fmt::format("out {} {}", rank, attempt)) << rankDir;
+      std::ifstream err(rankDir / "stderr.log");
+      std::getline(err, line);
+      EXPECT_EQ(line, fmt::format("err {}", rank));
+    }
+  }
+}
+
+TEST(Launcher, TeeWritesFilesAndConsole) {
+  const fs::path dir = scratch();
+  const auto r = runDdprun(args({"--log_dir=" + dir.string(), "--rdzv_id=tee", "--tee=1"},
+                                sh("echo visible; echo hidden-err >&2")));
+  ASSERT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("[rank 0]: visible"), std::string::npos);
+  EXPECT_NE(r.err.find("[rank 0]: hidden-err"), std::string::npos);
+  std::ifstream out(dir / "tee/attempt_0/0/stdout.log");
+  std::string line;
+  std::getline(out, line);
+  EXPECT_EQ(line, "visible");
+  EXPECT_FALSE(fs::exists(dir / "tee/attempt_0/0/stderr.log"));
+}
+
+TEST(Launcher, PerRankRedirectsAcceptMultiDigitRanks) {
+  const fs::path dir = scratch();
+  const auto r = runDdprun(args({"--nproc_per_node=12", "--log_dir=" + dir.string(),
+                                 "--rdzv_id=many", "--redirects=11:1,3:1"},
+                                sh("echo hi $LOCAL_RANK")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("[rank 11]: hi"), std::string::npos);
+  EXPECT_EQ(r.out.find("[rank 3]: hi"), std::string::npos);
+  EXPECT_NE(r.out.find("[rank 10]: hi 10"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "many/attempt_0/11/stdout.log"));
+}
+
+TEST(Launcher, LocalRanksFilterShowsOnlyChosenRanks) {
+  const auto r =
+      runDdprun(args({"--nproc_per_node=3", "--local_ranks_filter=1"}, sh("echo me $LOCAL_RANK")));
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(linesWith(r.out, "[rank "), (std::vector<std::string>{"1]: me 1"}));
+}
+
+TEST(Launcher, PrefixedLinesNeverInterleaveUnderConcurrentOutput) {
+  // Four workers write 20,000 lines of 300 bytes each as fast as they can.
+  const auto r = runDdprun(
+      args({"--nproc_per_node=4"}, sh("line=$(printf \"$RANK%.0s\" $(seq 300)); yes \"$line\" | "
+                                      "head -n 20000")),
+      {}, 120s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<int, int> counts;
+  std::istringstream in(r.out);
+  std::string line;
+  int bad = 0;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, std::regex(R"(\[rank (\d)\]: (\d+))")) &&
+        m[2].str() == std::string(300, m[1].str()[0])) {
+      counts[std::stoi(m[1].str())]++;
+    } else {
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(counts[rank], 20000) << rank;
+}
+
+TEST(Launcher, FinalPartialLineIsFlushed) {
+  const auto r = runDdprun(sh("printf 'no newline at the end'"));
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "[rank 0]: no newline at the end\n");
+}
+
+TEST(Launcher, PrefixTemplateAndTorchelasticVariable) {
+  auto r = runDdprun(
+      args({"--nproc_per_node=2", "--role=w", "--log_prefix=<${role_name}${local_rank}|${rank}> "},
+           sh("echo x")));
+  EXPECT_NE(r.out.find("<w1|1> x"), std::string::npos) << r.out;
+  r = runDdprun(sh("echo y"),
+                {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}${rank}]:"}});
+  EXPECT_NE(r.out.find("[default0]:y"), std::string::npos) << r.out;
+}
+
+TEST(Launcher, PythonScriptsRunUnderPythonExec) {
+  const fs::path dir = scratch();
+  std::ofstream(dir / "train.py") << "import os, sys\n"
+                                  << "print('py', os.environ['RANK'], sys.argv[1:], "
+                                     "sys.flags.unbuffered if hasattr(sys.flags, 'unbuffered') "
+                                     "else '')\n";
+  const auto r = runDdprun({"--nproc_per_node=2", (dir / "train.py").string(), "--lr", "0.1"},
+                           {{"PYTHON_EXEC", "/usr/bin/python3"}});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 1]: py 1 ['--lr', '0.1']"), std::string::npos) << r.out;
+  const auto m = runDdprun({"-m", "json.tool", "--help"}, {{"PYTHON_EXEC", "/usr/bin/python3"}});
+  EXPECT_EQ(m.code, 0) << m.err;
+  EXPECT_NE(m.out.find("usage"), std::string::npos) << m.out;
+}
+
+TEST(Launcher, HelpListsEveryOption) {
+  const auto r = runDdprun({"--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* option : {"--nproc_per_node",
+                             "--nnodes",
+                             "--node_rank",
+                             "--master_addr",
+                             "--master_port",
+                             "--standalone",
+                             "--rdzv_backend",
+                             "--rdzv_endpoint",
+                             "--rdzv_id",
+                             "--rdzv_conf",
+                             "--max_restarts",
+                             "--monitor_interval",
+                             "--role",
+                             "--log_dir",
+                             "--redirects",
+                             "--tee",
+                             "--local_ranks_filter",
+                             "--run_path",
+                             "--module",
+                             "--no_python",
+                             "--local_addr",
+                             "--shutdown_timeout",
+                             "--log_prefix"}) {
+    EXPECT_NE(r.out.find(option), std::string::npos) << option;
+  }
+}
+
+// Bad input: one clear line naming the problem, exit code 2, nothing run.
+TEST(Launcher, BadInputFailsClearlyAndStartsNothing) {
+  const fs::path dir = scratch();
+  const std::string marker = (dir / "marker").string();
+  const std::vector<std::string> touch = {"/usr/bin/touch", marker};
+  const fs::path plainFile = dir / "not-executable";
+  std::ofstream(plainFile) << "data\n";
+  const fs::path fileAsDir = dir / "file";
+  std::ofstream(fileAsDir) << "x";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {args({"--bogus"}, touch), "--bogus"},
+      {args({"--nproc_per_node=0"}, touch), "--nproc_per_node=0 is not a positive number"},
+      {args({"--nproc_per_node=-2"}, touch), "--nproc_per_node=-2"},
+      {args({"--nproc_per_node=abc"}, touch), "'cpu', 'gpu' or 'auto'"},
+      {{"--nproc_per_node=2"}, "no program to run"},
+      {{"./definitely-not-here"}, "does not exist"},
+      {{"no-such-program-anywhere"}, "was not found on PATH"},
+      {{plainFile.string()}, "is not an executable file"},
+      {{(dir / "missing.py").string()}, "the script"},
+      {args({"--redirects=4"}, touch), "--redirects"},
+      {args({"--tee=0:9"}, touch), "--tee"},
+      {args({"--redirects=x:1"}, touch), "local_rank:value"},
+      {args({"--rdzv_conf=novalue"}, touch), "is not KEY=VALUE"},
+      {args({"--rdzv_conf==x"}, touch), "is not KEY=VALUE"},
+      {{"-m", "--no_python", "json.tool"}, "contradict"},
+      {args({"--max_restarts=-1"}, touch), "--max_restarts=-1"},
+      {args({"--shutdown_timeout=soon"}, touch), "--shutdown_timeout=soon"},
+      {args({"--nnodes=2:1"}, touch), "MIN <= MAX"},
+      {args({"--nnodes=2"}, touch), "multi-node jobs are not supported"},
+      {args({"--node_rank=3"}, touch), "--node_rank=3"},
+      {args({"--master_port=70000"}, touch), "--master_port=70000"},
+      {args({"--local_ranks_filter=5"}, touch), "--local_ranks_filter=5"},
+      {args({"--rdzv_backend=etcd"}, touch), "--rdzv_backend=etcd is not supported"},
+      {args({"--role="}, touch), "--role is empty"},
+      {args({"--monitor_interval=-1"}, touch), "--monitor_interval=-1"},
+      {args({"--log_dir=" + fileAsDir.string()}, touch), "is not a directory"},
+      {args({"--nproc_per_node"}, {}), "--nproc_per_node"},
+  };
+  for (const Case& c : cases) {
+    const auto r = runDdprun(c.args, {{"PYTHON_EXEC", "/usr/bin/python3"}});
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.rfind("ddprun: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(marker)) << "a worker ran for " << c.message;
+  }
+}
+
+}  // namespace
+}  // namespace ddprun
