@@ -158,7 +158,13 @@ std::map<std::string, std::string> parseRdzvConf(const std::string& text) {
 std::string resolveExecutable(const std::string& name, const std::string& what) {
   auto usable = [](const fs::path& p) {
     std::error_code ec;
-    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+    // access() alone is not enough: for root it grants X_OK on some
+    // files without any execute bit.
+    const auto perms = fs::status(p, ec).permissions();
+    const bool anyExec =
+        (perms & (fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec)) !=
+        fs::perms::none;
+    return fs::is_regular_file(p, ec) && anyExec && ::access(p.c_str(), X_OK) == 0;
   };
   if (name.find('/') != std::string::npos) {
     std::error_code ec;

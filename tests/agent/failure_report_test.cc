@@ -1,0 +1,72 @@
+#include "failure_report.h"
+
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+namespace ddprun::agent {
+namespace {
+
+WorkerFailure failure() {
+  WorkerFailure f;
+  f.rank = 5;
+  f.localRank = 1;
+  f.nodeRank = 2;
+  f.host = "node7";
+  f.pid = 4121;
+  f.status = ExitStatus{7, 0, false};
+  f.time = std::chrono::system_clock::from_time_t(1700000000) + std::chrono::milliseconds(250);
+  f.errorFile = "/logs/job/attempt_0/1/error.json";
+  return f;
+}
+
+TEST(FailureReport, NamesEverythingAboutTheRootCause) {
+  FailureSummary s;
+  s.programName = "train.py";
+  s.attempts = 1;
+  s.rootCause = failure();
+  s.rootCause.stderrTail = {"loading data", "RuntimeError: bad shape"};
+  s.stoppedRanks = {4, 6};
+  const std::string report = formatFailureReport(s);
+  EXPECT_NE(report.find("train.py FAILED after 1 attempt"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank       : 5 (local_rank 1, node 2)"), std::string::npos);
+  EXPECT_NE(report.find("host       : node7"), std::string::npos);
+  EXPECT_NE(report.find("pid        : 4121"), std::string::npos);
+  EXPECT_NE(report.find("exit       : 7"), std::string::npos);
+  EXPECT_NE(report.find("time       : 2023-11-14 22:13:20.250 UTC"), std::string::npos) << report;
+  EXPECT_NE(report.find("error_file : <none written>"), std::string::npos);
+  EXPECT_NE(report.find("    RuntimeError: bad shape"), std::string::npos);
+  EXPECT_NE(report.find("Stopped by ddprun after the failure: ranks 4, 6"), std::string::npos);
+}
+
+TEST(FailureReport, PrefersTheErrorFileAndShowsSignals) {
+  FailureSummary s;
+  s.programName = "train.py";
+  s.attempts = 3;
+  s.maxRestarts = 2;
+  s.rootCause = failure();
+  s.rootCause.status = ExitStatus{0, SIGSEGV, true};
+  s.rootCause.error = WorkerError{"ValueError: boom", "Traceback (most recent call last):\n  x", 0};
+  s.rootCause.stderrTail = {"should not be shown"};
+  s.history = {"attempt 0: worker rank 5 exited with code 1"};
+  const std::string report = formatFailureReport(s);
+  EXPECT_NE(report.find("exit       : SIGSEGV (signal 11; exit code 139)"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("message    : ValueError: boom"), std::string::npos);
+  EXPECT_NE(report.find("    Traceback (most recent call last):"), std::string::npos);
+  EXPECT_EQ(report.find("should not be shown"), std::string::npos);
+  EXPECT_NE(report.find("error_file : /logs/job/attempt_0/1/error.json"), std::string::npos);
+  EXPECT_NE(report.find("attempt 0: worker rank 5"), std::string::npos);
+  EXPECT_EQ(describeExit(s.rootCause),
+            "worker rank 5 (local rank 1, pid 4121) was killed by SIGSEGV");
+}
+
+TEST(ExitStatus, ShellConvention) {
+  EXPECT_EQ((ExitStatus{3, 0, false}).shellCode(), 3);
+  EXPECT_EQ((ExitStatus{0, 9, true}).shellCode(), 137);
+  EXPECT_TRUE((ExitStatus{0, 0, false}).success());
+  EXPECT_FALSE((ExitStatus{0, 15, true}).success());
+}
+
+}  // namespace
+}  // namespace ddprun::agent

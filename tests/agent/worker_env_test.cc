@@ -1,0 +1,81 @@
+#include "worker_env.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace ddprun::agent {
+namespace {
+
+std::map<std::string, std::string> asMap(const std::vector<std::string>& entries) {
+  std::map<std::string, std::string> map;
+  for (const auto& e : entries) map[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+  return map;
+}
+
+TEST(WorkerEnv, TorchrunsVariablesAndDdprunsOwn) {
+  AgentConfig config;
+  config.nprocPerNode = 4;
+  config.role = "trainer";
+  config.runId = "job";
+  config.maxRestarts = 3;
+  config.hostname = "node1";
+  WorkerIdentity id;
+  id.localRank = 2;
+  id.rank = 2;
+  id.worldSize = 4;
+  id.restartCount = 1;
+  id.masterAddr = "127.0.0.1";
+  id.masterPort = 29500;
+  id.storeHost = "127.0.0.1";
+  id.storePort = 40000;
+  id.storePrefix = "job/attempt_1/";
+  id.errorFile = "/tmp/x/error.json";
+  id.token = "secret";
+  const auto env = asMap(buildWorkerEnv({{"PATH", "/bin"}, {"RANK", "stale"}}, config, id));
+  const std::map<std::string, std::string> expected = {
+      {"PATH", "/bin"},
+      {"RANK", "2"},
+      {"LOCAL_RANK", "2"},
+      {"GROUP_RANK", "0"},
+      {"ROLE_RANK", "2"},
+      {"ROLE_NAME", "trainer"},
+      {"LOCAL_WORLD_SIZE", "4"},
+      {"WORLD_SIZE", "4"},
+      {"GROUP_WORLD_SIZE", "1"},
+      {"ROLE_WORLD_SIZE", "4"},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", "29500"},
+      {"TORCHELASTIC_RESTART_COUNT", "1"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"},
+      {"TORCHELASTIC_RUN_ID", "job"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", "/tmp/x/error.json"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"DDPRUN_STORE_HOST", "127.0.0.1"},
+      {"DDPRUN_STORE_PORT", "40000"},
+      {"DDPRUN_STORE_PREFIX", "job/attempt_1/"},
+      {"DDPRUN_TOKEN", "secret"},
+      {"DDPRUN_HOSTNAME", "node1"},
+  };
+  EXPECT_EQ(env, expected);
+}
+
+TEST(WorkerEnv, AgentValuesAndExtraEnvWin) {
+  AgentConfig config;
+  config.extraEnv = {{"OMP_NUM_THREADS", "1"}};
+  const auto env =
+      asMap(buildWorkerEnv({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"}}, config, WorkerIdentity{}));
+  EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");
+}
+
+TEST(WorkerEnv, LocalRankMacro) {
+  EXPECT_EQ(
+      substituteLocalRank({"prog", "--out=log${local_rank}.txt", "${local_rank}${local_rank}"}, 12),
+      (std::vector<std::string>{"prog", "--out=log12.txt", "1212"}));
+}
+
+}  // namespace
+}  // namespace ddprun::agent
