@@ -122,10 +122,20 @@ TEST(Launcher, WorkersUseTheStoreThroughTheNativeClient) {
   }
 }
 
+// Shell snippet: rank 1 waits (bounded) until rank 0 has created `flag`.
+std::string afterRankZero(const fs::path& flag) {
+  return "if [ $LOCAL_RANK = 0 ]; then touch " + flag.string() +
+         "_$TORCHELASTIC_RESTART_COUNT; else i=0; while [ ! -e " + flag.string() +
+         "_$TORCHELASTIC_RESTART_COUNT ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; "
+         "fi; ";
+}
+
 TEST(Launcher, RestartsCountDownTheBudget) {
-  const auto r = runDdprun(args({"--nproc_per_node=2", "--max_restarts=2"},
-                                sh("echo attempt $TORCHELASTIC_RESTART_COUNT; "
-                                   "[ $LOCAL_RANK = 1 ] && sleep 0.2 && exit 3; sleep 30")));
+  const fs::path flag = scratch() / "printed";
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--max_restarts=2"},
+                     sh("echo attempt $TORCHELASTIC_RESTART_COUNT; " + afterRankZero(flag) +
+                        "[ $LOCAL_RANK = 1 ] && exit 3; sleep 30")));
   EXPECT_EQ(r.code, 3) << r.err;
   EXPECT_EQ(linesWith(r.out, "[rank 0]: attempt "), (std::vector<std::string>{"0", "1", "2"}));
   EXPECT_NE(r.err.find("Restarting the worker group (restart 1 of 2)"), std::string::npos);
@@ -155,7 +165,7 @@ TEST(Launcher, ExitCodeIsTheRootCausesCode) {
 TEST(Launcher, RootCauseIsTheFirstFailureInTime) {
   const auto r = runDdprun(
       args({"--nproc_per_node=3"}, sh("if [ $RANK = 2 ]; then echo early failure >&2; exit 9; fi; "
-                                      "sleep 0.5; exit 4")));
+                                      "sleep 10; exit 4")));
   EXPECT_EQ(r.code, 9) << r.err;
   EXPECT_NE(r.err.find("rank       : 2 (local_rank 2, node 0)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("exit       : 9"), std::string::npos) << r.err;
@@ -318,9 +328,9 @@ TEST(Launcher, LogFilesFollowTorchrunsLayout) {
   const auto r =
       runDdprun(args({"--nproc_per_node=2", "--log_dir=" + dir.string(), "--rdzv_id=layout",
                       "--redirects=3", "--max_restarts=1"},
-                     sh("echo out $RANK $TORCHELASTIC_RESTART_COUNT; echo err $RANK >&2; "
-                        "[ $TORCHELASTIC_RESTART_COUNT$RANK = 00 ] && sleep 0.3 && "
-                        "exit 1; exit 0")));
+                     sh("echo out $RANK $TORCHELASTIC_RESTART_COUNT; echo err $RANK >&2; " +
+                        afterRankZero(dir / "flag") +
+                        "[ $TORCHELASTIC_RESTART_COUNT$RANK = 01 ] && exit 1; exit 0")));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.find("out "), std::string::npos) << "redirected output reached the console";
   for (int attempt = 0; attempt < 2; ++attempt) {
