@@ -1,6 +1,7 @@
 #include "store_report.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -9,7 +10,6 @@
 #include <algorithm>
 #include <fstream>
 #include <ostream>
-#include <thread>
 
 #include "ddprun/common/error.h"
 
@@ -23,11 +23,17 @@ std::string formatRuns(const std::vector<double>& runs) {
   return out;
 }
 
+// Kernel, architecture and CPUs: online, and usable by this run (a run under
+// `taskset` inherits the affinity into the server processes too).
 std::string machineDescription() {
   utsname name{};
   ::uname(&name);
-  return fmt::format("{} {} {}, {} CPUs", name.sysname, name.release, name.machine,
-                     std::thread::hardware_concurrency());
+  cpu_set_t usable;
+  CPU_ZERO(&usable);
+  const int allowed =
+      ::sched_getaffinity(0, sizeof(usable), &usable) == 0 ? CPU_COUNT(&usable) : -1;
+  return fmt::format("{} {} {}, {} CPUs online, {} usable by this run", name.sysname, name.release,
+                     name.machine, ::sysconf(_SC_NPROCESSORS_ONLN), allowed);
 }
 
 }  // namespace
@@ -87,8 +93,8 @@ void StoreReport::printTable(std::ostream& out) const {
            row.ok() ? fmt::format("{:.0f}", row.median()) : "FAILED", formatRuns(row.opsPerSecond),
            ratio);
       if (!row.error.empty()) {
-        errors.push_back(
-            fmt::format("{} with {} clients: {}", row.description, config.clients, row.error));
+        errors.push_back(fmt::format("{} with {} client{}: {}", row.description, config.clients,
+                                     config.clients == 1 ? "" : "s", row.error));
       }
     }
   }

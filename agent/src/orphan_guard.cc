@@ -26,8 +26,11 @@ constexpr int kMaxGroups = 65536;
   // agent's stdout open would delay EOF for whoever reads it.
   const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   for (int fd = 0; fd <= 2; ++fd) ::dup2(devNull, fd);
-  if (::syscall(SYS_close_range, 3, static_cast<unsigned>(readFd) - 1, 0) != 0 ||
-      ::syscall(SYS_close_range, static_cast<unsigned>(readFd) + 1, ~0U, 0) != 0) {
+  const bool closedBelow =
+      readFd <= 3 || ::syscall(SYS_close_range, 3, static_cast<unsigned>(readFd) - 1, 0) == 0;
+  const bool closedAbove =
+      ::syscall(SYS_close_range, static_cast<unsigned>(readFd) + 1, ~0U, 0) == 0;
+  if (!closedBelow || !closedAbove) {  // kernels before 5.9
     for (int fd = 3; fd < 4096; ++fd) {
       if (fd != readFd) ::close(fd);
     }

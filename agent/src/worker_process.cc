@@ -92,13 +92,19 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
   launcher.env = envp.data();
   bp::error_code ec;
   const std::vector<std::string> args(argv.begin() + 1, argv.end());
-  auto process = launcher(io.get_executor(), ec, bp::filesystem::path(argv.at(0)), args,
+  // The launcher tells its io_context about the fork, and the child then
+  // rebuilds that context's reactor before exec. Launching on an empty
+  // context keeps that work (and the agent's descriptors) out of the child;
+  // the exit is then watched on the agent's own context.
+  asio::io_context spawnContext;
+  auto process = launcher(spawnContext.get_executor(), ec, bp::filesystem::path(argv.at(0)), args,
                           bp::process_stdio{{}, outWrite, errWrite}, ChildSetup{::getpid()});
   if (ec) {
     throw Error(fmt::format("cannot start '{}': {}", argv[0], ec.message()));
   }
   pid_ = process.id();
-  handle_ = process.detach();
+  process.detach();
+  handle_ = bp::process_handle(io.get_executor(), pid_);
 }
 
 void WorkerProcess::signalGroup(int sig) const {

@@ -1,5 +1,6 @@
 #include "connection.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -57,7 +58,24 @@ std::shared_ptr<Connection> Connection::open(const StoreClientOptions& options,
   return connection;
 }
 
+void Connection::boundReceive(Clock::time_point deadline) {
+  // SO_RCVTIMEO is changed only when the current bound would overshoot the
+  // deadline by more than the slack, or is far shorter than needed: calls
+  // with the same timeout then make no extra system call.
+  constexpr auto kSlack = std::chrono::milliseconds(10);
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+  const auto wanted = std::clamp(left, std::chrono::microseconds(1000),
+                                 std::chrono::microseconds(std::chrono::hours(24 * 365)));
+  if (receiveBound_ <= wanted + kSlack && receiveBound_ * 2 >= wanted) return;
+  timeval tv{static_cast<time_t>(wanted.count() / 1000000),
+             static_cast<suseconds_t>(wanted.count() % 1000000)};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  receiveBound_ = wanted;
+}
+
 Connection::Connection(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {
+  // Blocking for receives (bounded by SO_RCVTIMEO); sends pass MSG_DONTWAIT.
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   lastUse_ = Clock::now().time_since_epoch().count();
 }
 
@@ -149,18 +167,18 @@ bool Connection::readUntil(const Slot& mine, Clock::time_point deadline) {
       if (mine.done) return true;
       if (broken_) return false;
     }
-    pollfd p{fd_, POLLIN, 0};
-    const int ready = ::poll(&p, 1, remainingMs(deadline));
-    if (ready == 0) return false;
-    if (ready < 0 && errno == EINTR) continue;
+    if (Clock::now() >= deadline) return false;
+    boundReceive(deadline);
     std::size_t space = 0;
     char* tail = input_.writable(0, space);
-    const ssize_t n = ::recv(fd_, tail, space, MSG_DONTWAIT);
+    // A blocking receive bounded by SO_RCVTIMEO: one system call per reply
+    // instead of poll + recv.
+    const ssize_t n = ::recv(fd_, tail, space, 0);
     if (n > 0) {
       input_.commit(static_cast<std::size_t>(n));
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     markBroken(Status::kOk, n == 0 ? fmt::format("the store at {} closed the connection", endpoint_)
                                    : fmt::format("receiving from the store at {} failed: {}",
                                                  endpoint_, std::strerror(errno)));

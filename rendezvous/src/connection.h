@@ -64,6 +64,8 @@ class Connection {
   // As the reader: reads until `mine` is done, the deadline passes (false)
   // or the connection breaks (false).
   bool readUntil(const Slot& mine, Clock::time_point deadline);
+  // Makes the socket's receive timeout end near `deadline` (reader only).
+  void boundReceive(Clock::time_point deadline);
   // Parses every complete frame in input_ and delivers it.
   void dispatchFrames();
   void markBroken(protocol::Status status, std::string reason);
@@ -79,7 +81,8 @@ class Connection {
   bool readerActive_ = false;
   protocol::Status brokenStatus_ = protocol::Status::kOk;
   std::string brokenReason_;
-  InputBuffer input_;  // touched only by the current reader
+  InputBuffer input_;                          // touched only by the current reader
+  std::chrono::microseconds receiveBound_{0};  // current SO_RCVTIMEO (reader only)
   std::atomic<bool> broken_{false};
   std::atomic<bool> goodbye_{false};
   std::atomic<std::uint32_t> nextId_{1};

@@ -45,6 +45,8 @@ Session::Session(asio::ip::tcp::socket socket, ServerContext& context)
       lastActivity_(started_),
       watchdogTimer_(socket_.get_executor()),
       drained_(socket_.get_executor()) {
+  boost::system::error_code ignored;
+  socket_.non_blocking(true, ignored);  // flush() writes directly when it can
   context_.sessions.insert(this);
   context_.counters.accepted++;
   context_.counters.active++;
@@ -336,6 +338,21 @@ void Session::reject(Status status, const std::string& reason) {
 
 void Session::flush() {
   if (writing_ || output_.empty() || closed_) return;
+  // Fast path: the socket nearly always takes the whole batch at once;
+  // writing it here saves an asynchronous operation and its completion.
+  boost::system::error_code writeError;
+  const std::size_t written = socket_.write_some(asio::buffer(output_), writeError);
+  if (writeError && writeError != asio::error::would_block &&
+      writeError != asio::error::try_again) {
+    close();
+    return;
+  }
+  output_.erase(0, written);
+  if (output_.empty()) {
+    drained_.cancel();
+    if (closing_) close();
+    return;
+  }
   writing_ = true;
   std::swap(output_, inFlight_);
   asio::async_write(socket_, asio::buffer(inFlight_),

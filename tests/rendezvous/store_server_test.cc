@@ -262,7 +262,9 @@ TEST_F(StoreServerTest, ClientRefusesAnAbsurdReplyFrame) {
     auto socket = acceptor.accept();
     char buffer[256];
     socket.read_some(boost::asio::buffer(buffer));
-    const char reply[] = "\x01\x00\x00\x80\x01\x00\x00\x00\x00" "abc";
+    const char reply[] =
+        "\x01\x00\x00\x80\x01\x00\x00\x00\x00"
+        "abc";
     boost::asio::write(socket, boost::asio::buffer(reply, sizeof(reply) - 1));
     boost::system::error_code ignored;
     socket.read_some(boost::asio::buffer(buffer), ignored);  // until the client closes
