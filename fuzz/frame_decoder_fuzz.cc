@@ -64,14 +64,34 @@ bool sameHeader(const FrameHeader& a, const FrameHeader& b) {
   return a.bodySize == b.bodySize && a.requestId == b.requestId && a.code == b.code;
 }
 
+bool sameJoin(const protocol::JoinRequest& a, const protocol::JoinRequest& b) {
+  return a.rdzvId == b.rdzvId && a.nodeId == b.nodeId && a.nodeRank == b.nodeRank &&
+         a.localWorldSize == b.localWorldSize && a.minNodes == b.minNodes &&
+         a.maxNodes == b.maxNodes && a.lastCallMs == b.lastCallMs &&
+         a.keepAliveMs == b.keepAliveMs && a.address == b.address && a.masterPort == b.masterPort;
+}
+
+bool sameNode(const protocol::NodeReport& a, const protocol::NodeReport& b) {
+  return a.rdzvId == b.rdzvId && a.nodeId == b.nodeId && a.round == b.round &&
+         a.maxRestarts == b.maxRestarts && a.exitCode == b.exitCode && a.report == b.report;
+}
+
+bool sameAssignment(const protocol::Assignment& a, const protocol::Assignment& b) {
+  return a.round == b.round && a.groupRank == b.groupRank && a.groupWorldSize == b.groupWorldSize &&
+         a.rankOffset == b.rankOffset && a.worldSize == b.worldSize && a.restarts == b.restarts &&
+         a.masterAddr == b.masterAddr && a.masterPort == b.masterPort;
+}
+
 bool sameRequest(const Request& a, const Request& b) {
   return a.op == b.op && a.keys == b.keys && a.values == b.values && a.delta == b.delta &&
-         a.timeoutMs == b.timeoutMs && a.version == b.version;
+         a.timeoutMs == b.timeoutMs && a.version == b.version && sameJoin(a.join, b.join) &&
+         sameNode(a.node, b.node);
 }
 
 bool sameReply(const Reply& a, const Reply& b) {
   return a.status == b.status && a.message == b.message && a.values == b.values &&
-         a.integer == b.integer && a.flag == b.flag && a.version == b.version;
+         a.integer == b.integer && a.flag == b.flag && a.version == b.version &&
+         sameAssignment(a.assignment, b.assignment);
 }
 
 // Splits a freshly encoded frame; it must be exactly one whole frame.
@@ -124,9 +144,19 @@ void fuzzRequest(const FrameHeader& header, std::string_view body) {
   expect(sameRequest(request, decodedAgain), "a re-encoded request decodes to another request");
 }
 
+void fuzzEvent(std::string_view body) {
+  protocol::Event event;
+  if (!protocol::decodeEvent(body, event)) return;
+  std::string frame;
+  protocol::encodeEvent(frame, event);
+  const std::string_view again = wholeFrame(frame, 0, static_cast<std::uint8_t>(Status::kEvent));
+  expect(again == body, "a decoded event re-encodes to different bytes");
+}
+
 void fuzzReplies(const FrameHeader& header, std::string_view body) {
+  fuzzEvent(body);
   for (std::uint8_t code = static_cast<std::uint8_t>(Op::kHello);
-       code <= static_cast<std::uint8_t>(Op::kPing); ++code) {
+       code <= static_cast<std::uint8_t>(Op::kReportFailure); ++code) {
     const Op op = static_cast<Op>(code);
     Reply reply;
     std::string error;

@@ -142,7 +142,7 @@ Reply Connection::call(const Request& request, Clock::time_point deadline) {
     if (!readerActive_) {
       readerActive_ = true;
       lock.unlock();
-      readUntil(slot, deadline);
+      readUntil([&slot] { return slot.done; }, deadline);
       lock.lock();
       readerActive_ = false;
       delivered_.notify_all();  // let another caller take over reading
@@ -159,12 +159,12 @@ Reply Connection::call(const Request& request, Clock::time_point deadline) {
   return std::move(slot.reply);
 }
 
-bool Connection::readUntil(const Slot& mine, Clock::time_point deadline) {
+bool Connection::readUntil(const std::function<bool()>& done, Clock::time_point deadline) {
   for (;;) {
     dispatchFrames();
     {
       std::lock_guard lock(mutex_);
-      if (mine.done) return true;
+      if (done()) return true;
       if (broken_) return false;
     }
     if (Clock::now() >= deadline) return false;
@@ -211,6 +211,16 @@ void Connection::dispatchFrames() {
       Reply push;
       std::string error;
       protocol::decodeReply(Op::kPing, header.code, body, push, error);
+      if (push.status == Status::kEvent) {
+        protocol::Event event;
+        if (protocol::decodeEvent(body, event)) {
+          std::lock_guard lock(mutex_);
+          events_.push_back(std::move(event));
+          delivered_.notify_all();
+        }
+        input_.consume(protocol::kHeaderSize + header.bodySize);
+        continue;
+      }
       const bool goodbye = push.status == Status::kGoodbye;
       markBroken(push.status, goodbye ? fmt::format("the store at {} closed the connection: {}",
                                                     endpoint_, push.message)
@@ -234,6 +244,27 @@ void Connection::dispatchFrames() {
     }
     input_.consume(protocol::kHeaderSize + header.bodySize);
   }
+}
+
+std::optional<protocol::Event> Connection::waitEvent(Clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  while (events_.empty()) {
+    if (broken_) throwBroken();
+    if (!readerActive_) {
+      readerActive_ = true;
+      lock.unlock();
+      readUntil([this] { return !events_.empty(); }, deadline);
+      lock.lock();
+      readerActive_ = false;
+      delivered_.notify_all();
+    } else {
+      delivered_.wait_until(lock, deadline);
+    }
+    if (events_.empty() && !broken_ && Clock::now() >= deadline) return std::nullopt;
+  }
+  protocol::Event event = std::move(events_.front());
+  events_.pop_front();
+  return event;
 }
 
 void Connection::drainPushes() {

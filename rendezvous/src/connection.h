@@ -15,8 +15,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -43,6 +46,10 @@ class Connection {
   // TimeoutError at `deadline`, NetworkError when the connection breaks.
   protocol::Reply call(const protocol::Request& request, Clock::time_point deadline);
 
+  // The next event the server pushed (rendezvous), or nullopt at
+  // `deadline`. Throws NetworkError when the connection breaks.
+  std::optional<protocol::Event> waitEvent(Clock::time_point deadline);
+
   // True once the server said goodbye (idle limit) or the socket broke.
   bool broken() const { return broken_.load(); }
   // True when the server closed this connection politely for idleness, so
@@ -61,9 +68,9 @@ class Connection {
 
   Connection(int fd, std::string endpoint);
   void sendAll(const std::string& bytes, Clock::time_point deadline);
-  // As the reader: reads until `mine` is done, the deadline passes (false)
-  // or the connection breaks (false).
-  bool readUntil(const Slot& mine, Clock::time_point deadline);
+  // As the reader: reads until done() holds (checked under mutex_), the
+  // deadline passes (false) or the connection breaks (false).
+  bool readUntil(const std::function<bool()>& done, Clock::time_point deadline);
   // Makes the socket's receive timeout end near `deadline` (reader only).
   void boundReceive(Clock::time_point deadline);
   // Parses every complete frame in input_ and delivers it.
@@ -78,6 +85,7 @@ class Connection {
   std::mutex mutex_;  // guards everything below except input_
   std::condition_variable delivered_;
   std::unordered_map<std::uint32_t, Slot*> pending_;
+  std::deque<protocol::Event> events_;
   bool readerActive_ = false;
   protocol::Status brokenStatus_ = protocol::Status::kOk;
   std::string brokenReason_;

@@ -34,6 +34,12 @@ const char* opName(Op op) {
       return "APPEND";
     case Op::kPing:
       return "PING";
+    case Op::kJoin:
+      return "JOIN";
+    case Op::kLeave:
+      return "LEAVE";
+    case Op::kReportFailure:
+      return "REPORT_FAILURE";
   }
   return "UNKNOWN";
 }
@@ -58,13 +64,17 @@ const char* statusName(Status status) {
       return "store full";
     case Status::kGoodbye:
       return "goodbye";
+    case Status::kEvent:
+      return "event";
+    case Status::kClosed:
+      return "rendezvous closed";
   }
   return "unknown status";
 }
 
 bool isKnownOp(std::uint8_t code) {
   return code >= static_cast<std::uint8_t>(Op::kHello) &&
-         code <= static_cast<std::uint8_t>(Op::kPing);
+         code <= static_cast<std::uint8_t>(Op::kReportFailure);
 }
 
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout) {
@@ -233,6 +243,32 @@ void encodeRequest(std::string& out, std::uint32_t requestId, const Request& r) 
       case Op::kPing:
         putString(out, r.values.empty() ? std::string_view() : r.values[0]);
         break;
+      case Op::kJoin: {
+        const JoinRequest& j = r.join;
+        putString(out, j.rdzvId);
+        putString(out, j.nodeId);
+        putI64(out, j.nodeRank);
+        putU32(out, j.localWorldSize);
+        putU32(out, j.minNodes);
+        putU32(out, j.maxNodes);
+        putU32(out, j.lastCallMs);
+        putU32(out, j.keepAliveMs);
+        putU32(out, r.timeoutMs);
+        putString(out, j.address);
+        putU32(out, j.masterPort);
+        break;
+      }
+      case Op::kLeave:
+      case Op::kReportFailure: {
+        const NodeReport& n = r.node;
+        putString(out, n.rdzvId);
+        putString(out, n.nodeId);
+        putI64(out, n.round);
+        putI64(out, n.maxRestarts);
+        putI64(out, n.exitCode);
+        putString(out, n.report);
+        break;
+      }
     }
   });
 }
@@ -289,6 +325,32 @@ DecodeError decodeRequest(std::uint8_t code, std::string_view body, const Limits
     case Op::kPing:
       ok = d.value(r.values);
       break;
+    case Op::kJoin: {
+      JoinRequest& j = r.join;
+      std::vector<std::string> strings;
+      ok = d.key(strings) && d.key(strings) && in.i64(j.nodeRank) && in.u32(j.localWorldSize) &&
+           in.u32(j.minNodes) && in.u32(j.maxNodes) && in.u32(j.lastCallMs) &&
+           in.u32(j.keepAliveMs) && in.u32(r.timeoutMs) && d.key(strings) && in.u32(j.masterPort);
+      if (ok) {
+        j.rdzvId = std::move(strings[0]);
+        j.nodeId = std::move(strings[1]);
+        j.address = std::move(strings[2]);
+      }
+      break;
+    }
+    case Op::kLeave:
+    case Op::kReportFailure: {
+      NodeReport& n = r.node;
+      std::vector<std::string> strings;
+      ok = d.key(strings) && d.key(strings) && in.i64(n.round) && in.i64(n.maxRestarts) &&
+           in.i64(n.exitCode) && d.value(strings);
+      if (ok) {
+        n.rdzvId = std::move(strings[0]);
+        n.nodeId = std::move(strings[1]);
+        n.report = std::move(strings[2]);
+      }
+      break;
+    }
   }
   return d.finish(ok, r.op);
 }
@@ -317,13 +379,52 @@ void encodeReply(std::string& out, std::uint32_t requestId, Op op, const Reply& 
       case Op::kDeleteKey:
         putU8(out, r.flag ? 1 : 0);
         break;
+      case Op::kJoin: {
+        const Assignment& a = r.assignment;
+        putI64(out, a.round);
+        putU32(out, a.groupRank);
+        putU32(out, a.groupWorldSize);
+        putU32(out, a.rankOffset);
+        putU32(out, a.worldSize);
+        putI64(out, a.restarts);
+        putString(out, a.masterAddr);
+        putU32(out, a.masterPort);
+        break;
+      }
+      case Op::kReportFailure:
+        putI64(out, r.integer);
+        putU8(out, r.flag ? 1 : 0);
+        break;
       case Op::kSet:
       case Op::kAppend:
       case Op::kWait:
       case Op::kMultiSet:
+      case Op::kLeave:
         break;
     }
   });
+}
+
+void encodeEvent(std::string& out, const Event& e) {
+  appendFrame(out, 0, static_cast<std::uint8_t>(Status::kEvent), [&] {
+    putU8(out, static_cast<std::uint8_t>(e.type));
+    putString(out, e.rdzvId);
+    putI64(out, e.round);
+    putI64(out, e.exitCode);
+    putString(out, e.message);
+  });
+}
+
+bool decodeEvent(std::string_view body, Event& e) {
+  ByteReader in(body);
+  bool tooLarge = false;
+  std::uint8_t type = 0;
+  constexpr std::size_t kAny = static_cast<std::size_t>(-1);
+  const bool ok = in.u8(type) && in.string(e.rdzvId, kAny, tooLarge) && in.i64(e.round) &&
+                  in.i64(e.exitCode) && in.string(e.message, kAny, tooLarge) && in.atEnd();
+  if (!ok || type < 1 || type > 2) return false;
+  e.type = static_cast<EventType>(type);
+  return true;
 }
 
 void encodeError(std::string& out, std::uint32_t requestId, Status status,
@@ -336,7 +437,7 @@ bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& r, std:
   ByteReader in(body);
   bool tooLarge = false;
   constexpr std::size_t kAny = static_cast<std::size_t>(-1);
-  if (code > static_cast<std::uint8_t>(Status::kGoodbye)) {
+  if (code > static_cast<std::uint8_t>(Status::kClosed)) {
     error = fmt::format("unknown reply status {}", code);
     return false;
   }
@@ -377,10 +478,24 @@ bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& r, std:
         r.flag = flag != 0;
         break;
       }
+      case Op::kJoin: {
+        Assignment& a = r.assignment;
+        ok = in.i64(a.round) && in.u32(a.groupRank) && in.u32(a.groupWorldSize) &&
+             in.u32(a.rankOffset) && in.u32(a.worldSize) && in.i64(a.restarts) &&
+             in.string(a.masterAddr, kAny, tooLarge) && in.u32(a.masterPort);
+        break;
+      }
+      case Op::kReportFailure: {
+        std::uint8_t flag = 0;
+        ok = in.i64(r.integer) && in.u8(flag);
+        r.flag = flag != 0;
+        break;
+      }
       case Op::kSet:
       case Op::kAppend:
       case Op::kWait:
       case Op::kMultiSet:
+      case Op::kLeave:
         ok = true;
         break;
     }

@@ -8,6 +8,7 @@
 
 #include "ddprun/rendezvous/store_server.h"
 #include "ddprun/rendezvous/store_state.h"
+#include "rendezvous_manager.h"
 
 namespace ddprun::rendezvous {
 
@@ -29,6 +30,8 @@ struct ServerContext {
   StoreState state;
   std::unordered_set<Session*> sessions;
   ServerCounters counters;
+  // Owned by the server; null once it is being destroyed.
+  RendezvousManager* rendezvous = nullptr;
 
   // Publishes the waiter count for stats() readers on other threads.
   void syncWaiters() { counters.waiters = state.numWaiters(); }

@@ -35,12 +35,19 @@ std::string describePeer(const asio::ip::tcp::socket& socket) {
   return fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
 }
 
+std::string peerHostOf(const asio::ip::tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto endpoint = socket.remote_endpoint(ec);
+  return ec ? std::string() : endpoint.address().to_string();
+}
+
 }  // namespace
 
 Session::Session(asio::ip::tcp::socket socket, ServerContext& context)
     : socket_(std::move(socket)),
       context_(context),
       peer_(describePeer(socket_)),
+      peerHost_(peerHostOf(socket_)),
       started_(std::chrono::steady_clock::now()),
       lastActivity_(started_),
       watchdogTimer_(socket_.get_executor()),
@@ -228,8 +235,68 @@ void Session::handleRequest(std::uint32_t id, Request& r) {
     case Op::kMultiGet:
       startWait(id, r);
       return;
+    case Op::kJoin:
+    case Op::kLeave:
+    case Op::kReportFailure:
+      handleRendezvous(id, r);
+      return;
   }
   sendStatus(id, r.op, status, reply);
+}
+
+void Session::handleRendezvous(std::uint32_t id, Request& r) {
+  RendezvousManager* rendezvous = context_.rendezvous;
+  if (rendezvous == nullptr) {
+    sendError(id, Status::kClosed, "the server is shutting down");
+    return;
+  }
+  Reply reply;
+  std::string message;
+  Status status = Status::kOk;
+  switch (r.op) {
+    case Op::kJoin:
+      if (r.join.keepAliveMs > 0) {
+        keepAlive_ = std::max(keepAlive_, std::chrono::milliseconds(r.join.keepAliveMs));
+        watchdogTimer_.cancel();  // re-arm with the heartbeat limit
+      }
+      ++pendingJoins_;
+      rendezvous->join(*this, id, r.join, r.timeoutMs);
+      return;
+    case Op::kLeave:
+      status = rendezvous->leave(*this, r.node, message);
+      break;
+    case Op::kReportFailure:
+      status = rendezvous->reportFailure(*this, r.node, reply.integer, reply.flag, message);
+      break;
+    default:
+      return;
+  }
+  if (status == Status::kOk) {
+    sendOk(id, r.op, reply);
+  } else {
+    sendError(id, status, message);
+  }
+}
+
+void Session::answerJoin(std::uint32_t requestId, Status status,
+                         const protocol::Assignment& assignment, const std::string& message) {
+  if (closed_) return;
+  if (pendingJoins_ > 0) --pendingJoins_;
+  lastActivity_ = std::chrono::steady_clock::now();
+  if (status == Status::kOk) {
+    Reply reply;
+    reply.assignment = assignment;
+    sendOk(requestId, Op::kJoin, reply);
+  } else {
+    sendError(requestId, status, message);
+  }
+  flush();
+}
+
+void Session::pushEvent(const protocol::Event& event) {
+  if (closed_) return;
+  protocol::encodeEvent(output_, event);
+  flush();
 }
 
 void Session::startWait(std::uint32_t id, Request& r) {
@@ -382,9 +449,10 @@ void Session::closeAfterFlush() {
   }
 }
 
-void Session::close() {
+void Session::close(const std::string& reason) {
   if (closed_) return;
   closed_ = true;
+  if (context_.rendezvous != nullptr) context_.rendezvous->peerLost(*this, reason);
   for (auto& [id, wait] : waits_) {
     context_.state.removeWaiter(wait.waiter);
     if (wait.timer) wait.timer->cancel();
@@ -405,8 +473,10 @@ asio::awaitable<void> Session::watchdog() {
   const auto& options = context_.options;
   const auto deadline = [&] {
     if (!authenticated_) return started_ + options.handshakeTimeout;
-    if (options.idleTimeout.count() > 0) return lastActivity_ + options.idleTimeout;
-    return std::chrono::steady_clock::time_point::max();
+    auto when = std::chrono::steady_clock::time_point::max();
+    if (options.idleTimeout.count() > 0) when = lastActivity_ + options.idleTimeout;
+    if (keepAlive_.count() > 0) when = std::min(when, lastActivity_ + keepAlive_);
+    return when;
   };
   while (!closed_ && !closing_) {
     watchdogTimer_.expires_at(deadline());
@@ -419,7 +489,15 @@ asio::awaitable<void> Session::watchdog() {
                                               options.handshakeTimeout.count()));
       co_return;
     }
-    if (!waits_.empty() || bufferedOutput() > 0) {
+    if (keepAlive_.count() > 0) {
+      // A rendezvous member heartbeats; silence means the node is gone
+      // (stopped, cut off, or its host died without closing the socket).
+      DDPRUN_WARN("Closing the connection of {}: no heartbeat for {} ms.", peer_,
+                  keepAlive_.count());
+      close(fmt::format("no heartbeat for {} ms", keepAlive_.count()));
+      co_return;
+    }
+    if (!waits_.empty() || pendingJoins_ > 0 || bufferedOutput() > 0) {
       lastActivity_ = std::chrono::steady_clock::now();  // busy, not idle
       continue;
     }

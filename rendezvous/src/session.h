@@ -23,21 +23,29 @@
 #include <unordered_map>
 
 #include "input_buffer.h"
+#include "rendezvous_manager.h"
 #include "server_context.h"
 
 namespace ddprun::rendezvous {
 
-class Session : public std::enable_shared_from_this<Session> {
+class Session : public std::enable_shared_from_this<Session>, public RendezvousManager::Peer {
  public:
   Session(boost::asio::ip::tcp::socket socket, ServerContext& context);
-  ~Session();
+  ~Session() override;
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   // Serves the connection until it closes.
   boost::asio::awaitable<void> run();
-  // Closes the socket and drops pending waits. Idempotent.
-  void close();
+  // Closes the socket, drops pending waits and leaves every rendezvous
+  // (its peers are told). Idempotent.
+  void close(const std::string& reason = "its connection closed");
+
+  // RendezvousManager::Peer
+  void pushEvent(const protocol::Event& event) override;
+  void answerJoin(std::uint32_t requestId, protocol::Status status,
+                  const protocol::Assignment& assignment, const std::string& message) override;
+  const std::string& peerAddress() const override { return peerHost_; }
 
  private:
   struct PendingWait {
@@ -56,6 +64,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void startWait(std::uint32_t id, protocol::Request& request);
   void completeWait(std::uint32_t id);
   void timeoutWait(std::uint32_t id);
+  void handleRendezvous(std::uint32_t id, protocol::Request& request);
 
   void sendOk(std::uint32_t id, protocol::Op op, const protocol::Reply& reply);
   void sendStatus(std::uint32_t id, protocol::Op op, protocol::Status status,
@@ -71,7 +80,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   boost::asio::ip::tcp::socket socket_;
   ServerContext& context_;
-  std::string peer_;
+  std::string peer_;      // "host:port", for logs
+  std::string peerHost_;  // host only: the address other nodes may use
   InputBuffer input_;
   std::string output_;    // replies waiting for the next write
   std::string inFlight_;  // replies being written now
@@ -81,6 +91,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool preambleSeen_ = false;
   bool authenticated_ = false;
   std::unordered_map<std::uint32_t, PendingWait> waits_;
+  std::size_t pendingJoins_ = 0;
+  // Heartbeat limit of a rendezvous member: silence this long means dead.
+  std::chrono::milliseconds keepAlive_{0};
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point lastActivity_;
   boost::asio::steady_timer watchdogTimer_;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "connection.h"
 #include "ddprun/common/error.h"
 
@@ -89,7 +91,8 @@ std::shared_ptr<Connection> StoreClient::connection() {
 
 Reply StoreClient::call(Request& request, std::chrono::milliseconds waitTimeout) {
   Clock::time_point deadline;
-  if (request.op == Op::kGet || request.op == Op::kWait || request.op == Op::kMultiGet) {
+  if (request.op == Op::kGet || request.op == Op::kWait || request.op == Op::kMultiGet ||
+      request.op == Op::kJoin) {
     request.timeoutMs = protocol::toTimeoutMs(waitTimeout);
     deadline = request.timeoutMs == protocol::kNoTimeout ? Clock::time_point::max()
                                                          : Clock::now() + waitTimeout + kWaitGrace;
@@ -106,9 +109,25 @@ Reply StoreClient::call(Request& request, std::chrono::milliseconds waitTimeout)
           fmt::format("store {}: {} after {} ms", endpoint_, reply.message, waitTimeout.count()));
     case Status::kAuthFailed:
       throw AuthError(fmt::format("store {}: {}", endpoint_, reply.message));
+    case Status::kClosed: {
+      // "exit_code=N\n<report>"
+      const std::string& text = reply.message;
+      int exitCode = 1;
+      std::string report = text;
+      if (text.rfind("exit_code=", 0) == 0) {
+        const std::size_t newline = text.find('\n');
+        exitCode = std::atoi(text.substr(10, newline - 10).c_str());
+        report = newline == std::string::npos ? "" : text.substr(newline + 1);
+      }
+      throw RendezvousClosedError(
+          fmt::format("store {}: the rendezvous is closed: the job failed with exit code {}",
+                      endpoint_, exitCode),
+          exitCode, report);
+    }
     case Status::kBadRequest:
     case Status::kUnsupportedVersion:
     case Status::kGoodbye:
+    case Status::kEvent:
       throw ProtocolError(fmt::format("store {}: {}", endpoint_, reply.message));
     case Status::kTooLarge:
     case Status::kNotInteger:
@@ -183,6 +202,33 @@ void StoreClient::multiSet(const std::vector<std::pair<std::string, std::string>
 void StoreClient::append(const std::string& key, std::string_view value) {
   Request r = makeRequest(Op::kAppend, {key}, {std::string(value)});
   call(r, {});
+}
+
+protocol::Assignment StoreClient::join(const protocol::JoinRequest& join,
+                                       std::chrono::milliseconds timeout) {
+  Request r = makeRequest(Op::kJoin);
+  r.join = join;
+  return call(r, timeout).assignment;
+}
+
+void StoreClient::leave(const protocol::NodeReport& report) {
+  Request r = makeRequest(Op::kLeave);
+  r.node = report;
+  call(r, {});
+}
+
+StoreClient::FailureDecision StoreClient::reportFailure(const protocol::NodeReport& report) {
+  Request r = makeRequest(Op::kReportFailure);
+  r.node = report;
+  const Reply reply = call(r, {});
+  return {reply.integer, reply.flag};
+}
+
+std::optional<protocol::Event> StoreClient::waitEvent(std::chrono::milliseconds timeout) {
+  const auto deadline = timeout.count() >= std::chrono::milliseconds::max().count() / 2
+                            ? Clock::time_point::max()
+                            : Clock::now() + timeout;
+  return connection()->waitEvent(deadline);
 }
 
 void StoreClient::ping() {

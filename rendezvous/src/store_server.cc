@@ -57,7 +57,14 @@ void configureAccepted(tcp::socket& socket, const StoreServerOptions& options) {
 
 struct StoreServer::Impl {
   explicit Impl(StoreServerOptions options)
-      : context(std::move(options)), io(1), acceptor(io), retryTimer(io) {}
+      : context(std::move(options)),
+        io(1),
+        acceptor(io),
+        retryTimer(io),
+        rendezvous(std::make_unique<RendezvousManager>(io.get_executor())) {
+    context.rendezvous = rendezvous.get();
+  }
+  ~Impl() { context.rendezvous = nullptr; }
 
   asio::awaitable<void> listen();
   void shutdown();
@@ -68,6 +75,8 @@ struct StoreServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor;
   asio::steady_timer retryTimer;
+  // Declared after `io`: its timers must go before the io_context does.
+  std::unique_ptr<RendezvousManager> rendezvous;
   std::uint16_t port = 0;
   std::thread thread;
   std::atomic<bool> stopped{false};

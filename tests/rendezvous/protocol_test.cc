@@ -34,11 +34,36 @@ std::vector<Request> everyRequest() {
   all.push_back(make(Op::kMultiSet, {"x", "y"}, {"1", "2"}));
   all.push_back(make(Op::kAppend, {"log"}, {"line\n"}));
   all.push_back(make(Op::kPing, {}, {"nonce"}));
+  Request join = make(Op::kJoin, {}, {});
+  join.join = {"job", "node-a", 3, 8, 2, 4, 30000, 15000, "10.0.0.7", 29511};
+  join.timeoutMs = 600000;
+  all.push_back(join);
+  for (Op op : {Op::kLeave, Op::kReportFailure}) {
+    Request node = make(op, {}, {});
+    node.node = {"job", "node-a", 4, 3, 137, "rank 5 was killed by SIGKILL"};
+    all.push_back(node);
+  }
   return all;
 }
 
 void expectSame(const Request& a, const Request& b) {
   EXPECT_EQ(a.op, b.op);
+  EXPECT_EQ(a.join.rdzvId, b.join.rdzvId);
+  EXPECT_EQ(a.join.nodeId, b.join.nodeId);
+  EXPECT_EQ(a.join.nodeRank, b.join.nodeRank);
+  EXPECT_EQ(a.join.localWorldSize, b.join.localWorldSize);
+  EXPECT_EQ(a.join.minNodes, b.join.minNodes);
+  EXPECT_EQ(a.join.maxNodes, b.join.maxNodes);
+  EXPECT_EQ(a.join.lastCallMs, b.join.lastCallMs);
+  EXPECT_EQ(a.join.keepAliveMs, b.join.keepAliveMs);
+  EXPECT_EQ(a.join.address, b.join.address);
+  EXPECT_EQ(a.join.masterPort, b.join.masterPort);
+  EXPECT_EQ(a.node.rdzvId, b.node.rdzvId);
+  EXPECT_EQ(a.node.nodeId, b.node.nodeId);
+  EXPECT_EQ(a.node.round, b.node.round);
+  EXPECT_EQ(a.node.maxRestarts, b.node.maxRestarts);
+  EXPECT_EQ(a.node.exitCode, b.node.exitCode);
+  EXPECT_EQ(a.node.report, b.node.report);
   EXPECT_EQ(a.keys, b.keys);
   EXPECT_EQ(a.values, b.values);
   EXPECT_EQ(a.delta, b.delta);
@@ -178,7 +203,7 @@ TEST(Protocol, ClaimedLengthsNeverAllocateFirst) {
 
 TEST(Protocol, UnknownOpsAreRefused) {
   Request decoded;
-  for (int code : {0, 14, 100, 255}) {
+  for (int code : {0, 17, 100, 255}) {
     const auto error = decodeRequest(static_cast<std::uint8_t>(code), "", Limits{}, decoded);
     EXPECT_EQ(error.status, Status::kBadRequest);
     EXPECT_NE(error.message.find("unknown operation"), std::string::npos);
@@ -231,7 +256,16 @@ TEST(Protocol, EveryReplyRoundTrips) {
     r.flag = true;
     cases.push_back({op, r});
   }
-  for (Op op : {Op::kSet, Op::kAppend, Op::kWait, Op::kMultiSet}) cases.push_back({op, Reply{}});
+  for (Op op : {Op::kSet, Op::kAppend, Op::kWait, Op::kMultiSet, Op::kLeave}) {
+    cases.push_back({op, Reply{}});
+  }
+  Reply joined;
+  joined.assignment = {3, 1, 2, 8, 16, 1, "10.0.0.1", 29500};
+  cases.push_back({Op::kJoin, joined});
+  Reply decision;
+  decision.integer = 2;
+  decision.flag = true;
+  cases.push_back({Op::kReportFailure, decision});
   for (const Case& c : cases) {
     SCOPED_TRACE(opName(c.op));
     std::string bytes;
@@ -244,6 +278,10 @@ TEST(Protocol, EveryReplyRoundTrips) {
     EXPECT_EQ(decoded.values, c.reply.values);
     EXPECT_EQ(decoded.integer, c.reply.integer);
     EXPECT_EQ(decoded.flag, c.reply.flag);
+    EXPECT_EQ(decoded.assignment.round, c.reply.assignment.round);
+    EXPECT_EQ(decoded.assignment.rankOffset, c.reply.assignment.rankOffset);
+    EXPECT_EQ(decoded.assignment.masterAddr, c.reply.assignment.masterAddr);
+    EXPECT_EQ(decoded.assignment.masterPort, c.reply.assignment.masterPort);
     // A reply cut short is refused.
     if (!body.empty()) {
       EXPECT_FALSE(decodeReply(c.op, header.code, body.substr(0, body.size() - 1), decoded, error));
@@ -261,6 +299,26 @@ TEST(Protocol, ErrorRepliesCarryTheirMessage) {
   EXPECT_EQ(reply.status, Status::kTimeout);
   EXPECT_EQ(reply.message, "WAIT timed out waiting for key 'x'");
   EXPECT_FALSE(decodeReply(Op::kWait, 200, body, reply, error));
+}
+
+TEST(Protocol, EventsRoundTrip) {
+  Event event{EventType::kJobFailed, "job", 7, 139, "rank 2 was killed by SIGSEGV"};
+  std::string bytes;
+  encodeEvent(bytes, event);
+  auto [header, body] = frameOf(bytes);
+  EXPECT_EQ(header.requestId, 0u);
+  EXPECT_EQ(header.code, static_cast<std::uint8_t>(Status::kEvent));
+  Event decoded;
+  ASSERT_TRUE(decodeEvent(body, decoded));
+  EXPECT_EQ(decoded.type, EventType::kJobFailed);
+  EXPECT_EQ(decoded.rdzvId, "job");
+  EXPECT_EQ(decoded.round, 7);
+  EXPECT_EQ(decoded.exitCode, 139);
+  EXPECT_EQ(decoded.message, event.message);
+  EXPECT_FALSE(decodeEvent(body.substr(0, body.size() - 1), decoded));
+  std::string bad(body);
+  bad[0] = 9;  // unknown event type
+  EXPECT_FALSE(decodeEvent(bad, decoded));
 }
 
 TEST(Protocol, TimeoutConversionClamps) {

@@ -49,6 +49,10 @@ enum class Op : std::uint8_t {
   kMultiSet = 11,
   kAppend = 12,
   kPing = 13,
+  // Rendezvous (docs/protocol.md, "Rendezvous"): computed in the server.
+  kJoin = 14,           // blocks until the node's round is complete
+  kLeave = 15,          // the node is done; the round goes on for the others
+  kReportFailure = 16,  // a worker failed: end the round, or fail the job
 };
 
 // Reply codes. Anything but kOk carries a human-readable message as body.
@@ -62,6 +66,14 @@ enum class Status : std::uint8_t {
   kNotInteger = 6,          // ADD on a value that is not a decimal integer
   kStoreFull = 7,           // the store's total size limit would be passed
   kGoodbye = 8,             // pushed (request id 0) before the server closes
+  kEvent = 9,               // pushed (request id 0): a rendezvous event
+  kClosed = 10,             // the rendezvous is closed (the job failed or ended)
+};
+
+// What a kEvent push says.
+enum class EventType : std::uint8_t {
+  kRoundEnded = 1,  // stop the workers and join again (failure or membership change)
+  kJobFailed = 2,   // no restarts left: stop the workers and report `report`
 };
 
 const char* opName(Op op);
@@ -93,6 +105,51 @@ struct FrameHeader {
 //   kDeleteKey:  keys[0]
 //   kMultiSet:   keys[i] -> values[i]
 //   kPing:       values[0] = payload echoed back
+// A node's request to join rendezvous `rdzvId` (kJoin).
+struct JoinRequest {
+  std::string rdzvId;
+  std::string nodeId;          // unique per agent process
+  std::int64_t nodeRank = -1;  // requested group rank, -1: by arrival
+  std::uint32_t localWorldSize = 1;
+  std::uint32_t minNodes = 1;
+  std::uint32_t maxNodes = 1;
+  std::uint32_t lastCallMs = 0;   // wait for more nodes after min joined
+  std::uint32_t keepAliveMs = 0;  // silence after which the node is dead, 0: never
+  std::string address;            // address workers use for this node; empty: peer address
+  std::uint32_t masterPort = 0;   // a free port on this node, used if it gets rank 0
+};
+
+// The server's answer when the round completes.
+struct Assignment {
+  std::int64_t round = 0;
+  std::uint32_t groupRank = 0;
+  std::uint32_t groupWorldSize = 1;
+  std::uint32_t rankOffset = 0;
+  std::uint32_t worldSize = 1;
+  std::int64_t restarts = 0;  // failure restarts used by the job so far
+  std::string masterAddr;
+  std::uint32_t masterPort = 0;
+};
+
+// kLeave and kReportFailure.
+struct NodeReport {
+  std::string rdzvId;
+  std::string nodeId;
+  std::int64_t round = 0;
+  std::int64_t maxRestarts = 0;  // kReportFailure: the job-wide budget
+  std::int64_t exitCode = 0;     // kReportFailure: the root cause's code
+  std::string report;            // kReportFailure: the root-cause report text
+};
+
+// A kEvent push.
+struct Event {
+  EventType type = EventType::kRoundEnded;
+  std::string rdzvId;
+  std::int64_t round = 0;
+  std::int64_t exitCode = 0;
+  std::string message;  // why the round ended, or the job's failure report
+};
+
 struct Request {
   Op op = Op::kPing;
   std::vector<std::string> keys;
@@ -100,6 +157,8 @@ struct Request {
   std::int64_t delta = 0;
   std::uint32_t timeoutMs = 0;
   std::uint16_t version = kVersion;
+  JoinRequest join;  // kJoin
+  NodeReport node;   // kLeave, kReportFailure
 };
 
 // One reply, flat: which fields are used depends on the request's op.
@@ -114,6 +173,7 @@ struct Reply {
   std::int64_t integer = 0;
   bool flag = false;
   std::uint16_t version = kVersion;
+  Assignment assignment;  // kJoin
 };
 
 // Converts a duration to the wire's timeout field (clamped; negative -> 0).
@@ -156,6 +216,11 @@ void encodeReply(std::string& out, std::uint32_t requestId, Op op, const Reply& 
 // Appends a framed error reply (any status but kOk) with its message.
 void encodeError(std::string& out, std::uint32_t requestId, Status status,
                  std::string_view message);
+
+// Appends a kEvent push (request id 0).
+void encodeEvent(std::string& out, const Event& event);
+// Decodes the body of a kEvent push.
+bool decodeEvent(std::string_view body, Event& event);
 
 // Decodes a reply frame to a request of kind `op`. Returns false (with
 // `error` set) when the body does not match the op's reply layout.

@@ -24,7 +24,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+
+#include "ddprun/common/error.h"
 
 #include "ddprun/rendezvous/protocol.h"
 #include "ddprun/rendezvous/store.h"
@@ -32,6 +35,20 @@
 namespace ddprun::rendezvous {
 
 class Connection;
+
+// JOIN found the rendezvous closed: the job failed and has no restarts
+// left. Carries the failing node's exit code and report.
+class RendezvousClosedError : public Error {
+ public:
+  RendezvousClosedError(const std::string& message, int exitCode, std::string report)
+      : Error(message), exitCode_(exitCode), report_(std::move(report)) {}
+  int exitCode() const { return exitCode_; }
+  const std::string& report() const { return report_; }
+
+ private:
+  int exitCode_;
+  std::string report_;
+};
 
 struct StoreClientOptions {
   std::string host = "127.0.0.1";
@@ -72,6 +89,20 @@ class StoreClient : public Store {
 
   // One round trip; throws if the server does not answer in requestTimeout.
   void ping();
+
+  // --- rendezvous (docs/protocol.md, "Rendezvous") ---
+  // Blocks until this node's round is complete (or TimeoutError after
+  // `timeout`; RendezvousClosedError when the job already failed).
+  protocol::Assignment join(const protocol::JoinRequest& request,
+                            std::chrono::milliseconds timeout);
+  void leave(const protocol::NodeReport& report);
+  struct FailureDecision {
+    std::int64_t restarts = 0;  // used by the job so far
+    bool restartAllowed = false;
+  };
+  FailureDecision reportFailure(const protocol::NodeReport& report);
+  // The next event the server pushed, or nullopt after `timeout`.
+  std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout);
 
   // "host:port" of the server, for messages.
   const std::string& endpoint() const { return endpoint_; }

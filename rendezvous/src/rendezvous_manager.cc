@@ -1,0 +1,340 @@
+#include "rendezvous_manager.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "ddprun/common/logging.h"
+
+namespace ddprun::rendezvous {
+
+using protocol::Assignment;
+using protocol::Event;
+using protocol::EventType;
+using protocol::Status;
+
+struct RendezvousManager::Node {
+  std::string id;
+  Peer* peer = nullptr;
+  std::int64_t requestedRank = -1;
+  std::uint32_t localWorldSize = 1;
+  std::string address;
+  std::uint32_t masterPort = 0;
+  std::uint64_t firstSeen = 0;
+  std::uint32_t requestId = 0;                         // of its pending JOIN
+  std::unique_ptr<boost::asio::steady_timer> timeout;  // of its pending JOIN
+};
+
+struct RendezvousManager::Rendezvous {
+  explicit Rendezvous(boost::asio::any_io_executor executor) : lastCall(executor) {}
+
+  std::string id;
+  std::uint32_t minNodes = 1;
+  std::uint32_t maxNodes = 1;
+  std::uint32_t lastCallMs = 0;
+  std::int64_t round = 0;
+  bool running = false;  // a round is complete and its workers run
+  bool closed = false;   // the job failed: nobody may join again
+  std::int64_t restarts = 0;
+  std::int64_t failedExitCode = 0;
+  std::string failureReport;
+  std::map<std::string, Node> joining;       // waiting in JOIN
+  std::map<std::string, Node> participants;  // of the running round
+  std::set<std::string> expected;            // participants of the ended round
+  std::map<std::string, std::uint64_t> firstSeen;
+  std::uint64_t arrivals = 0;
+  boost::asio::steady_timer lastCall;
+  bool lastCallArmed = false;
+};
+
+RendezvousManager::RendezvousManager(boost::asio::any_io_executor executor)
+    : executor_(std::move(executor)) {}
+
+RendezvousManager::~RendezvousManager() = default;
+
+RendezvousManager::Rendezvous* RendezvousManager::find(const std::string& id) {
+  auto it = rendezvous_.find(id);
+  return it == rendezvous_.end() ? nullptr : it->second.get();
+}
+
+RendezvousManager::Rendezvous& RendezvousManager::getOrCreate(const protocol::JoinRequest& j) {
+  auto& slot = rendezvous_[j.rdzvId];
+  if (!slot) {
+    slot = std::make_unique<Rendezvous>(executor_);
+    slot->id = j.rdzvId;
+    slot->minNodes = std::max<std::uint32_t>(1, j.minNodes);
+    slot->maxNodes = std::max(slot->minNodes, j.maxNodes);
+    slot->lastCallMs = j.lastCallMs;
+    DDPRUN_INFO("Rendezvous '{}' opened for {} to {} nodes.", j.rdzvId, slot->minNodes,
+                slot->maxNodes);
+  }
+  return *slot;
+}
+
+void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
+                             const protocol::JoinRequest& request, std::uint32_t timeoutMs) {
+  Rendezvous& r = getOrCreate(request);
+  if (r.closed) {
+    peer.answerJoin(requestId, Status::kClosed, {},
+                    fmt::format("exit_code={}\n{}", r.failedExitCode, r.failureReport));
+    return;
+  }
+  if (request.minNodes != r.minNodes || request.maxNodes != r.maxNodes) {
+    peer.answerJoin(requestId, Status::kBadRequest, {},
+                    fmt::format("rendezvous '{}' is for {}:{} nodes but this node asked for "
+                                "{}:{}; give every node the same --nnodes",
+                                r.id, r.minNodes, r.maxNodes, request.minNodes, request.maxNodes));
+    return;
+  }
+  if (request.nodeRank >= 0) {
+    for (const auto* group : {&r.joining, &r.participants}) {
+      for (const auto& [id, node] : *group) {
+        if (id != request.nodeId && node.requestedRank == request.nodeRank) {
+          peer.answerJoin(requestId, Status::kBadRequest, {},
+                          fmt::format("node rank {} is already taken by node {}; give every "
+                                      "node its own --node_rank",
+                                      request.nodeRank, id));
+          return;
+        }
+      }
+    }
+  }
+  r.participants.erase(request.nodeId);  // rejoining after its round ended
+  if (!r.firstSeen.contains(request.nodeId)) r.firstSeen[request.nodeId] = r.arrivals++;
+
+  Node node;
+  node.id = request.nodeId;
+  node.peer = &peer;
+  node.requestedRank = request.nodeRank;
+  node.localWorldSize = std::max<std::uint32_t>(1, request.localWorldSize);
+  node.address = request.address.empty() ? peer.peerAddress() : request.address;
+  node.masterPort = request.masterPort;
+  node.firstSeen = r.firstSeen[request.nodeId];
+  node.requestId = requestId;
+  if (timeoutMs != protocol::kNoTimeout) {
+    node.timeout = std::make_unique<boost::asio::steady_timer>(
+        executor_, std::chrono::milliseconds(timeoutMs));
+    node.timeout->async_wait(
+        [this, id = r.id, nodeId = request.nodeId, timeoutMs](boost::system::error_code ec) {
+          if (ec) return;
+          Rendezvous* rdzv = find(id);
+          if (rdzv == nullptr) return;
+          auto it = rdzv->joining.find(nodeId);
+          if (it == rdzv->joining.end()) return;
+          Peer* waiting = it->second.peer;
+          const std::uint32_t pendingId = it->second.requestId;
+          dropJoiner(*rdzv, nodeId);
+          waiting->answerJoin(pendingId, Status::kTimeout, {},
+                              fmt::format("rendezvous '{}' did not complete within {} ms ({} of at "
+                                          "least {} nodes joined)",
+                                          id, timeoutMs, rdzv->joining.size() + 1, rdzv->minNodes));
+        });
+  }
+  byPeer_[&peer].insert({r.id, request.nodeId});
+  r.joining[request.nodeId] = std::move(node);
+
+  if (r.running) {
+    if (r.participants.size() < r.maxNodes) {
+      // Scale up: the running round ends so the new node can be included.
+      endRound(r, fmt::format("node {} asked to join", request.nodeId), "");
+    } else {
+      return;  // full: it waits for a slot
+    }
+  }
+  tryComplete(r);
+}
+
+void RendezvousManager::tryComplete(Rendezvous& r) {
+  if (r.running || r.closed) return;
+  const std::size_t joined = r.joining.size();
+  if (joined >= r.maxNodes) {
+    complete(r);
+    return;
+  }
+  if (joined < r.minNodes) return;
+  const bool allBack = !r.expected.empty() &&
+                       std::all_of(r.expected.begin(), r.expected.end(),
+                                   [&](const std::string& id) { return r.joining.contains(id); });
+  if (allBack || r.lastCallMs == 0) {
+    complete(r);
+    return;
+  }
+  if (!r.lastCallArmed) {
+    r.lastCallArmed = true;
+    r.lastCall.expires_after(std::chrono::milliseconds(r.lastCallMs));
+    r.lastCall.async_wait([this, id = r.id](boost::system::error_code ec) {
+      if (ec) return;
+      Rendezvous* rdzv = find(id);
+      if (rdzv == nullptr) return;
+      rdzv->lastCallArmed = false;
+      if (!rdzv->running && rdzv->joining.size() >= rdzv->minNodes) complete(*rdzv);
+    });
+  }
+}
+
+void RendezvousManager::complete(Rendezvous& r) {
+  r.lastCall.cancel();
+  r.lastCallArmed = false;
+  std::vector<Node*> order;
+  for (auto& [id, node] : r.joining) order.push_back(&node);
+  // Requested node ranks first, then the order of first arrival.
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+    const auto rankA =
+        a->requestedRank >= 0 ? a->requestedRank : std::numeric_limits<std::int64_t>::max();
+    const auto rankB =
+        b->requestedRank >= 0 ? b->requestedRank : std::numeric_limits<std::int64_t>::max();
+    return rankA != rankB ? rankA < rankB : a->firstSeen < b->firstSeen;
+  });
+  if (order.size() > r.maxNodes) order.resize(r.maxNodes);
+  ++r.round;
+  std::uint32_t worldSize = 0;
+  for (const Node* node : order) worldSize += node->localWorldSize;
+  Assignment a;
+  a.round = r.round;
+  a.groupWorldSize = static_cast<std::uint32_t>(order.size());
+  a.worldSize = worldSize;
+  a.restarts = r.restarts;
+  a.masterAddr = order.front()->address;
+  a.masterPort = order.front()->masterPort;
+  std::uint32_t offset = 0;
+  std::vector<std::pair<Peer*, std::pair<std::uint32_t, Assignment>>> answers;
+  for (std::uint32_t rank = 0; rank < order.size(); ++rank) {
+    Node& node = *order[rank];
+    a.groupRank = rank;
+    a.rankOffset = offset;
+    offset += node.localWorldSize;
+    answers.push_back({node.peer, {node.requestId, a}});
+    if (node.timeout) node.timeout->cancel();
+    node.timeout.reset();
+    const std::string id = node.id;
+    r.participants[id] = std::move(node);
+    r.joining.erase(id);
+  }
+  r.running = true;
+  r.expected.clear();
+  DDPRUN_INFO("Rendezvous '{}' round {} is complete: {} nodes, {} workers, master {}:{}.", r.id,
+              r.round, a.groupWorldSize, worldSize, a.masterAddr, a.masterPort);
+  for (auto& [peer, answer] : answers)
+    peer->answerJoin(answer.first, Status::kOk, answer.second, "");
+}
+
+void RendezvousManager::endRound(Rendezvous& r, const std::string& reason,
+                                 const std::string& exceptNode) {
+  if (!r.running) return;
+  r.running = false;
+  r.expected.clear();
+  Event event;
+  event.type = EventType::kRoundEnded;
+  event.rdzvId = r.id;
+  event.round = r.round;
+  event.message = reason;
+  for (auto& [id, node] : r.participants) {
+    r.expected.insert(id);
+    if (id != exceptNode) node.peer->pushEvent(event);
+  }
+  DDPRUN_INFO("Rendezvous '{}' round {} ended: {}.", r.id, r.round, reason);
+}
+
+void RendezvousManager::failJob(Rendezvous& r, std::int64_t exitCode, const std::string& report,
+                                const std::string& exceptNode) {
+  r.closed = true;
+  r.running = false;
+  r.failedExitCode = exitCode;
+  r.failureReport = report;
+  Event event;
+  event.type = EventType::kJobFailed;
+  event.rdzvId = r.id;
+  event.round = r.round;
+  event.exitCode = exitCode;
+  event.message = report;
+  for (auto& [id, node] : r.participants) {
+    if (id != exceptNode) node.peer->pushEvent(event);
+  }
+  std::vector<std::string> waiting;
+  for (auto& [id, node] : r.joining) waiting.push_back(id);
+  for (const auto& id : waiting) {
+    Node& node = r.joining.at(id);
+    Peer* peer = node.peer;
+    const std::uint32_t requestId = node.requestId;
+    dropJoiner(r, id);
+    peer->answerJoin(requestId, Status::kClosed, {},
+                     fmt::format("exit_code={}\n{}", exitCode, report));
+  }
+  DDPRUN_WARN(
+      "Rendezvous '{}' is closed: the job failed with exit code {} and no restarts "
+      "left.",
+      r.id, exitCode);
+}
+
+void RendezvousManager::dropJoiner(Rendezvous& r, const std::string& nodeId) {
+  auto it = r.joining.find(nodeId);
+  if (it == r.joining.end()) return;
+  if (it->second.timeout) it->second.timeout->cancel();
+  r.joining.erase(it);
+}
+
+Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
+                                std::string& message) {
+  Rendezvous* r = find(report.rdzvId);
+  if (r == nullptr) {
+    message = fmt::format("there is no rendezvous '{}'", report.rdzvId);
+    return Status::kBadRequest;
+  }
+  r->participants.erase(report.nodeId);
+  dropJoiner(*r, report.nodeId);
+  r->expected.erase(report.nodeId);
+  auto byPeer = byPeer_.find(&peer);
+  if (byPeer != byPeer_.end()) byPeer->second.erase({report.rdzvId, report.nodeId});
+  DDPRUN_INFO("Node {} left rendezvous '{}' after finishing.", report.nodeId, report.rdzvId);
+  return Status::kOk;
+}
+
+Status RendezvousManager::reportFailure(Peer&, const protocol::NodeReport& report,
+                                        std::int64_t& restarts, bool& allowed,
+                                        std::string& message) {
+  Rendezvous* r = find(report.rdzvId);
+  if (r == nullptr) {
+    message = fmt::format("there is no rendezvous '{}'", report.rdzvId);
+    return Status::kBadRequest;
+  }
+  if (report.round == r->round && r->running && !r->closed) {
+    if (r->restarts < report.maxRestarts) {
+      ++r->restarts;
+      endRound(*r,
+               fmt::format("a worker on node {} failed (restart {} of {})", report.nodeId,
+                           r->restarts, report.maxRestarts),
+               report.nodeId);
+    } else {
+      failJob(*r, report.exitCode, report.report, report.nodeId);
+    }
+  }
+  // A failure in a round that already ended (another node reported first)
+  // spends nothing: the decision taken for that round stands.
+  restarts = r->restarts;
+  allowed = !r->closed;
+  return Status::kOk;
+}
+
+void RendezvousManager::peerLost(Peer& peer, const std::string& reason) {
+  auto it = byPeer_.find(&peer);
+  if (it == byPeer_.end()) return;
+  const auto memberships = std::move(it->second);
+  byPeer_.erase(it);
+  for (const auto& [rdzvId, nodeId] : memberships) {
+    Rendezvous* r = find(rdzvId);
+    if (r == nullptr) continue;
+    dropJoiner(*r, nodeId);
+    if (r->participants.erase(nodeId) > 0) {
+      r->expected.erase(nodeId);
+      if (r->running) {
+        endRound(*r, fmt::format("node {} was lost ({})", nodeId, reason), "");
+        r->expected.erase(nodeId);
+      }
+    }
+    tryComplete(*r);
+  }
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,87 @@
+// RendezvousManager: rendezvous rounds computed in the store server.
+//
+// Agents JOIN a named rendezvous and are answered when their round is
+// complete: MAX nodes joined, or MIN joined and either every node expected
+// back has rejoined or `last_call` passed. The server assigns group ranks
+// (requested node rank first, then order of first arrival, so survivors keep
+// their order), rank offsets (nodes may run different numbers of workers),
+// and the master address and port (those of group rank 0).
+//
+// While a round runs, the server ends it and tells every participant at
+// once (a pushed kRoundEnded event) when a node fails (REPORT_FAILURE, which
+// spends one restart of the job-wide budget), when a node's connection
+// drops or its heartbeats stop, or when a new node asks to join. Membership
+// changes never spend restarts. When the budget is spent, every participant
+// is pushed kJobFailed with the failing node's report.
+//
+// Thread-safety: the server's loop thread only (like StoreState).
+// Ownership: owns its timers; borrows Peers, which must call peerLost()
+// before they go away.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "ddprun/rendezvous/protocol.h"
+
+namespace ddprun::rendezvous {
+
+class RendezvousManager {
+ public:
+  // The server's side of one node's connection.
+  class Peer {
+   public:
+    virtual ~Peer() = default;
+    virtual void pushEvent(const protocol::Event& event) = 0;
+    virtual void answerJoin(std::uint32_t requestId, protocol::Status status,
+                            const protocol::Assignment& assignment, const std::string& message) = 0;
+    virtual const std::string& peerAddress() const = 0;
+  };
+
+  explicit RendezvousManager(boost::asio::any_io_executor executor);
+  ~RendezvousManager();
+  RendezvousManager(const RendezvousManager&) = delete;
+  RendezvousManager& operator=(const RendezvousManager&) = delete;
+
+  // Registers the join; `peer.answerJoin(requestId, ...)` is called when the
+  // round completes, the timeout passes (kTimeout) or the job is closed.
+  void join(Peer& peer, std::uint32_t requestId, const protocol::JoinRequest& request,
+            std::uint32_t timeoutMs);
+  // The node is done: it leaves the round without ending it for the others.
+  protocol::Status leave(Peer& peer, const protocol::NodeReport& report, std::string& message);
+  // A worker of the node failed in `report.round`. Sets `restarts` (used so
+  // far) and `allowed` (false: the budget is spent and the job has failed).
+  protocol::Status reportFailure(Peer& peer, const protocol::NodeReport& report,
+                                 std::int64_t& restarts, bool& allowed, std::string& message);
+  // The peer's connection closed or its heartbeats stopped.
+  void peerLost(Peer& peer, const std::string& reason);
+
+  std::size_t numRendezvous() const { return rendezvous_.size(); }
+
+ private:
+  struct Node;
+  struct Rendezvous;
+
+  Rendezvous& getOrCreate(const protocol::JoinRequest& request);
+  Rendezvous* find(const std::string& id);
+  void tryComplete(Rendezvous& r);
+  void complete(Rendezvous& r);
+  void endRound(Rendezvous& r, const std::string& reason, const std::string& exceptNode);
+  void failJob(Rendezvous& r, std::int64_t exitCode, const std::string& report,
+               const std::string& exceptNode);
+  void dropJoiner(Rendezvous& r, const std::string& nodeId);
+
+  boost::asio::any_io_executor executor_;
+  std::unordered_map<std::string, std::unique_ptr<Rendezvous>> rendezvous_;
+  // Which (rendezvous, node) each peer speaks for.
+  std::unordered_map<Peer*, std::set<std::pair<std::string, std::string>>> byPeer_;
+};
+
+}  // namespace ddprun::rendezvous

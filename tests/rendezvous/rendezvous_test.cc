@@ -1,0 +1,257 @@
+// Server-side rendezvous rounds over the real server and clients.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "ddprun/common/error.h"
+#include "ddprun/rendezvous/store_client.h"
+#include "ddprun/rendezvous/store_server.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+using protocol::Assignment;
+using protocol::EventType;
+using protocol::JoinRequest;
+
+class RendezvousTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreServerOptions options;
+    options.token = "t";
+    server_ = std::make_unique<StoreServer>(options);
+    server_->start();
+  }
+
+  std::unique_ptr<StoreClient> client(const std::string& name) {
+    StoreClientOptions options;
+    options.port = server_->port();
+    options.token = "t";
+    options.name = name;
+    return std::make_unique<StoreClient>(options);
+  }
+
+  static JoinRequest request(const std::string& node, std::uint32_t min, std::uint32_t max,
+                             std::uint32_t localWorldSize = 1, std::int64_t nodeRank = -1) {
+    JoinRequest j;
+    j.rdzvId = "job";
+    j.nodeId = node;
+    j.minNodes = min;
+    j.maxNodes = max;
+    j.localWorldSize = localWorldSize;
+    j.nodeRank = nodeRank;
+    j.lastCallMs = 200;
+    j.address = "10.0.0." + node.substr(node.size() - 1);
+    j.masterPort = 20000 + static_cast<std::uint32_t>(node.back());
+    return j;
+  }
+
+  std::unique_ptr<StoreServer> server_;
+};
+
+TEST_F(RendezvousTest, RanksFollowArrivalAndOffsetsFollowLocalWorldSizes) {
+  auto a = client("a"), b = client("b"), c = client("c");
+  auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 3, 3, 4), 10s); });
+  std::this_thread::sleep_for(50ms);
+  auto fb = std::async(std::launch::async, [&] { return b->join(request("node2", 3, 3, 2), 10s); });
+  std::this_thread::sleep_for(50ms);
+  const Assignment rc = c->join(request("node3", 3, 3, 8), 10s);
+  const Assignment ra = fa.get(), rb = fb.get();
+  EXPECT_EQ(ra.groupRank, 0u);
+  EXPECT_EQ(rb.groupRank, 1u);
+  EXPECT_EQ(rc.groupRank, 2u);
+  EXPECT_EQ(ra.rankOffset, 0u);
+  EXPECT_EQ(rb.rankOffset, 4u);
+  EXPECT_EQ(rc.rankOffset, 6u);
+  for (const auto& r : {ra, rb, rc}) {
+    EXPECT_EQ(r.worldSize, 14u);
+    EXPECT_EQ(r.groupWorldSize, 3u);
+    EXPECT_EQ(r.round, 1);
+    EXPECT_EQ(r.masterAddr, "10.0.0.1");
+    EXPECT_EQ(r.masterPort, 20000u + '1');
+  }
+}
+
+TEST_F(RendezvousTest, RequestedNodeRanksWin) {
+  auto a = client("a"), b = client("b");
+  auto fa =
+      std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2, 1, 1), 10s); });
+  std::this_thread::sleep_for(50ms);
+  const Assignment rb = b->join(request("node2", 2, 2, 1, 0), 10s);
+  EXPECT_EQ(rb.groupRank, 0u);
+  EXPECT_EQ(fa.get().groupRank, 1u);
+  EXPECT_EQ(rb.masterAddr, "10.0.0.2");
+}
+
+TEST_F(RendezvousTest, DuplicateNodeRankIsRefused) {
+  auto a = client("a"), b = client("b");
+  auto fa =
+      std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2, 1, 0), 2s); });
+  std::this_thread::sleep_for(50ms);
+  try {
+    b->join(request("node2", 2, 2, 1, 0), 2s);
+    FAIL();
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("node rank 0 is already taken"), std::string::npos);
+  }
+  EXPECT_THROW(fa.get(), TimeoutError);
+}
+
+TEST_F(RendezvousTest, MinNodesCompleteAfterLastCall) {
+  auto a = client("a"), b = client("b");
+  const auto start = std::chrono::steady_clock::now();
+  auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 4), 10s); });
+  const Assignment rb = b->join(request("node2", 2, 4), 10s);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 190ms);
+  EXPECT_EQ(rb.groupWorldSize, 2u);
+  EXPECT_EQ(fa.get().groupWorldSize, 2u);
+}
+
+TEST_F(RendezvousTest, JoinTimesOut) {
+  auto a = client("a");
+  EXPECT_THROW(a->join(request("node1", 2, 2), 200ms), TimeoutError);
+}
+
+TEST_F(RendezvousTest, LateJoinerEndsTheRoundAndSurvivorsKeepTheirOrder) {
+  auto a = client("a"), b = client("b"), c = client("c");
+  auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 3), 10s); });
+  std::this_thread::sleep_for(50ms);
+  b->join(request("node2", 2, 3), 10s);
+  EXPECT_EQ(fa.get().round, 1);
+  // A third node arrives while round 1 runs.
+  auto fc = std::async(std::launch::async, [&] { return c->join(request("node3", 2, 3), 10s); });
+  for (auto* node : {a.get(), b.get()}) {
+    auto event = node->waitEvent(5s);
+    ASSERT_TRUE(event);
+    EXPECT_EQ(event->type, EventType::kRoundEnded);
+    EXPECT_EQ(event->round, 1);
+    EXPECT_NE(event->message.find("node3 asked to join"), std::string::npos);
+  }
+  auto fa2 = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 3), 10s); });
+  const Assignment b2 = b->join(request("node2", 2, 3), 10s);
+  const Assignment a2 = fa2.get(), c2 = fc.get();
+  EXPECT_EQ(a2.round, 2);
+  EXPECT_EQ(a2.groupRank, 0u);
+  EXPECT_EQ(b2.groupRank, 1u);
+  EXPECT_EQ(c2.groupRank, 2u);
+  EXPECT_EQ(c2.groupWorldSize, 3u);
+  EXPECT_EQ(a2.restarts, 0);  // membership changes spend no restarts
+}
+
+TEST_F(RendezvousTest, LostNodeEndsTheRoundForTheOthers) {
+  auto a = client("a"), b = client("b"), c = client("c");
+  auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 3), 10s); });
+  auto fb = std::async(std::launch::async, [&] { return b->join(request("node2", 2, 3), 10s); });
+  std::this_thread::sleep_for(50ms);
+  c->join(request("node3", 2, 3), 10s);
+  fa.get();
+  fb.get();
+  c.reset();  // node3's connection closes
+  for (auto* node : {a.get(), b.get()}) {
+    auto event = node->waitEvent(5s);
+    ASSERT_TRUE(event);
+    EXPECT_NE(event->message.find("node node3 was lost"), std::string::npos) << event->message;
+  }
+  auto fa2 = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 3), 10s); });
+  const auto start = std::chrono::steady_clock::now();
+  const Assignment b2 = b->join(request("node2", 2, 3), 10s);
+  // Everyone expected back has rejoined: no last-call wait.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 150ms);
+  EXPECT_EQ(b2.groupWorldSize, 2u);
+  EXPECT_EQ(fa2.get().round, 2);
+}
+
+TEST_F(RendezvousTest, SilentNodeIsRemovedAfterItsHeartbeatLimit) {
+  auto a = client("a"), b = client("b");
+  auto rb = request("node2", 2, 2);
+  rb.keepAliveMs = 300;
+  auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2), 10s); });
+  b->join(rb, 10s);
+  fa.get();
+  // node2's connection stays open but it sends nothing (like a stopped
+  // process): after ~300 ms the server declares it dead.
+  const auto start = std::chrono::steady_clock::now();
+  auto event = a->waitEvent(5s);
+  ASSERT_TRUE(event);
+  EXPECT_NE(event->message.find("node node2 was lost (no heartbeat for 300 ms)"), std::string::npos)
+      << event->message;
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
+}
+
+TEST_F(RendezvousTest, JobWideRestartBudget) {
+  auto a = client("a"), b = client("b");
+  auto joinBoth = [&] {
+    auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2), 10s); });
+    const Assignment rb = b->join(request("node2", 2, 2), 10s);
+    return std::make_pair(fa.get(), rb);
+  };
+  auto [a1, b1] = joinBoth();
+  protocol::NodeReport report;
+  report.rdzvId = "job";
+  report.nodeId = "node2";
+  report.round = b1.round;
+  report.maxRestarts = 1;
+  report.exitCode = 7;
+  report.report = "rank 3 exited with code 7";
+  auto first = b->reportFailure(report);
+  EXPECT_TRUE(first.restartAllowed);
+  EXPECT_EQ(first.restarts, 1);
+  auto event = a->waitEvent(5s);
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->type, EventType::kRoundEnded);
+  // A second report for the same round spends nothing.
+  EXPECT_EQ(a->reportFailure({"job", "node1", a1.round, 1, 3, "late"}).restarts, 1);
+  auto [a2, b2] = joinBoth();
+  EXPECT_EQ(a2.restarts, 1);
+  report.round = b2.round;
+  auto second = b->reportFailure(report);
+  EXPECT_FALSE(second.restartAllowed);
+  event = a->waitEvent(5s);
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->type, EventType::kJobFailed);
+  EXPECT_EQ(event->exitCode, 7);
+  EXPECT_EQ(event->message, "rank 3 exited with code 7");
+  try {
+    client("late")->join(request("node9", 2, 2), 2s);
+    FAIL();
+  } catch (const RendezvousClosedError& e) {
+    EXPECT_EQ(e.exitCode(), 7);
+    EXPECT_EQ(e.report(), "rank 3 exited with code 7");
+  }
+}
+
+TEST_F(RendezvousTest, LeavingDoesNotEndTheRound) {
+  auto a = client("a"), b = client("b");
+  auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2), 10s); });
+  b->join(request("node2", 2, 2), 10s);
+  fa.get();
+  b->leave({"job", "node2", 1, 0, 0, ""});
+  b.reset();
+  EXPECT_FALSE(a->waitEvent(300ms));
+}
+
+TEST_F(RendezvousTest, ThousandNodesJoinOneRound) {
+  constexpr int kNodes = 1000;
+  std::vector<std::unique_ptr<StoreClient>> clients;
+  for (int i = 0; i < kNodes; ++i) clients.push_back(client("n" + std::to_string(i)));
+  std::vector<std::future<Assignment>> results;
+  for (int i = 0; i < kNodes; ++i) {
+    results.push_back(std::async(std::launch::async, [&, i] {
+      auto r = request("node" + std::to_string(i), kNodes, kNodes, 8);
+      return clients[i]->join(r, 60s);
+    }));
+  }
+  std::set<std::uint32_t> ranks;
+  for (auto& f : results) {
+    const Assignment a = f.get();
+    ranks.insert(a.groupRank);
+    EXPECT_EQ(a.worldSize, 8u * kNodes);
+    EXPECT_EQ(a.rankOffset, 8 * a.groupRank);
+  }
+  EXPECT_EQ(ranks.size(), static_cast<std::size_t>(kNodes));
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
