@@ -9,12 +9,14 @@
 
 #include <iostream>
 
+#include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/secret.h"
 #include "ddprun/rendezvous/store_server.h"
 #include "failure_report.h"
 #include "free_port.h"
+#include "node_rendezvous.h"
 #include "orphan_guard.h"
 #include "output_router.h"
 #include "run_directory.h"
@@ -25,23 +27,36 @@
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
+namespace protocol = rendezvous::protocol;
 
 struct Agent::Impl {
   explicit Impl(AgentConfig c)
       : config(std::move(c)),
         signals(io, SIGINT, SIGTERM, SIGHUP),
         runDir(config.logDir, config.runId),
-        baseEnv(currentEnvironment()) {
+        baseEnv(environmentMap()) {
     signals.add(SIGQUIT);
     signals.add(SIGUSR1);
     signals.add(SIGUSR2);
   }
 
-  void startStore();
+  bool multiNode() const { return config.rendezvous.mode != RendezvousMode::kStandalone; }
+
+  // One node: a private store, restarts counted here.
+  void startLocalStore();
+  // Several nodes: rounds from the job's store.
+  void startRendezvous();
+  void join();
+  void onJoined(const JoinResult& result);
+  void onEvent(const protocol::Event& event);
+  void onStoreLost(const std::string& reason);
+
   void startAttempt();
   void onGroupDone(GroupOutcome outcome);
+  void onFailure(const GroupOutcome& outcome);
   void waitForSignal();
   WorkerIdentity identityFor(int localRank, const std::string& errorFile) const;
+  std::string reportFor(const GroupOutcome& outcome) const;
   void finish(int code);
 
   const AgentConfig config;
@@ -52,18 +67,27 @@ struct Agent::Impl {
   RunDirectory runDir;
   OutputRouter router;
   std::map<std::string, std::string> baseEnv;
+
+  // Standalone: the private store.
   std::unique_ptr<rendezvous::StoreServer> store;
   std::string token;
   std::uint16_t masterPort = 0;
+  // Multi-node: this node's rendezvous and its current assignment.
+  std::unique_ptr<NodeRendezvous> rendezvous;
+  protocol::Assignment assignment;
 
   std::unique_ptr<WorkerGroup> group;
-  int attempt = 0;
+  int attempt = 0;  // failure restarts so far (TORCHELASTIC_RESTART_COUNT)
   std::optional<int> receivedSignal;
+  std::optional<protocol::Event> stoppedFor;  // a pushed event ended the round
+  std::optional<protocol::Event> earlyEvent;  // arrived before its round's join answer
   std::vector<std::string> history;
   int exitCode = 0;
 };
 
-void Agent::Impl::startStore() {
+// --- one node ---------------------------------------------------------------
+
+void Agent::Impl::startLocalStore() {
   token = randomToken();
   rendezvous::StoreServerOptions options;
   options.host = "127.0.0.1";
@@ -75,28 +99,116 @@ void Agent::Impl::startStore() {
   store->start();
   masterPort =
       config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
+  assignment.masterAddr = config.masterAddr;
+  assignment.masterPort = masterPort;
+  assignment.worldSize = static_cast<std::uint32_t>(config.nprocPerNode);
 }
+
+// --- several nodes ----------------------------------------------------------
+
+void Agent::Impl::startRendezvous() {
+  rendezvous = std::make_unique<NodeRendezvous>(io, config);
+  rendezvous->start([this](const protocol::Event& e) { onEvent(e); },
+                    [this](const std::string& reason) { onStoreLost(reason); });
+  join();
+}
+
+void Agent::Impl::join() {
+  DDPRUN_INFO("Node {} is joining rendezvous '{}' ({} to {} nodes).", rendezvous->nodeId(),
+              config.runId, config.rendezvous.minNodes, config.rendezvous.maxNodes);
+  rendezvous->asyncJoin([this](const JoinResult& result) { onJoined(result); });
+}
+
+void Agent::Impl::onJoined(const JoinResult& result) {
+  if (receivedSignal) {
+    finish(128 + *receivedSignal);
+    return;
+  }
+  if (result.closed) {
+    std::cerr << result.report << std::flush;
+    finish(result.exitCode);
+    return;
+  }
+  if (!result.assignment) {
+    std::cerr << "ddprun: error: the rendezvous failed: " << result.error << "\n";
+    finish(1);
+    return;
+  }
+  assignment = *result.assignment;
+  attempt = static_cast<int>(assignment.restarts);
+  DDPRUN_INFO("Round {}: this node is group rank {} of {}; workers are ranks {} to {} of {}.",
+              assignment.round, assignment.groupRank, assignment.groupWorldSize,
+              assignment.rankOffset, assignment.rankOffset + config.nprocPerNode - 1,
+              assignment.worldSize);
+  stoppedFor.reset();
+  startAttempt();
+  if (earlyEvent && earlyEvent->round == assignment.round) onEvent(*earlyEvent);
+  earlyEvent.reset();
+}
+
+void Agent::Impl::onEvent(const protocol::Event& event) {
+  if (event.round > assignment.round) {
+    // The join's answer and the event travel through different threads:
+    // keep an event for a round this node has not started yet.
+    earlyEvent = event;
+    return;
+  }
+  if (event.round != assignment.round || stoppedFor) return;  // stale, or already stopping
+  stoppedFor = event;
+  if (event.type == protocol::EventType::kRoundEnded) {
+    DDPRUN_WARN("Round {} ended ({}); stopping the workers to join again.", event.round,
+                event.message);
+  }
+  if (group) {
+    group->stop(SIGTERM);
+  } else if (event.type == protocol::EventType::kJobFailed) {
+    std::cerr << event.message << std::flush;
+    finish(static_cast<int>(event.exitCode));
+  }
+}
+
+void Agent::Impl::onStoreLost(const std::string& reason) {
+  if (exitCode != 0 || !rendezvous) return;
+  std::cerr << "ddprun: error: lost the rendezvous store at " << config.rendezvous.endpointHost
+            << ":" << config.rendezvous.endpointPort << " (" << reason
+            << "); stopping this node's workers\n";
+  receivedSignal = SIGTERM;  // stop like a signal, then exit 1
+  if (group) group->stop(SIGTERM);
+  exitCode = 1;
+}
+
+// --- attempts ---------------------------------------------------------------
 
 WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorFile) const {
   WorkerIdentity id;
   id.localRank = localRank;
-  id.rank = config.nodeRank * config.nprocPerNode + localRank;
-  id.worldSize = config.nnodes * config.nprocPerNode;
+  id.rank = static_cast<int>(assignment.rankOffset) + localRank;
+  id.worldSize = static_cast<int>(assignment.worldSize);
+  id.groupRank = static_cast<int>(assignment.groupRank);
+  id.groupWorldSize = static_cast<int>(assignment.groupWorldSize);
   id.restartCount = attempt;
-  id.masterAddr = config.masterAddr;
-  id.masterPort = masterPort;
-  id.storeHost = "127.0.0.1";
-  id.storePort = store->port();
-  id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt);
+  id.masterAddr = assignment.masterAddr;
+  id.masterPort = static_cast<int>(assignment.masterPort);
+  if (multiNode()) {
+    id.storeHost = config.rendezvous.endpointHost;
+    id.storePort = config.rendezvous.endpointPort;
+    id.token = config.rendezvous.token;
+    id.storePrefix = fmt::format("{}/round_{}/", config.runId, assignment.round);
+  } else {
+    id.storeHost = "127.0.0.1";
+    id.storePort = store->port();
+    id.token = token;
+    id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt);
+  }
   id.errorFile = errorFile;
-  id.token = token;
   return id;
 }
 
 void Agent::Impl::startAttempt() {
   group.reset();
+  const int directory = multiNode() ? static_cast<int>(assignment.round) - 1 : attempt;
   group = std::make_unique<WorkerGroup>(
-      io, config, baseEnv, guard, router, runDir, attempt,
+      io, config, baseEnv, guard, router, runDir, directory,
       [this](int localRank, const std::string& errorFile) {
         return identityFor(localRank, errorFile);
       },
@@ -104,34 +216,90 @@ void Agent::Impl::startAttempt() {
   group->start();
 }
 
+std::string Agent::Impl::reportFor(const GroupOutcome& outcome) const {
+  FailureSummary summary;
+  summary.programName = config.programName;
+  summary.attempts = attempt + 1;
+  summary.maxRestarts = config.maxRestarts;
+  summary.rootCause = *outcome.rootCause;
+  summary.otherFailures = outcome.otherFailures;
+  summary.stoppedRanks = outcome.stoppedRanks;
+  summary.history = history;
+  return formatFailureReport(summary);
+}
+
 void Agent::Impl::onGroupDone(GroupOutcome outcome) {
   if (receivedSignal) {
-    DDPRUN_WARN("ddprun stopped {} workers after receiving {}.", config.nprocPerNode,
-                signalName(*receivedSignal));
-    finish(128 + *receivedSignal);
+    if (exitCode == 0) {
+      DDPRUN_WARN("ddprun stopped {} workers after receiving {}.", config.nprocPerNode,
+                  signalName(*receivedSignal));
+    }
+    if (rendezvous) rendezvous->leave(assignment.round);
+    finish(exitCode != 0 ? exitCode : 128 + *receivedSignal);
+    return;
+  }
+  if (stoppedFor && !outcome.rootCause) {
+    if (stoppedFor->type == protocol::EventType::kJobFailed) {
+      std::cerr << stoppedFor->message << std::flush;
+      rendezvous->leave(assignment.round);
+      finish(static_cast<int>(stoppedFor->exitCode));
+    } else {
+      join();
+    }
     return;
   }
   if (outcome.succeeded) {
-    finish(0);
+    if (!rendezvous) {
+      finish(0);
+      return;
+    }
+    rendezvous->leave(assignment.round);
+    if (rendezvous->hosting()) {
+      DDPRUN_INFO("This node's workers are done; keeping the store up until every node left.");
+      rendezvous->asyncWaitUntilAllLeft([this] { finish(0); });
+    } else {
+      finish(0);
+    }
     return;
   }
+  onFailure(outcome);
+}
+
+void Agent::Impl::onFailure(const GroupOutcome& outcome) {
   const WorkerFailure& root = *outcome.rootCause;
+  const std::string line = fmt::format("attempt {}: {}", attempt, describeExit(root));
+  if (rendezvous) {
+    // The budget is the job's, kept by the store: one restart per failed round.
+    const std::string report = reportFor(outcome);
+    rendezvous::StoreClient::FailureDecision decision;
+    try {
+      decision = rendezvous->reportFailure(assignment.round, root.status.shellCode(), report);
+    } catch (const Error& e) {
+      std::cerr << report << "ddprun: error: could not reach the rendezvous store: " << e.what()
+                << "\n";
+      finish(root.status.shellCode());
+      return;
+    }
+    if (decision.restartAllowed) {
+      history.push_back(line);
+      DDPRUN_WARN("Restarting the job (restart {} of {}, counted for the whole job).",
+                  decision.restarts, config.maxRestarts);
+      join();
+      return;
+    }
+    std::cerr << report << std::flush;
+    rendezvous->leave(assignment.round);
+    finish(root.status.shellCode());
+    return;
+  }
   if (attempt < config.maxRestarts) {
-    history.push_back(fmt::format("attempt {}: {}", attempt, describeExit(root)));
+    history.push_back(line);
     ++attempt;
     DDPRUN_WARN("Restarting the worker group (restart {} of {}).", attempt, config.maxRestarts);
     startAttempt();
     return;
   }
-  FailureSummary summary;
-  summary.programName = config.programName;
-  summary.attempts = attempt + 1;
-  summary.maxRestarts = config.maxRestarts;
-  summary.rootCause = root;
-  summary.otherFailures = std::move(outcome.otherFailures);
-  summary.stoppedRanks = std::move(outcome.stoppedRanks);
-  summary.history = history;
-  std::cerr << formatFailureReport(summary) << std::flush;
+  std::cerr << reportFor(outcome) << std::flush;
   finish(root.status.shellCode());
 }
 
@@ -145,7 +313,11 @@ void Agent::Impl::waitForSignal() {
     } else {
       DDPRUN_WARN("ddprun received {} again; killing the workers now.", signalName(sig));
     }
-    if (group) group->stop(sig);
+    if (group) {
+      group->stop(sig);
+    } else {
+      finish(128 + sig);  // between rounds: nothing to stop
+    }
     waitForSignal();
   });
 }
@@ -162,10 +334,16 @@ Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config
 Agent::~Agent() = default;
 
 int Agent::run() {
-  impl_->startStore();
   impl_->waitForSignal();
-  impl_->startAttempt();
+  if (impl_->multiNode()) {
+    impl_->startRendezvous();
+  } else {
+    impl_->startLocalStore();
+    impl_->startAttempt();
+  }
   impl_->io.run();
+  // Stop the rendezvous threads before anything they post to is destroyed.
+  impl_->rendezvous.reset();
   return impl_->exitCode;
 }
 

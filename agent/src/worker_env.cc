@@ -2,20 +2,7 @@
 
 #include "ddprun/common/env.h"
 
-extern char** environ;
-
 namespace ddprun::agent {
-
-std::map<std::string, std::string> currentEnvironment() {
-  std::map<std::string, std::string> result;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::size_t eq = entry.find('=');
-    if (eq == std::string::npos) continue;
-    result[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  return result;
-}
 
 std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>& base,
                                         const AgentConfig& config, const WorkerIdentity& id) {
@@ -23,12 +10,12 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
   const int localWorldSize = config.nprocPerNode;
   env[env::kRank] = std::to_string(id.rank);
   env[env::kLocalRank] = std::to_string(id.localRank);
-  env[env::kGroupRank] = std::to_string(config.nodeRank);
+  env[env::kGroupRank] = std::to_string(id.groupRank);
   env[env::kRoleRank] = std::to_string(id.rank);
   env[env::kRoleName] = config.role;
   env[env::kLocalWorldSize] = std::to_string(localWorldSize);
   env[env::kWorldSize] = std::to_string(id.worldSize);
-  env[env::kGroupWorldSize] = std::to_string(config.nnodes);
+  env[env::kGroupWorldSize] = std::to_string(id.groupWorldSize);
   env[env::kRoleWorldSize] = std::to_string(id.worldSize);
   env[env::kMasterAddr] = id.masterAddr;
   env[env::kMasterPort] = std::to_string(id.masterPort);

@@ -17,6 +17,8 @@ struct WorkerIdentity {
   int localRank = 0;
   int rank = 0;
   int worldSize = 1;
+  int groupRank = 0;
+  int groupWorldSize = 1;
   int restartCount = 0;
   std::string masterAddr;
   int masterPort = 0;
@@ -31,9 +33,6 @@ struct WorkerIdentity {
 // torchrun's and ddprun's variables set for `id`, then config.extraEnv.
 std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>& base,
                                         const AgentConfig& config, const WorkerIdentity& id);
-
-// The current process's environment as a map.
-std::map<std::string, std::string> currentEnvironment();
 
 // Replaces every "${local_rank}" in the arguments (torchrun's macro).
 std::vector<std::string> substituteLocalRank(const std::vector<std::string>& argv, int localRank);

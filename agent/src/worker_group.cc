@@ -18,10 +18,11 @@ namespace {
 // anyway (a process that escaped its group may still hold one).
 constexpr auto kDrainLimit = std::chrono::milliseconds(500);
 
-std::string substitutePrefix(std::string text, const AgentConfig& config, int rank, int localRank) {
+std::string substitutePrefix(std::string text, const AgentConfig& config, int rank, int localRank,
+                             int nodeRank) {
   const std::pair<const char*, std::string> vars[] = {
       {"${rank}", std::to_string(rank)}, {"${local_rank}", std::to_string(localRank)},
-      {"${role_name}", config.role},     {"${node_rank}", std::to_string(config.nodeRank)},
+      {"${role_name}", config.role},     {"${node_rank}", std::to_string(nodeRank)},
       {"${hostname}", config.hostname},
   };
   for (const auto& [name, value] : vars) {
@@ -79,9 +80,10 @@ void WorkerGroup::spawn(Slot& slot) {
   slot.errorFile = dir / "error.json";
   const WorkerIdentity id = identity_(localRank, slot.errorFile.string());
   slot.rank = id.rank;
+  slot.groupRank = id.groupRank;
 
   const std::string prefix =
-      substitutePrefix(config_.logPrefixTemplate, config_, id.rank, localRank);
+      substitutePrefix(config_.logPrefixTemplate, config_, id.rank, localRank, id.groupRank);
   const bool shown = !config_.localRanksFilter || config_.localRanksFilter->contains(localRank);
   for (Stream stream : {Stream::kStdout, Stream::kStderr}) {
     const Streams which = stream == Stream::kStdout ? Streams::kOut : Streams::kErr;
@@ -130,7 +132,7 @@ WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const 
   WorkerFailure f;
   f.rank = slot.rank;
   f.localRank = slot.localRank;
-  f.nodeRank = config_.nodeRank;
+  f.nodeRank = slot.groupRank;
   f.host = config_.hostname;
   f.pid = slot.process ? slot.process->pid() : 0;
   f.attempt = attempt_;

@@ -64,6 +64,7 @@ class WorkerGroup {
     std::unique_ptr<WorkerProcess> process;
     int localRank = 0;
     int rank = 0;
+    int groupRank = 0;
     bool exited = true;
     bool stoppedByAgent = false;
     ExitStatus status;

@@ -137,8 +137,13 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& options) {
     return 2;
   }
   for (const auto& rest : app.remaining()) options.program.push_back(rest);
-  options.logPrefixGiven =
-      app.get_option("--log_prefix")->count() > 0 || std::getenv("PET_LOG_PREFIX") != nullptr;
+  for (const CLI::Option* option : app.get_options()) {
+    const auto& names = option->get_lnames();  // without dashes: "nproc_per_node", ...
+    if (names.empty()) continue;
+    if (option->count() > 0 || std::getenv(petName(names.front()).c_str()) != nullptr) {
+      options.given.insert(names.front());
+    }
+  }
   return -1;
 }
 

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,11 @@ struct LaunchOptions {
   std::string localAddr;
   std::string shutdownTimeout = "30";
   std::string logPrefix = "[rank ${rank}]: ";
-  bool logPrefixGiven = false;
+
+  // Options set by a flag or a PET_* variable (by their underscore name,
+  // e.g. "nnodes"), so SLURM-derived values only fill the others.
+  std::set<std::string> given;
+  bool isGiven(const std::string& name) const { return given.contains(name); }
 
   // The program and its arguments, untouched.
   std::vector<std::string> program;

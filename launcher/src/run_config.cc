@@ -11,9 +11,11 @@
 #include <thread>
 
 #include "ddprun/common/env.h"
+#include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/secret.h"
 #include "gpu_count.h"
+#include "rendezvous_options.h"
 
 namespace ddprun::launcher {
 
@@ -244,27 +246,17 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     throw ConfigError(fmt::format("unknown option '{}'; see ddprun --help", o.program.front()));
   }
   config.nprocPerNode = parseNproc(o.nprocPerNode);
-  const NodeRange nodes = parseNnodes(o.nnodes);
-  if (nodes.max > 1) {
-    throw ConfigError(fmt::format(
-        "--nnodes={}: multi-node jobs are not supported by this version of ddprun yet; run on "
-        "one node (--nnodes=1)",
-        o.nnodes));
-  }
-  config.nnodes = 1;
-  config.nodeRank = integerOption("node_rank", o.nodeRank, 0, 0, "0");
   if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d") {
     throw ConfigError(
         fmt::format("--rdzv_backend={} is not supported; use static or c10d", o.rdzvBackend));
   }
-  parseRdzvConf(o.rdzvConf);
   if (o.masterAddr.empty()) {
     throw ConfigError("--master_addr is empty; give an address, e.g. --master_addr=127.0.0.1");
   }
+  if (!o.masterPort.empty()) integerOption("master_port", o.masterPort, 1, 65535, "29500");
+  integerOption("node_rank", o.nodeRank, 0, 1'000'000, "0");
   config.masterAddr = o.masterAddr;
-  if (!o.masterPort.empty()) {
-    config.masterPort = integerOption("master_port", o.masterPort, 1, 65535, "29500");
-  }
+  applyRendezvousOptions(o, environmentMap(), config);
   config.maxRestarts = integerOption("max_restarts", o.maxRestarts, 0, 1'000'000, "3");
   secondsOption("monitor_interval", o.monitorInterval);
   config.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
@@ -285,13 +277,18 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     }
     if (o.logDir != "/dev/null") config.logDir = fs::absolute(o.logDir);
   }
-  if (o.logPrefixGiven) {
+  if (o.isGiven("log_prefix")) {
     config.logPrefixTemplate = o.logPrefix;
   } else if (const char* t = std::getenv(env::kLogLinePrefixTemplate); t != nullptr) {
     config.logPrefixTemplate = t;
   }
   resolveProgram(o, config);
-  config.runId = o.rdzvId.empty() || o.rdzvId == "none" ? randomRunId() : o.rdzvId;
+  // Every node of a job must name the same rendezvous: only a job of one
+  // node gets a random id when none was given.
+  const bool single = config.rendezvous.mode == agent::RendezvousMode::kStandalone;
+  config.runId = (o.rdzvId.empty() || o.rdzvId == "none") && single ? randomRunId()
+                 : o.rdzvId.empty()                                 ? "none"
+                                                                    : o.rdzvId;
   if (config.runId.find('/') != std::string::npos || config.runId == "." || config.runId == "..") {
     throw ConfigError(fmt::format(
         "--rdzv_id={} cannot name a directory; use letters, digits, '-' or '_'", o.rdzvId));

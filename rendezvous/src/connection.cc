@@ -267,6 +267,12 @@ std::optional<protocol::Event> Connection::waitEvent(Clock::time_point deadline)
   return event;
 }
 
+void Connection::shutdown() {
+  markBroken(Status::kOk,
+             fmt::format("the connection to the store at {} was shut down", endpoint_));
+  ::shutdown(fd_, SHUT_RDWR);
+}
+
 void Connection::drainPushes() {
   {
     std::lock_guard lock(mutex_);

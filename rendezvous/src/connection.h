@@ -55,6 +55,8 @@ class Connection {
   // True when the server closed this connection politely for idleness, so
   // a new connection may transparently replace it.
   bool saidGoodbye() const { return goodbye_.load(); }
+  // Shuts the socket down: every blocked call returns with NetworkError.
+  void shutdown();
   // Reads any frames the server pushed while the connection sat idle.
   void drainPushes();
   Clock::time_point lastUse() const { return Clock::time_point(Clock::duration(lastUse_.load())); }

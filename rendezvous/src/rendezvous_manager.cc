@@ -49,8 +49,13 @@ struct RendezvousManager::Rendezvous {
   bool lastCallArmed = false;
 };
 
-RendezvousManager::RendezvousManager(boost::asio::any_io_executor executor)
-    : executor_(std::move(executor)) {}
+RendezvousManager::RendezvousManager(boost::asio::any_io_executor executor, StoreState& state)
+    : executor_(std::move(executor)), state_(state) {}
+
+void RendezvousManager::markFinishedIfEmpty(Rendezvous& r) {
+  if (r.participants.empty() && r.joining.empty())
+    state_.set(protocol::rendezvousFinishedKey(r.id), "1");
+}
 
 RendezvousManager::~RendezvousManager() = default;
 
@@ -117,7 +122,7 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
     node.timeout = std::make_unique<boost::asio::steady_timer>(
         executor_, std::chrono::milliseconds(timeoutMs));
     node.timeout->async_wait(
-        [this, id = r.id, nodeId = request.nodeId, timeoutMs](boost::system::error_code ec) {
+        [this, id = r.id, nodeId = request.nodeId](boost::system::error_code ec) {
           if (ec) return;
           Rendezvous* rdzv = find(id);
           if (rdzv == nullptr) return;
@@ -127,9 +132,10 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
           const std::uint32_t pendingId = it->second.requestId;
           dropJoiner(*rdzv, nodeId);
           waiting->answerJoin(pendingId, Status::kTimeout, {},
-                              fmt::format("rendezvous '{}' did not complete within {} ms ({} of at "
-                                          "least {} nodes joined)",
-                                          id, timeoutMs, rdzv->joining.size() + 1, rdzv->minNodes));
+                              fmt::format("rendezvous '{}' did not complete: {} of at least {} "
+                                          "nodes joined; check that every node runs with the "
+                                          "same --rdzv_id and --nnodes",
+                                          id, rdzv->joining.size() + 1, rdzv->minNodes));
         });
   }
   byPeer_[&peer].insert({r.id, request.nodeId});
@@ -287,7 +293,8 @@ Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
   r->expected.erase(report.nodeId);
   auto byPeer = byPeer_.find(&peer);
   if (byPeer != byPeer_.end()) byPeer->second.erase({report.rdzvId, report.nodeId});
-  DDPRUN_INFO("Node {} left rendezvous '{}' after finishing.", report.nodeId, report.rdzvId);
+  DDPRUN_INFO("Node {} left rendezvous '{}'.", report.nodeId, report.rdzvId);
+  markFinishedIfEmpty(*r);
   return Status::kOk;
 }
 
@@ -333,6 +340,7 @@ void RendezvousManager::peerLost(Peer& peer, const std::string& reason) {
         r->expected.erase(nodeId);
       }
     }
+    if (r->closed) markFinishedIfEmpty(*r);
     tryComplete(*r);
   }
 }

@@ -30,6 +30,7 @@
 #include <unordered_map>
 
 #include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/store_state.h"
 
 namespace ddprun::rendezvous {
 
@@ -45,7 +46,9 @@ class RendezvousManager {
     virtual const std::string& peerAddress() const = 0;
   };
 
-  explicit RendezvousManager(boost::asio::any_io_executor executor);
+  // `state` receives protocol::rendezvousFinishedKey(id) when every node of
+  // a rendezvous has left.
+  RendezvousManager(boost::asio::any_io_executor executor, StoreState& state);
   ~RendezvousManager();
   RendezvousManager(const RendezvousManager&) = delete;
   RendezvousManager& operator=(const RendezvousManager&) = delete;
@@ -78,7 +81,10 @@ class RendezvousManager {
                const std::string& exceptNode);
   void dropJoiner(Rendezvous& r, const std::string& nodeId);
 
+  void markFinishedIfEmpty(Rendezvous& r);
+
   boost::asio::any_io_executor executor_;
+  StoreState& state_;
   std::unordered_map<std::string, std::unique_ptr<Rendezvous>> rendezvous_;
   // Which (rendezvous, node) each peer speaks for.
   std::unordered_map<Peer*, std::set<std::pair<std::string, std::string>>> byPeer_;

@@ -81,7 +81,7 @@ std::shared_ptr<Connection> StoreClient::connection() {
   if (!connection_->broken() && Clock::now() - connection_->lastUse() > kIdleCheckAfter) {
     connection_->drainPushes();
   }
-  if (connection_->saidGoodbye()) {
+  if (connection_->saidGoodbye() && !shutDown_) {
     // The server closed an idle connection politely: nothing was in flight,
     // so a fresh connection continues transparently.
     connection_ = Connection::open(options_, Clock::now() + options_.connectTimeout);
@@ -229,6 +229,12 @@ std::optional<protocol::Event> StoreClient::waitEvent(std::chrono::milliseconds 
                             ? Clock::time_point::max()
                             : Clock::now() + timeout;
   return connection()->waitEvent(deadline);
+}
+
+void StoreClient::shutdown() {
+  std::lock_guard lock(mutex_);
+  shutDown_ = true;
+  connection_->shutdown();
 }
 
 void StoreClient::ping() {

@@ -61,7 +61,7 @@ struct StoreServer::Impl {
         io(1),
         acceptor(io),
         retryTimer(io),
-        rendezvous(std::make_unique<RendezvousManager>(io.get_executor())) {
+        rendezvous(std::make_unique<RendezvousManager>(io.get_executor(), context.state)) {
     context.rendezvous = rendezvous.get();
   }
   ~Impl() { context.rendezvous = nullptr; }

@@ -498,7 +498,13 @@ TEST(Launcher, BadInputFailsClearlyAndStartsNothing) {
       {args({"--max_restarts=-1"}, touch), "--max_restarts=-1"},
       {args({"--shutdown_timeout=soon"}, touch), "--shutdown_timeout=soon"},
       {args({"--nnodes=2:1"}, touch), "MIN <= MAX"},
-      {args({"--nnodes=2"}, touch), "multi-node jobs are not supported"},
+      {args({"--nnodes=2"}, touch), "needs a shared token"},
+      {args({"--nnodes=2:4", "--rdzv_backend=c10d"}, touch), "needs --rdzv_endpoint"},
+      {args({"--nnodes=2:4"}, touch), "is a range"},
+      {args({"--standalone", "--nnodes=2"}, touch), "drop one of the two"},
+      {args({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=host:x"}, touch),
+       "is not a port"},
+      {args({"--nnodes=2", "--rdzv_conf=join_timeout=soon"}, touch), "join_timeout=soon"},
       {args({"--node_rank=3"}, touch), "--node_rank=3"},
       {args({"--master_port=70000"}, touch), "--master_port=70000"},
       {args({"--local_ranks_filter=5"}, touch), "--local_ranks_filter=5"},
@@ -509,7 +515,9 @@ TEST(Launcher, BadInputFailsClearlyAndStartsNothing) {
       {args({"--nproc_per_node"}, {}), "--nproc_per_node"},
   };
   for (const Case& c : cases) {
-    const auto r = runDdprun(c.args, {{"PYTHON_EXEC", "/usr/bin/python3"}});
+    const auto r =
+        runDdprun(c.args, {{"PYTHON_EXEC", "/usr/bin/python3"},
+                           {"DDPRUN_TOKEN", c.message == "needs a shared token" ? "" : "t"}});
     EXPECT_EQ(r.code, 2) << c.message << "\n" << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
     EXPECT_EQ(r.err.rfind("ddprun: error: ", 0), 0u) << r.err;

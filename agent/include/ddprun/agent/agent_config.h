@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -15,6 +16,30 @@
 #include "ddprun/agent/std_spec.h"
 
 namespace ddprun::agent {
+
+// How this node meets the others.
+enum class RendezvousMode {
+  kStandalone,  // one node, a private store on 127.0.0.1
+  kStatic,      // --nnodes=N --node_rank=R --master_addr=A --master_port=P
+  kDynamic,     // --nnodes=MIN:MAX --rdzv_backend=c10d --rdzv_endpoint=H:P
+};
+
+struct RendezvousConfig {
+  RendezvousMode mode = RendezvousMode::kStandalone;
+  std::string endpointHost;  // the store every node uses
+  std::uint16_t endpointPort = 0;
+  std::optional<bool> isHost;  // host the store here; unset: decide (docs/multinode.md)
+  int minNodes = 1;
+  int maxNodes = 1;
+  int nodeRank = -1;      // requested group rank, -1: by arrival
+  std::string localAddr;  // address other nodes reach this node at
+  std::string token;      // shared by every node (DDPRUN_TOKEN or token_file)
+  std::chrono::milliseconds joinTimeout{std::chrono::seconds(600)};
+  std::chrono::milliseconds lastCallTimeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds closeTimeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds keepAliveInterval{std::chrono::seconds(5)};
+  int keepAliveMaxAttempts = 3;
+};
 
 struct AgentConfig {
   // The worker's argv: command[0] is an absolute path to an executable. The
@@ -47,6 +72,8 @@ struct AgentConfig {
   // Console line prefix; ${rank}, ${local_rank}, ${role_name}, ${node_rank}
   // and ${hostname} are substituted. Empty: no prefix.
   std::string logPrefixTemplate = "[rank ${rank}]: ";
+
+  RendezvousConfig rendezvous;
 
   // Extra environment set for every worker (after torchrun's variables are
   // computed, so these win). Used for OMP_NUM_THREADS and the like.

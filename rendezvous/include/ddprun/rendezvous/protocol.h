@@ -141,6 +141,12 @@ struct NodeReport {
   std::string report;            // kReportFailure: the root-cause report text
 };
 
+// The key the server sets once every node of rendezvous `rdzvId` has left,
+// so the agent hosting the store can WAIT for it before shutting down.
+inline std::string rendezvousFinishedKey(std::string_view rdzvId) {
+  return "__ddprun/rendezvous/" + std::string(rdzvId) + "/finished";
+}
+
 // A kEvent push.
 struct Event {
   EventType type = EventType::kRoundEnded;

@@ -104,6 +104,10 @@ class StoreClient : public Store {
   // The next event the server pushed, or nullopt after `timeout`.
   std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout);
 
+  // Unblocks every call in progress (they throw NetworkError) and makes
+  // later calls fail: for stopping a thread blocked in waitEvent().
+  void shutdown();
+
   // "host:port" of the server, for messages.
   const std::string& endpoint() const { return endpoint_; }
   const StoreClientOptions& options() const { return options_; }
@@ -116,6 +120,7 @@ class StoreClient : public Store {
   std::string endpoint_;
   std::mutex mutex_;  // guards connection_ (not the calls on it)
   std::shared_ptr<Connection> connection_;
+  bool shutDown_ = false;
 };
 
 }  // namespace ddprun::rendezvous

@@ -1,0 +1,217 @@
+#include "node_rendezvous.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+
+#include <fmt/format.h>
+
+#include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
+#include "ddprun/common/secret.h"
+#include "free_port.h"
+
+namespace ddprun::agent {
+
+namespace asio = boost::asio;
+namespace protocol = rendezvous::protocol;
+using namespace std::chrono_literals;
+
+namespace {
+
+// True when `host` resolves to an address this machine can bind.
+bool isLocalAddress(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0) return false;
+  bool local = false;
+  for (addrinfo* a = list; a != nullptr && !local; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    local = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0 from getaddrinfo
+    ::close(fd);
+  }
+  ::freeaddrinfo(list);
+  return local;
+}
+
+std::string numericAddress(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0 || list == nullptr) return host;
+  char buffer[NI_MAXHOST] = {};
+  ::getnameinfo(list->ai_addr, list->ai_addrlen, buffer, sizeof(buffer), nullptr, 0,
+                NI_NUMERICHOST);
+  ::freeaddrinfo(list);
+  return buffer;
+}
+
+}  // namespace
+
+NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
+    : io_(io), config_(config), rdzv_(config.rendezvous) {
+  nodeId_ = fmt::format("{}:{}:{}", config.hostname, ::getpid(), randomToken().substr(0, 6));
+  masterPort_ =
+      config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
+  const bool host = rdzv_.isHost.value_or(rdzv_.mode == RendezvousMode::kStatic
+                                              ? rdzv_.nodeRank == 0
+                                              : isLocalAddress(rdzv_.endpointHost));
+  if (host && !tryToHost() && rdzv_.isHost.value_or(false)) {
+    throw Error(fmt::format("is_host=1 but the store cannot listen on {}:{}", rdzv_.endpointHost,
+                            rdzv_.endpointPort));
+  }
+  rendezvous::StoreClientOptions options;
+  options.host = rdzv_.endpointHost;
+  options.port = rdzv_.endpointPort;
+  options.token = rdzv_.token;
+  options.name = nodeId_;
+  options.connectTimeout = rdzv_.joinTimeout;
+  options.requestTimeout = 30s;
+  client_ = std::make_unique<rendezvous::StoreClient>(options);
+  DDPRUN_INFO("Node {} connected to the rendezvous store at {}:{}{}.", nodeId_, rdzv_.endpointHost,
+              rdzv_.endpointPort, hosting() ? " (hosted here)" : "");
+}
+
+bool NodeRendezvous::tryToHost() {
+  rendezvous::StoreServerOptions options;
+  // Static: listen everywhere (master_addr may be a name); dynamic: on the
+  // endpoint's own address, so several agents of one machine can race for
+  // it and the losers become clients.
+  options.host =
+      rdzv_.mode == RendezvousMode::kStatic ? "0.0.0.0" : numericAddress(rdzv_.endpointHost);
+  options.port = rdzv_.endpointPort;
+  options.token = rdzv_.token;
+  options.name = "ddprun-agent-store";
+  try {
+    server_ = std::make_unique<rendezvous::StoreServer>(options);
+  } catch (const NetworkError& e) {
+    DDPRUN_DEBUG("Not hosting the store: {}", e.what());
+    return false;
+  }
+  server_->start();
+  return true;
+}
+
+NodeRendezvous::~NodeRendezvous() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stopRequested_.notify_all();
+  client_->shutdown();  // unblocks the event and join threads
+  for (std::thread* t : {&heartbeat_, &events_, &joiner_, &closer_}) joinThread(*t);
+  client_.reset();
+  server_.reset();
+}
+
+void NodeRendezvous::joinThread(std::thread& thread) {
+  if (thread.joinable()) thread.join();
+}
+
+void NodeRendezvous::start(EventFn onEvent, LostFn onLost) {
+  onEvent_ = std::move(onEvent);
+  onLost_ = std::move(onLost);
+  heartbeat_ = std::thread([this] { runHeartbeats(); });
+  events_ = std::thread([this] { runEvents(); });
+}
+
+void NodeRendezvous::runHeartbeats() {
+  std::unique_lock lock(mutex_);
+  while (!stopRequested_.wait_for(lock, rdzv_.keepAliveInterval, [this] { return stopping_; })) {
+    lock.unlock();
+    try {
+      client_->ping();
+    } catch (const Error& e) {
+      lock.lock();
+      if (!stopping_) asio::post(io_, [this, reason = std::string(e.what())] { onLost_(reason); });
+      return;
+    }
+    lock.lock();
+  }
+}
+
+void NodeRendezvous::runEvents() {
+  for (;;) {
+    try {
+      auto event = client_->waitEvent(std::chrono::milliseconds::max());
+      if (event) asio::post(io_, [this, e = *event] { onEvent_(e); });
+    } catch (const Error& e) {
+      std::lock_guard lock(mutex_);
+      if (!stopping_) asio::post(io_, [this, reason = std::string(e.what())] { onLost_(reason); });
+      return;
+    }
+  }
+}
+
+void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
+  joinThread(joiner_);
+  protocol::JoinRequest request;
+  request.rdzvId = config_.runId;
+  request.nodeId = nodeId_;
+  request.nodeRank = rdzv_.nodeRank;
+  request.localWorldSize = static_cast<std::uint32_t>(config_.nprocPerNode);
+  request.minNodes = static_cast<std::uint32_t>(rdzv_.minNodes);
+  request.maxNodes = static_cast<std::uint32_t>(rdzv_.maxNodes);
+  request.lastCallMs = static_cast<std::uint32_t>(rdzv_.lastCallTimeout.count());
+  request.keepAliveMs =
+      static_cast<std::uint32_t>(rdzv_.keepAliveInterval.count() * rdzv_.keepAliveMaxAttempts);
+  request.address = rdzv_.localAddr;
+  request.masterPort = masterPort_;
+  joiner_ = std::thread([this, request, done = std::move(done)] {
+    JoinResult result;
+    try {
+      result.assignment = client_->join(request, rdzv_.joinTimeout);
+    } catch (const rendezvous::RendezvousClosedError& e) {
+      result.closed = true;
+      result.exitCode = e.exitCode();
+      result.report = e.report();
+      result.error = e.what();
+    } catch (const Error& e) {
+      result.error = e.what();
+    }
+    asio::post(io_, [done, result] { done(result); });
+  });
+}
+
+rendezvous::StoreClient::FailureDecision NodeRendezvous::reportFailure(std::int64_t round,
+                                                                       int exitCode,
+                                                                       const std::string& report) {
+  protocol::NodeReport r;
+  r.rdzvId = config_.runId;
+  r.nodeId = nodeId_;
+  r.round = round;
+  r.maxRestarts = config_.maxRestarts;
+  r.exitCode = exitCode;
+  r.report = report;
+  return client_->reportFailure(r);
+}
+
+void NodeRendezvous::leave(std::int64_t round) {
+  protocol::NodeReport r;
+  r.rdzvId = config_.runId;
+  r.nodeId = nodeId_;
+  r.round = round;
+  try {
+    client_->leave(r);
+  } catch (const Error& e) {
+    DDPRUN_WARN("Node {} could not leave the rendezvous cleanly: {}", nodeId_, e.what());
+  }
+}
+
+void NodeRendezvous::asyncWaitUntilAllLeft(std::function<void()> done) {
+  joinThread(closer_);
+  closer_ = std::thread([this, done = std::move(done)] {
+    try {
+      client_->wait({protocol::rendezvousFinishedKey(config_.runId)}, rdzv_.closeTimeout);
+    } catch (const Error& e) {
+      DDPRUN_WARN("Not every node left the rendezvous within the close timeout: {}", e.what());
+    }
+    asio::post(io_, done);
+  });
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,94 @@
+// NodeRendezvous: this node's side of a multi-node job.
+//
+// It hosts the job's store when this node should (static: node rank 0;
+// dynamic: is_host=1, or the endpoint is an address of this machine and the
+// port is free), connects to it with the shared token, and then:
+//   - joins rounds (JOIN blocks in a helper thread; the result is posted to
+//     the agent's io_context),
+//   - sends a heartbeat every keep_alive_interval from another thread,
+//   - waits for pushed events (round ended, job failed) in a third thread,
+//     posting each to the agent's io_context,
+//   - reports failures and leaves (one round trip each, on the caller's
+//     thread).
+// The agent stays single-threaded: every result comes back as a handler
+// on its loop.
+//
+// Thread-safety: construct, call and destroy from the agent's loop thread.
+// Ownership: owns the hosted server (if any), the client and its threads;
+// the destructor stops and joins them.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "ddprun/agent/agent_config.h"
+#include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/store_client.h"
+#include "ddprun/rendezvous/store_server.h"
+
+namespace ddprun::agent {
+
+struct JoinResult {
+  std::optional<rendezvous::protocol::Assignment> assignment;
+  bool closed = false;  // the job already failed: exitCode and report say how
+  int exitCode = 1;
+  std::string report;
+  std::string error;  // why the join failed (timeout, network)
+};
+
+class NodeRendezvous {
+ public:
+  using EventFn = std::function<void(const rendezvous::protocol::Event&)>;
+  using LostFn = std::function<void(const std::string& reason)>;
+
+  // Hosts (if this node should) and connects. Throws ddprun::Error.
+  NodeRendezvous(boost::asio::io_context& io, const AgentConfig& config);
+  ~NodeRendezvous();
+  NodeRendezvous(const NodeRendezvous&) = delete;
+  NodeRendezvous& operator=(const NodeRendezvous&) = delete;
+
+  // Starts the heartbeat and event threads.
+  void start(EventFn onEvent, LostFn onLost);
+  void asyncJoin(std::function<void(JoinResult)> done);
+  rendezvous::StoreClient::FailureDecision reportFailure(std::int64_t round, int exitCode,
+                                                         const std::string& report);
+  void leave(std::int64_t round);
+  // Host only: calls `done` once every node has left or the close timeout
+  // passed, whichever comes first.
+  void asyncWaitUntilAllLeft(std::function<void()> done);
+
+  bool hosting() const { return server_ != nullptr; }
+  const std::string& nodeId() const { return nodeId_; }
+
+ private:
+  bool tryToHost();
+  void runHeartbeats();
+  void runEvents();
+  void joinThread(std::thread& thread);
+
+  boost::asio::io_context& io_;
+  const AgentConfig& config_;
+  const RendezvousConfig& rdzv_;
+  std::string nodeId_;
+  std::uint16_t masterPort_ = 0;
+  std::unique_ptr<rendezvous::StoreServer> server_;
+  std::unique_ptr<rendezvous::StoreClient> client_;
+  EventFn onEvent_;
+  LostFn onLost_;
+  std::thread heartbeat_;
+  std::thread events_;
+  std::thread joiner_;
+  std::thread closer_;
+  std::mutex mutex_;
+  std::condition_variable stopRequested_;
+  bool stopping_ = false;
+};
+
+}  // namespace ddprun::agent
