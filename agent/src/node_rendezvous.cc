@@ -64,6 +64,12 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
     throw Error(fmt::format("is_host=1 but the store cannot listen on {}:{}", rdzv_.endpointHost,
                             rdzv_.endpointPort));
   }
+}
+
+// Runs on the joiner thread: connecting may take until the join timeout
+// while the store comes up, and must not block the agent's loop (signals).
+void NodeRendezvous::connect() {
+  if (client_) return;
   rendezvous::StoreClientOptions options;
   options.host = rdzv_.endpointHost;
   options.port = rdzv_.endpointPort;
@@ -71,9 +77,16 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
   options.name = nodeId_;
   options.connectTimeout = rdzv_.joinTimeout;
   options.requestTimeout = 30s;
-  client_ = std::make_unique<rendezvous::StoreClient>(options);
+  options.cancelConnect = &cancelled_;
+  auto client = std::make_unique<rendezvous::StoreClient>(options);
+  {
+    std::lock_guard lock(mutex_);
+    client_ = std::move(client);
+  }
   DDPRUN_INFO("Node {} connected to the rendezvous store at {}:{}{}.", nodeId_, rdzv_.endpointHost,
               rdzv_.endpointPort, hosting() ? " (hosted here)" : "");
+  heartbeat_ = std::thread([this] { runHeartbeats(); });
+  events_ = std::thread([this] { runEvents(); });
 }
 
 bool NodeRendezvous::tryToHost() {
@@ -100,10 +113,16 @@ NodeRendezvous::~NodeRendezvous() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    cancelled_ = true;
+    if (client_) client_->shutdown();  // unblocks the event and join threads
   }
   stopRequested_.notify_all();
-  client_->shutdown();  // unblocks the event and join threads
-  for (std::thread* t : {&heartbeat_, &events_, &joiner_, &closer_}) joinThread(*t);
+  joinThread(joiner_);  // may still be connecting: it sees cancelled_ within ~1 s
+  {
+    std::lock_guard lock(mutex_);
+    if (client_) client_->shutdown();
+  }
+  for (std::thread* t : {&heartbeat_, &events_, &closer_}) joinThread(*t);
   client_.reset();
   server_.reset();
 }
@@ -115,8 +134,6 @@ void NodeRendezvous::joinThread(std::thread& thread) {
 void NodeRendezvous::start(EventFn onEvent, LostFn onLost) {
   onEvent_ = std::move(onEvent);
   onLost_ = std::move(onLost);
-  heartbeat_ = std::thread([this] { runHeartbeats(); });
-  events_ = std::thread([this] { runEvents(); });
 }
 
 void NodeRendezvous::runHeartbeats() {
@@ -164,6 +181,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   joiner_ = std::thread([this, request, done = std::move(done)] {
     JoinResult result;
     try {
+      connect();
       result.assignment = client_->join(request, rdzv_.joinTimeout);
     } catch (const rendezvous::RendezvousClosedError& e) {
       result.closed = true;
@@ -191,6 +209,7 @@ rendezvous::StoreClient::FailureDecision NodeRendezvous::reportFailure(std::int6
 }
 
 void NodeRendezvous::leave(std::int64_t round) {
+  if (!client_) return;
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;

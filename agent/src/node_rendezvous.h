@@ -20,6 +20,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -48,7 +49,8 @@ class NodeRendezvous {
   using EventFn = std::function<void(const rendezvous::protocol::Event&)>;
   using LostFn = std::function<void(const std::string& reason)>;
 
-  // Hosts (if this node should) and connects. Throws ddprun::Error.
+  // Hosts the store if this node should. Throws ddprun::Error. Connecting
+  // happens with the first join, off the agent's thread.
   NodeRendezvous(boost::asio::io_context& io, const AgentConfig& config);
   ~NodeRendezvous();
   NodeRendezvous(const NodeRendezvous&) = delete;
@@ -69,6 +71,7 @@ class NodeRendezvous {
 
  private:
   bool tryToHost();
+  void connect();
   void runHeartbeats();
   void runEvents();
   void joinThread(std::thread& thread);
@@ -89,6 +92,7 @@ class NodeRendezvous {
   std::mutex mutex_;
   std::condition_variable stopRequested_;
   bool stopping_ = false;
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace ddprun::agent

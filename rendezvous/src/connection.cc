@@ -39,7 +39,7 @@ int remainingMs(Connection::Clock::time_point deadline) {
 
 std::shared_ptr<Connection> Connection::open(const StoreClientOptions& options,
                                              Clock::time_point deadline) {
-  const int fd = connectWithBackoff(options.host, options.port, deadline);
+  const int fd = connectWithBackoff(options.host, options.port, deadline, options.cancelConnect);
   std::shared_ptr<Connection> connection(
       new Connection(fd, fmt::format("{}:{}", options.host, options.port)));
   connection->sendAll(std::string(protocol::kPreamble), deadline);

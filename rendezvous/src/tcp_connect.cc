@@ -73,7 +73,9 @@ int tryConnect(const addrinfo& addr, Clock::time_point deadline, int& error) {
 
 }  // namespace
 
-int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_point deadline) {
+int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_point deadline,
+                       const std::atomic<bool>* cancel) {
+  constexpr auto kMaxAttempt = std::chrono::seconds(1);
   std::set<std::string> failures;  // distinct reasons, for the final message
   auto backoff = std::chrono::milliseconds(10);
   std::minstd_rand jitter(static_cast<unsigned>(Clock::now().time_since_epoch().count()));
@@ -90,7 +92,11 @@ int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_
     } else {
       for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
         int error = 0;
-        const int fd = tryConnect(*a, deadline, error);
+        if (cancel != nullptr && cancel->load()) {
+          throw NetworkError(
+              fmt::format("connecting to the store at {}:{} was cancelled", host, port));
+        }
+        const int fd = tryConnect(*a, std::min(deadline, Clock::now() + kMaxAttempt), error);
         if (fd >= 0) return fd;
         failures.insert(std::strerror(error));
       }
@@ -101,6 +107,9 @@ int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_
     const auto spread = backoff.count() / 4;
     const auto sleep = std::chrono::milliseconds(
         backoff.count() - spread + static_cast<std::int64_t>(jitter() % (2 * spread + 1)));
+    if (cancel != nullptr && cancel->load()) {
+      throw NetworkError(fmt::format("connecting to the store at {}:{} was cancelled", host, port));
+    }
     std::this_thread::sleep_for(std::min<Clock::duration>(sleep, deadline - now));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }

@@ -1,7 +1,10 @@
 // Helpers for driving the real ddprun binary in integration tests.
 #pragma once
 
+#include <signal.h>
+
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,6 +45,16 @@ inline RunResult runDdprun(const std::vector<std::string>& args,
   result.out += process.stdoutText();
   result.err += process.stderrText();
   return result;
+}
+
+// True when `pid` no longer runs (gone, or a zombie waiting to be reaped).
+inline bool processGone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z';
 }
 
 // Lines of `text` that start with `prefix`, with the prefix removed.

@@ -23,6 +23,7 @@ using test_support::ChildProcess;
 using test_support::kBinDir;
 using test_support::kDdprun;
 using test_support::linesWith;
+using test_support::processGone;
 using test_support::runDdprun;
 namespace fs = std::filesystem;
 
@@ -41,15 +42,6 @@ std::vector<std::string> args(std::vector<std::string> options,
                               const std::vector<std::string>& program) {
   options.insert(options.end(), program.begin(), program.end());
   return options;
-}
-
-bool processGone(pid_t pid) {
-  if (::kill(pid, 0) != 0) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  const auto close = text.rfind(')');
-  return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z';
 }
 
 TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {

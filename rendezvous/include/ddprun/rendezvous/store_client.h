@@ -20,6 +20,7 @@
 // Thread-safety: every method may be called from several threads at once.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -61,6 +62,8 @@ struct StoreClientOptions {
   // Shown in the server's logs.
   std::string name = "client";
   protocol::Limits limits;
+  // Set to true (from another thread) to abandon connecting.
+  const std::atomic<bool>* cancelConnect = nullptr;
 };
 
 class StoreClient : public Store {

@@ -9,6 +9,7 @@
 // Thread-safety: a free function without shared state.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -16,8 +17,10 @@
 namespace ddprun::rendezvous {
 
 // Returns the connected socket. Throws TimeoutError (with every distinct
-// failure seen) when the deadline passes first.
+// failure seen) when the deadline passes first, and NetworkError soon after
+// `*cancel` becomes true (each attempt and each pause is at most 1 s).
 int connectWithBackoff(const std::string& host, std::uint16_t port,
-                       std::chrono::steady_clock::time_point deadline);
+                       std::chrono::steady_clock::time_point deadline,
+                       const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace ddprun::rendezvous

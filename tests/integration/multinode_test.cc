@@ -1,0 +1,235 @@
+// Several ddprun agents on one machine, each a separate process advertising
+// its own loopback address (127.0.0.1, 127.0.0.2, ...), as separate nodes.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "launcher_support.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::ChildProcess;
+using test_support::kBinDir;
+using test_support::kDdprun;
+
+constexpr char kToken[] = "multinode-secret";
+
+std::uint16_t freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// One agent ("node"): its process and everything it printed.
+struct Node {
+  std::unique_ptr<ChildProcess> process;
+  std::string out;
+  std::string err;
+
+  // Reads output until `pattern` has appeared `count` times (bounded).
+  bool waitFor(const std::string& pattern, int count = 1, std::chrono::seconds limit = 20s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      out += process->drainStdout();
+      err += process->drainStderr();
+      int seen = 0;
+      for (std::size_t pos = out.find(pattern); pos != std::string::npos;
+           pos = out.find(pattern, pos + 1)) {
+        ++seen;
+      }
+      if (seen >= count) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+  std::optional<int> finish(std::chrono::seconds limit = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      out += process->drainStdout();
+      err += process->drainStderr();
+      if (auto code = process->wait(0ms)) {
+        out += process->stdoutText();
+        err += process->stderrText();
+        return code;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return std::nullopt;
+  }
+};
+
+Node startNode(std::vector<std::string> options, const std::string& script,
+               std::map<std::string, std::string> env = {{"DDPRUN_TOKEN", kToken}}) {
+  std::vector<std::string> argv = {kDdprun};
+  argv.insert(argv.end(), options.begin(), options.end());
+  argv.insert(argv.end(), {"/bin/sh", "-c", script});
+  env["OMP_NUM_THREADS"] = "1";
+  return Node{std::make_unique<ChildProcess>(argv, env), "", ""};
+}
+
+std::vector<std::string> dynamicOptions(std::uint16_t port, int index, const std::string& nnodes,
+                                        const std::string& extraConf = "") {
+  return {"--nnodes=" + nnodes,
+          "--nproc_per_node=2",
+          "--rdzv_backend=c10d",
+          fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
+          "--rdzv_id=job",
+          fmt::format("--local_addr=127.0.0.{}", index + 1),
+          "--rdzv_conf=last_call_timeout=0.3,close_timeout=10" + extraConf,
+          "--log_prefix=",
+          "--max_restarts=0"};
+}
+
+TEST(MultiNode, StaticJobWithUnequalNodes) {
+  const std::uint16_t port = freePort();
+  std::vector<Node> nodes;
+  for (int r = 0; r < 3; ++r) {
+    nodes.push_back(startNode(
+        {"--nnodes=3", fmt::format("--node_rank={}", r), "--master_addr=127.0.0.1",
+         fmt::format("--master_port={}", port), fmt::format("--nproc_per_node={}", r + 1),
+         fmt::format("--local_addr=127.0.0.{}", r + 1), "--log_prefix="},
+        "echo W $RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $LOCAL_WORLD_SIZE "
+        "$MASTER_ADDR"));
+  }
+  std::set<std::string> lines;
+  for (auto& node : nodes) {
+    ASSERT_EQ(node.finish(), 0) << node.err;
+    for (const auto& line : test_support::linesWith(node.out, "W ")) lines.insert(line);
+  }
+  // Global rank = local world sizes of lower node ranks + local rank.
+  const std::set<std::string> expected = {"0 0 6 0 3 1 127.0.0.1", "1 0 6 1 3 2 127.0.0.1",
+                                          "2 1 6 1 3 2 127.0.0.1", "3 0 6 2 3 3 127.0.0.1",
+                                          "4 1 6 2 3 3 127.0.0.1", "5 2 6 2 3 3 127.0.0.1"};
+  EXPECT_EQ(lines, expected);
+}
+
+TEST(MultiNode, LateJoinerScalesTheJobUp) {
+  const std::uint16_t port = freePort();
+  const std::string script = "echo world $WORLD_SIZE; sleep 2";
+  Node a = startNode(dynamicOptions(port, 0, "2:3"), script);
+  Node b = startNode(dynamicOptions(port, 1, "2:3"), script);
+  ASSERT_TRUE(a.waitFor("world 4", 2)) << a.err;  // 2 nodes x 2 workers
+  ASSERT_TRUE(b.waitFor("world 4", 2)) << b.err;
+  Node c = startNode(dynamicOptions(port, 2, "2:3"), script);
+  for (Node* node : {&a, &b, &c}) {
+    EXPECT_EQ(node->finish(), 0) << node->err;
+    EXPECT_NE(node->out.find("world 6"), std::string::npos) << node->out << node->err;
+  }
+  EXPECT_NE(a.err.find("asked to join"), std::string::npos) << a.err;
+}
+
+TEST(MultiNode, KilledAgentTakesItsWorkersAndTheOthersGoOn) {
+  const std::uint16_t port = freePort();
+  const std::string script = "echo world $WORLD_SIZE pid $$; sleep 3";
+  std::vector<Node> nodes;
+  // Node 0 hosts the store (is_host), so killing node 2 leaves it up.
+  for (int i = 0; i < 3; ++i) {
+    const std::string conf = i == 0 ? ",is_host=1" : ",is_host=0";
+    nodes.push_back(startNode(dynamicOptions(port, i, "2:3", conf), script));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 6", 2)) << node.err;
+  // The third agent (not the one hosting the store) dies with SIGKILL.
+  std::vector<pid_t> orphans;
+  std::smatch m;
+  std::string text = nodes[2].out;
+  while (std::regex_search(text, m, std::regex(R"(pid (\d+))"))) {
+    orphans.push_back(std::stoi(m[1]));
+    text = m.suffix();
+  }
+  const auto killed = std::chrono::steady_clock::now();
+  nodes[2].process->signal(SIGKILL);
+  ASSERT_EQ(nodes[2].finish(), 128 + SIGKILL);
+  // The survivors restart into a round of 2 nodes without spending restarts.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(nodes[i].waitFor("world 4", 2)) << nodes[i].err;
+  const auto recovered = std::chrono::steady_clock::now() - killed;
+  for (pid_t pid : orphans)
+    EXPECT_TRUE(test_support::processGone(pid)) << "worker " << pid << " survived";
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(nodes[i].finish(), 0) << nodes[i].err;
+  EXPECT_LT(recovered, 5s);
+}
+
+TEST(MultiNode, StoppedAgentMissesHeartbeatsAndIsRemoved) {
+  const std::uint16_t port = freePort();
+  const std::string script = "echo world $WORLD_SIZE; sleep 3";
+  const std::string conf = ",keep_alive_interval=0.2,keep_alive_max_attempt=2";
+  std::vector<Node> nodes;
+  for (int i = 0; i < 3; ++i) {
+    const std::string host = i == 0 ? ",is_host=1" : ",is_host=0";
+    nodes.push_back(startNode(dynamicOptions(port, i, "2:3", conf + host), script));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 6", 2)) << node.err;
+  // SIGSTOP: the agent's connection stays open but it falls silent, like a
+  // node cut off from the network.
+  nodes[2].process->signal(SIGSTOP);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(nodes[i].waitFor("world 4", 2)) << nodes[i].err;
+  EXPECT_NE(nodes[0].err.find("no heartbeat"), std::string::npos) << nodes[0].err;
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(nodes[i].finish(), 0) << nodes[i].err;
+  nodes[2].process->signal(SIGKILL);
+  nodes[2].process->signal(SIGCONT);
+}
+
+TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
+  const std::uint16_t port = freePort();
+  std::vector<Node> nodes;
+  for (int r = 0; r < 2; ++r) {
+    nodes.push_back(startNode(
+        {"--nnodes=2", fmt::format("--node_rank={}", r), "--master_addr=127.0.0.1",
+         fmt::format("--master_port={}", port), "--nproc_per_node=2", "--max_restarts=2",
+         fmt::format("--local_addr=127.0.0.{}", r + 1)},
+        "echo attempt $TORCHELASTIC_RESTART_COUNT; [ $RANK = 3 ] && { echo broken >&2; exit 6; }; "
+        "sleep 10"));
+  }
+  for (auto& node : nodes) {
+    EXPECT_EQ(node.finish(), 6) << node.err;
+    EXPECT_NE(node.err.find("rank       : 3 (local_rank 1, node 1)"), std::string::npos)
+        << node.err;
+    EXPECT_NE(node.err.find("FAILED after 3 attempts"), std::string::npos) << node.err;
+  }
+  // Restarts are counted once per failed round for the whole job: 0, 1, 2.
+  EXPECT_EQ(test_support::linesWith(nodes[0].out, "[rank 0]: attempt "),
+            (std::vector<std::string>{"0", "1", "2"}));
+}
+
+TEST(MultiNode, EveryNodePointsAtTheStandaloneDaemon) {
+  ChildProcess daemon({kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0"},
+                      {{"DDPRUN_TOKEN", kToken}});
+  const auto line = daemon.readStdoutLine(10s);
+  ASSERT_TRUE(line);
+  const auto port = static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) {
+    auto options = dynamicOptions(port, i + 1, "2", ",is_host=0");
+    nodes.push_back(startNode(options, "echo world $WORLD_SIZE rank $RANK"));
+  }
+  for (auto& node : nodes) {
+    EXPECT_EQ(node.finish(), 0) << node.err;
+    EXPECT_NE(node.out.find("world 4"), std::string::npos) << node.out;
+    EXPECT_EQ(node.err.find("hosted here"), std::string::npos);
+  }
+  // A node with the wrong token is refused.
+  auto options = dynamicOptions(port, 3, "2");
+  Node intruder = startNode(options, "true", {{"DDPRUN_TOKEN", "wrong"}});
+  EXPECT_NE(intruder.finish(), 0);
+  EXPECT_NE(intruder.err.find("token is wrong"), std::string::npos) << intruder.err;
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(10s), 0);
+}
+
+}  // namespace
+}  // namespace ddprun
