@@ -18,6 +18,7 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun_driver.h"
+#include "rendezvous_benchmark.h"
 #include "store_benchmark.h"
 #include "store_report.h"
 #ifdef DDPRUN_BENCH_HAVE_TORCH
@@ -92,6 +93,17 @@ int main(int argc, char** argv) {
   store->add_option("--json", jsonPath, "also write the results as JSON to FILE");
   store->add_option("--daemon", daemonPath, "the ddprun-rendezvous binary")->capture_default_str();
 
+  bench::RendezvousBenchOptions rdzvOptions;
+  CLI::App* rdzv = app.add_subcommand(
+      "rendezvous", "time one rendezvous round of N simulated nodes against ddprun-rendezvous");
+  rdzv->add_option("--nodes", rdzvOptions.nodes, "node counts, as a comma list")
+      ->delimiter(',')
+      ->capture_default_str();
+  rdzv->add_option("--repeat", rdzvOptions.repeat, "runs per node count (median reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  rdzv->add_option("--daemon", daemonPath, "the ddprun-rendezvous binary");
+
 #ifdef DDPRUN_BENCH_HAVE_TORCH
   // Internal: the child process that hosts the reference server.
   CLI::App* c10dServer =
@@ -106,6 +118,12 @@ int main(int argc, char** argv) {
   if (c10dServer->parsed()) return bench::runTcpStoreServer();
 #endif
   try {
+    if (rdzv->parsed()) {
+      std::cerr << "ddprun-bench rendezvous: measuring\n";
+      bench::printRendezvousTable(bench::runRendezvousBenchmark(rdzvOptions, daemonPath, std::cerr),
+                                  std::cout);
+      return 0;
+    }
     options.duration = std::chrono::duration<double>(seconds);
     return runStore(options, daemonPath, jsonPath);
   } catch (const std::exception& e) {

@@ -1,0 +1,36 @@
+// RendezvousBenchmark: how long one rendezvous round takes for N nodes.
+//
+// A load generator opens N authenticated connections to a fresh
+// ddprun-rendezvous daemon (one per simulated agent), then sends every
+// node's JOIN and waits for every assignment, all from one thread with
+// epoll. Reported: the time from the first JOIN sent to the last
+// assignment received, and the messages per node (frames each way).
+//
+// Thread-safety: run() from one thread.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <ostream>
+#include <vector>
+
+namespace ddprun::bench {
+
+struct RendezvousBenchOptions {
+  std::vector<int> nodes = {64, 256, 1024, 4096};
+  int repeat = 3;
+};
+
+struct RendezvousResult {
+  int nodes = 0;
+  std::vector<double> seconds;  // one per repeat
+  double messagesPerNode = 0;   // frames sent + received per node, handshake included
+};
+
+std::vector<RendezvousResult> runRendezvousBenchmark(const RendezvousBenchOptions& options,
+                                                     const std::filesystem::path& daemonPath,
+                                                     std::ostream& log);
+
+void printRendezvousTable(const std::vector<RendezvousResult>& results, std::ostream& out);
+
+}  // namespace ddprun::bench
