@@ -225,6 +225,7 @@ std::string Agent::Impl::reportFor(const GroupOutcome& outcome) const {
   summary.otherFailures = outcome.otherFailures;
   summary.stoppedRanks = outcome.stoppedRanks;
   summary.history = history;
+  summary.filesKept = !runDir.temporary();
   return formatFailureReport(summary);
 }
 

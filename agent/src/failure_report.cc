@@ -63,8 +63,9 @@ std::string formatFailureReport(const FailureSummary& s) {
   out << fmt::format("  exit       : {}\n", exitText(root.status));
   out << fmt::format("  time       : {}\n", formatTime(root.time));
   out << fmt::format("  attempt    : {}\n", root.attempt);
-  out << fmt::format("  error_file : {}\n",
-                     root.error ? root.errorFile.string() : std::string("<none written>"));
+  out << fmt::format("  error_file : {}{}\n",
+                     root.error ? root.errorFile.string() : std::string("<none written>"),
+                     root.error && !s.filesKept ? " (removed at exit; --log_dir keeps it)" : "");
   if (root.error) {
     out << "  message    : " << root.error->message << "\n";
     if (!root.error->traceback.empty()) {

@@ -43,6 +43,7 @@ struct FailureSummary {
   std::vector<WorkerFailure> otherFailures;  // later failures, same attempt
   std::vector<int> stoppedRanks;             // ranks the agent stopped
   std::vector<std::string> history;          // one line per earlier attempt
+  bool filesKept = true;                     // false: the run directory is temporary (no --log_dir)
 };
 
 // "worker rank 3 (local rank 3, pid 4121) exited with code 7"
