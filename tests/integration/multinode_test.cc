@@ -121,7 +121,7 @@ TEST(MultiNode, StaticJobWithUnequalNodes) {
 
 TEST(MultiNode, LateJoinerScalesTheJobUp) {
   const std::uint16_t port = freePort();
-  const std::string script = "echo world $WORLD_SIZE; sleep 2";
+  const std::string script = "echo world $WORLD_SIZE; sleep 3";
   Node a = startNode(dynamicOptions(port, 0, "2:3"), script);
   Node b = startNode(dynamicOptions(port, 1, "2:3"), script);
   ASSERT_TRUE(a.waitFor("world 4", 2)) << a.err;  // 2 nodes x 2 workers
@@ -186,14 +186,20 @@ TEST(MultiNode, StoppedAgentMissesHeartbeatsAndIsRemoved) {
 
 TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
   const std::uint16_t port = freePort();
+  const std::string flag =
+      fmt::format("{}/ddprun-budget-{}-printed", ::testing::TempDir(), ::getpid());
   std::vector<Node> nodes;
   for (int r = 0; r < 2; ++r) {
     nodes.push_back(startNode(
         {"--nnodes=2", fmt::format("--node_rank={}", r), "--master_addr=127.0.0.1",
          fmt::format("--master_port={}", port), "--nproc_per_node=2", "--max_restarts=2",
          fmt::format("--local_addr=127.0.0.{}", r + 1)},
-        "echo attempt $TORCHELASTIC_RESTART_COUNT; [ $RANK = 3 ] && { echo broken >&2; exit 6; }; "
-        "sleep 10"));
+        // Rank 3 fails each attempt once rank 0 has printed (a file on this
+        // machine stands in for the timing).
+        "echo attempt $TORCHELASTIC_RESTART_COUNT; f=" + flag +
+            "_$TORCHELASTIC_RESTART_COUNT; [ $RANK = 0 ] && touch $f; "
+            "if [ $RANK = 3 ]; then i=0; while [ ! -e $f ] && [ $i -lt 1000 ]; do sleep 0.01; "
+            "i=$((i+1)); done; echo broken >&2; exit 6; fi; sleep 10"));
   }
   for (auto& node : nodes) {
     EXPECT_EQ(node.finish(), 6) << node.err;
