@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
                  "seconds a new connection has to authenticate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--strict", options.strict,
+               "refuse PyTorch TCPStore clients (they cannot send the token); by default they "
+               "are served on the same port without authentication");
   app.add_option("--max-value-bytes", options.limits.maxValueBytes, "largest value accepted")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -11,6 +11,8 @@
 #include "ddprun/common/logging.h"
 #include "ddprun/common/secret.h"
 
+#include <cstring>
+
 namespace ddprun::rendezvous {
 
 namespace asio = boost::asio;
@@ -90,7 +92,178 @@ asio::awaitable<void> Session::run() {
   if (!closing_) close();
 }
 
+bool Session::detectDialect() {
+  // docs/protocol.md "TCPStore dialects": the first bytes tell.
+  const std::string_view data = input_.readable();
+  if (data.empty()) return true;
+  const auto first = static_cast<std::uint8_t>(data[0]);
+  if (first == static_cast<std::uint8_t>(protocol::kPreamble[0])) {
+    dialect_ = Dialect::kNative;
+    return true;
+  }
+  if (first > 8) {
+    reject(Status::kBadRequest,
+           "it is not a ddprun client (the first bytes are not the DDPR preamble) nor a "
+           "PyTorch TCPStore client");
+    return false;
+  }
+  if (context_.options.strict) {
+    context_.counters.rejected++;
+    DDPRUN_WARN(
+        "Rejected client {}: it speaks PyTorch's TCPStore protocol, which cannot carry "
+        "the token, and this server is strict.",
+        peer_);
+    close();
+    return false;
+  }
+  if (first == 0) {
+    if (data.size() < 5) return true;
+    std::uint32_t magic = 0;
+    std::memcpy(&magic, data.data() + 1, sizeof(magic));
+    if (magic == tcpstore::kValidateMagic) {
+      dialect_ = Dialect::kTcpStoreV2;
+      input_.consume(5);
+    } else {
+      dialect_ = Dialect::kTcpStoreV1;  // a 1.13 SET whose key length started
+    }
+  } else {
+    dialect_ = Dialect::kTcpStoreV1;
+  }
+  authenticated_ = true;  // these dialects carry no token (see strict mode)
+  watchdogTimer_.cancel();
+  DDPRUN_DEBUG("Client {} speaks TCPStore {}.", peer_,
+               dialect_ == Dialect::kTcpStoreV1 ? "1.13" : "2.x");
+  return true;
+}
+
+bool Session::processTcpStore() {
+  using tcpstore::Op;
+  const auto dialect =
+      dialect_ == Dialect::kTcpStoreV1 ? tcpstore::Dialect::kV1 : tcpstore::Dialect::kV2;
+  for (;;) {
+    tcpstore::Request r;
+    std::size_t used = 0;
+    std::string error;
+    switch (tcpstore::decode(input_.readable(), dialect, context_.options.limits.maxValueBytes, r,
+                             used, error)) {
+      case tcpstore::Parse::kNeedMore:
+        return true;
+      case tcpstore::Parse::kError:
+        DDPRUN_WARN("Closing the TCPStore connection of {}: {}.", peer_, error);
+        close();
+        return false;
+      case tcpstore::Parse::kRequest:
+        break;
+    }
+    input_.consume(used);
+    context_.counters.requests++;
+    if (tcpWait_) {
+      // The client serialises its calls: a new request means the pending
+      // wait was abandoned (1.13 times out silently) or is being cancelled.
+      context_.state.removeWaiter(*tcpWait_);
+      tcpWait_.reset();
+      context_.syncWaiters();
+    }
+    handleTcpStore(r);
+    if (closed_) return false;
+  }
+}
+
+void Session::handleTcpStore(tcpstore::Request& r) {
+  using tcpstore::Op;
+  StoreState& state = context_.state;
+  std::string& out = output_;
+  switch (r.op) {
+    case Op::kValidate:
+      break;  // only valid first; a repeat is harmless
+    case Op::kPing:
+      tcpstore::putU32(out, r.word);
+      break;
+    case Op::kSet:
+      state.set(r.keys[0], std::move(r.values[0]));
+      break;
+    case Op::kAppend:
+      state.append(r.keys[0], r.values[0]);
+      break;
+    case Op::kCompareSet: {
+      std::string result;
+      state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), result);
+      tcpstore::putString(out, result);
+      break;
+    }
+    case Op::kGet: {
+      const std::string* value = state.find(r.keys[0]);
+      tcpstore::putString(out, value ? *value : std::string());
+      break;
+    }
+    case Op::kAdd: {
+      std::int64_t result = 0;
+      if (state.add(r.keys[0], r.delta, result) != Status::kOk) {
+        DDPRUN_WARN(
+            "Closing the TCPStore connection of {}: ADD on key '{}' which does not hold "
+            "an integer.",
+            peer_, r.keys[0]);
+        close();  // the only error signal this protocol has
+        return;
+      }
+      tcpstore::putI64(out, result);
+      break;
+    }
+    case Op::kCheck:
+      tcpstore::putU8(out, state.check(r.keys) ? tcpstore::kReady : tcpstore::kNotReady);
+      break;
+    case Op::kWait: {
+      auto waiter = state.addWaiter(r.keys, [this] {
+        tcpWait_.reset();
+        context_.syncWaiters();
+        tcpstore::putU8(output_, tcpstore::kStopWaiting);
+        flush();
+      });
+      if (waiter) {
+        tcpWait_ = *waiter;
+        context_.syncWaiters();
+      } else {
+        tcpstore::putU8(out, tcpstore::kStopWaiting);
+      }
+      break;
+    }
+    case Op::kCancelWait:
+      // Any pending wait was dropped above; if it had completed, its
+      // STOP_WAITING already went out and this 01 follows it.
+      tcpstore::putU8(out, tcpstore::kWaitCanceled);
+      break;
+    case Op::kGetNumKeys:
+      tcpstore::putI64(out, state.numKeys());
+      break;
+    case Op::kDeleteKey:
+      tcpstore::putI64(out, state.deleteKey(r.keys[0]) ? 1 : 0);
+      break;
+    case Op::kMultiGet:
+      for (const auto& key : r.keys) {
+        const std::string* value = state.find(key);
+        tcpstore::putString(out, value ? *value : std::string());
+      }
+      break;
+    case Op::kMultiSet:
+      state.multiSet(r.keys, r.values);
+      break;
+    case Op::kListKeys:
+      tcpstore::putI64(out, state.numKeys());
+      for (const auto& key : state.keys()) tcpstore::putString(out, key);
+      break;
+    case Op::kWatchKey:
+      DDPRUN_WARN("Closing the TCPStore connection of {}: WATCH_KEY is not supported.", peer_);
+      close();
+      return;
+  }
+}
+
 bool Session::processInput() {
+  if (dialect_ == Dialect::kUnknown) {
+    if (!detectDialect()) return false;
+    if (dialect_ == Dialect::kUnknown) return true;  // need more bytes
+  }
+  if (dialect_ != Dialect::kNative) return processTcpStore();
   for (;;) {
     std::string_view data = input_.readable();
     if (!preambleSeen_) {
@@ -453,6 +626,8 @@ void Session::close(const std::string& reason) {
   if (closed_) return;
   closed_ = true;
   if (context_.rendezvous != nullptr) context_.rendezvous->peerLost(*this, reason);
+  if (tcpWait_) context_.state.removeWaiter(*tcpWait_);
+  tcpWait_.reset();
   for (auto& [id, wait] : waits_) {
     context_.state.removeWaiter(wait.waiter);
     if (wait.timer) wait.timer->cancel();
@@ -472,8 +647,14 @@ asio::awaitable<void> Session::watchdog() {
   auto self = shared_from_this();
   const auto& options = context_.options;
   const auto deadline = [&] {
-    if (!authenticated_) return started_ + options.handshakeTimeout;
+    // A silent connection may be a 1.13 TCPStore client's callback socket,
+    // which must stay open; only strict servers and native clients that
+    // began their handshake get the handshake deadline.
+    if (!authenticated_ && (options.strict || dialect_ == Dialect::kNative)) {
+      return started_ + options.handshakeTimeout;
+    }
     auto when = std::chrono::steady_clock::time_point::max();
+    if (dialect_ != Dialect::kNative) return when;  // TCPStore: no idle goodbye
     if (options.idleTimeout.count() > 0) when = lastActivity_ + options.idleTimeout;
     if (keepAlive_.count() > 0) when = std::min(when, lastActivity_ + keepAlive_);
     return when;

@@ -19,12 +19,14 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "input_buffer.h"
 #include "rendezvous_manager.h"
 #include "server_context.h"
+#include "tcpstore_codec.h"
 
 namespace ddprun::rendezvous {
 
@@ -55,6 +57,11 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
     std::unique_ptr<boost::asio::steady_timer> timer;
   };
 
+  // Tells a native client from a PyTorch TCPStore client by its first
+  // bytes; false when the connection was refused.
+  bool detectDialect();
+  bool processTcpStore();
+  void handleTcpStore(tcpstore::Request& request);
   // Handles every complete frame in the input; false when the connection
   // must stop reading (rejected, or a frame that breaks the framing).
   bool processInput();
@@ -90,6 +97,9 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
   bool closed_ = false;
   bool preambleSeen_ = false;
   bool authenticated_ = false;
+  enum class Dialect { kUnknown, kNative, kTcpStoreV1, kTcpStoreV2 };
+  Dialect dialect_ = Dialect::kUnknown;
+  std::optional<StoreState::WaiterId> tcpWait_;  // a TCPStore WAIT in progress
   std::unordered_map<std::uint32_t, PendingWait> waits_;
   std::size_t pendingJoins_ = 0;
   // Heartbeat limit of a rendezvous member: silence this long means dead.

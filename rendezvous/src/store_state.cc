@@ -108,6 +108,13 @@ const std::string* StoreState::find(const std::string& key) const {
   return it == data_.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> StoreState::keys() const {
+  std::vector<std::string> out;
+  out.reserve(data_.size());
+  for (const auto& [key, value] : data_) out.push_back(key);
+  return out;
+}
+
 bool StoreState::check(std::span<const std::string> keys) const {
   return std::all_of(keys.begin(), keys.end(),
                      [this](const std::string& k) { return data_.contains(k); });

@@ -309,8 +309,9 @@ TEST_F(StoreServerTest, DisconnectMidWaitDropsTheWaiter) {
   client()->set("never", "now");  // waking nobody is fine
 }
 
-TEST_F(StoreServerTest, SilentConnectionIsClosedAfterTheHandshakeTimeout) {
+TEST_F(StoreServerTest, SilentConnectionIsClosedAfterTheHandshakeTimeoutWhenStrict) {
   StoreServerOptions options;
+  options.strict = true;
   options.handshakeTimeout = 200ms;
   startServer(options);
   RawSocket raw("127.0.0.1", server_->port());

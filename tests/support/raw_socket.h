@@ -72,6 +72,25 @@ class RawSocket {
     }
   }
 
+  // Reads exactly `n` bytes, or returns what came before `timeout`.
+  std::string readExactly(std::size_t n, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (pending_.size() < n) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+      char buffer[4096];
+      const ssize_t got = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (got <= 0) break;
+      pending_.append(buffer, static_cast<std::size_t>(got));
+    }
+    std::string out = pending_.substr(0, std::min(n, pending_.size()));
+    pending_.erase(0, out.size());
+    return out;
+  }
+
   // Reads one complete frame (header + body) or returns false on timeout.
   bool readFrame(protocol::FrameHeader& header, std::string& body,
                  std::chrono::milliseconds timeout) {

@@ -34,6 +34,9 @@ struct StoreServerOptions {
   std::uint16_t port = 0;          // 0: the OS picks a free port
   std::string token;               // required; never logged
   std::string name = "ddprun-rendezvous";
+  // Refuse PyTorch TCPStore clients (they cannot carry the token). When
+  // false (the default) they are served on the same port, unauthenticated.
+  bool strict = false;
   // Log start and stop at debug level instead of info (an agent's private
   // store is an implementation detail; the daemon's is not).
   bool quiet = false;

@@ -49,6 +49,7 @@ class StoreState {
   bool check(std::span<const std::string> keys) const;
   std::int64_t numKeys() const { return static_cast<std::int64_t>(data_.size()); }
   std::size_t totalBytes() const { return totalBytes_; }
+  std::vector<std::string> keys() const;
 
   // Waiters. Registers `onReady` to run once every key in `keys` exists.
   // Returns nullopt (and does not register) when they all exist already.

@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""Real PyTorch 1.13.1 TCPStore clients (Debian's python3-torch) against
+ddprun-rendezvous, which detects their dialect from the first bytes.
+
+  tcpstore_python_test.py BUILD_BIN_DIR
+"""
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import torch.distributed as dist
+
+BIN = sys.argv[1]
+failures = []
+
+
+def check(name, condition, detail=""):
+    print(("ok   " if condition else "FAIL ") + name + (f": {detail}" if detail and not condition else ""))
+    if not condition:
+        failures.append(name)
+
+
+def client(port, timeout=10.0):
+    return dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=timeout))
+
+
+def main():
+    env = dict(os.environ, DDPRUN_TOKEN="python-test")
+    daemon = subprocess.Popen([os.path.join(BIN, "ddprun-rendezvous"), "--host", "127.0.0.1",
+                               "--port", "0"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        line = daemon.stdout.readline().strip()
+        port = int(line.rsplit(":", 1)[1])
+        s = client(port)
+        s.set("k", "v")
+        check("set/get", s.get("k") == b"v")
+        check("add", s.add("n", 5) == 5 and s.add("n", 2) == 7)
+        check("compare_set match", s.compare_set("k", "v", "w") == b"w")
+        check("compare_set mismatch", s.compare_set("k", "x", "y") == b"w")
+        check("compare_set missing, expected empty", s.compare_set("new", "", "z") == b"z")
+        s.wait(["k", "n"])
+        check("num_keys", s.num_keys() == 3, str(s.num_keys()))
+        check("delete_key", s.delete_key("new") and not s.delete_key("new"))
+        s.set_timeout(datetime.timedelta(milliseconds=200))
+        start = time.time()
+        try:
+            s.wait(["never"])
+            check("wait times out", False)
+        except RuntimeError as e:
+            check("wait times out", time.time() - start >= 0.15, str(e))
+        # The same client goes on after its timed-out wait (1.13 sends no cancel).
+        s.set_timeout(datetime.timedelta(seconds=10))
+        check("client usable after a timeout", s.get("k") == b"w")
+
+        # Two clients wait on one key; a third sets it.
+        results = []
+        def waiter():
+            c = client(port)
+            c.wait(["go"])
+            results.append(c.get("go"))
+        threads = [threading.Thread(target=waiter) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        client(port).set("go", "now")
+        for t in threads:
+            t.join(10)
+        check("two clients woken by one set", results == [b"now", b"now"], str(results))
+
+        # A client vanishes mid-wait: the server drops its wait and goes on.
+        code = ("import datetime, torch.distributed as d; "
+                f"s = d.TCPStore('127.0.0.1', {port}, None, False, datetime.timedelta(seconds=60)); "
+                "s.set('vanisher/ready', '1'); s.wait(['never/set'])")
+        vanisher = subprocess.Popen([sys.executable, "-c", code])
+        s.wait(["vanisher/ready"])
+        time.sleep(0.2)
+        vanisher.send_signal(signal.SIGKILL)
+        vanisher.wait()
+        s.set("never/set", "1")
+        check("server healthy after a client vanished mid-wait", s.get("never/set") == b"1")
+
+        # The native and TCPStore clients share one key space (keys as sent).
+        check("shared key space", s.get("k") == b"w")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(10)
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

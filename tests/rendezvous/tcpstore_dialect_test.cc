@@ -1,0 +1,147 @@
+// PyTorch TCPStore dialects on the store's port, byte for byte
+// (reference: tcpstore-wire-protocol.md). No 2.x client is installable
+// here, so the 2.x handshake, PING and the CANCEL_WAIT race are tested on
+// the wire; 1.13 is also tested with real clients (tcpstore_python_test.py).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "ddprun/rendezvous/store_client.h"
+#include "ddprun/rendezvous/store_server.h"
+#include "raw_socket.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::RawSocket;
+
+std::string u64(std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
+std::string u32(std::uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
+std::string str(const std::string& s) { return u64(s.size()) + s; }
+const std::string kValidate("\x00\xCE\xF7\x85\x3C", 5);
+
+class TcpStoreDialectTest : public ::testing::Test {
+ protected:
+  void SetUp() override { start(false); }
+  void start(bool strict) {
+    server_.reset();
+    StoreServerOptions options;
+    options.token = "t";
+    options.strict = strict;
+    options.handshakeTimeout = 200ms;
+    server_ = std::make_unique<StoreServer>(options);
+    server_->start();
+  }
+  std::unique_ptr<StoreServer> server_;
+};
+
+TEST_F(TcpStoreDialectTest, V2HandshakeAndPingEcho) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x0D" + u32(0x12345678));  // VALIDATE (no reply), PING nonce
+  EXPECT_EQ(s.readExactly(4, 2s), u32(0x12345678));
+}
+
+TEST_F(TcpStoreDialectTest, V2SetGetAddAndListKeys) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate);
+  s.send("\x01" + str("/k") + str("v"));  // SET: no reply
+  s.send("\x03" + str("/k"));             // GET
+  EXPECT_EQ(s.readExactly(9, 2s), str("v"));
+  s.send("\x04" + str("/n") + u64(5));  // ADD
+  EXPECT_EQ(s.readExactly(8, 2s), u64(5));
+  s.send("\x05" + u64(2) + str("/k") + str("/x"));  // CHECK: not ready
+  EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
+  s.send("\x11");  // LIST_KEYS
+  const std::string keys = s.readExactly(8 + 10 + 10, 2s);
+  EXPECT_EQ(keys.substr(0, 8), u64(2));
+}
+
+TEST_F(TcpStoreDialectTest, CancelWaitWithNothingPendingAnswersCanceled) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x0C");
+  EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
+}
+
+TEST_F(TcpStoreDialectTest, CancelWaitDropsThePendingWait) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x06" + u64(1) + str("/late"));  // WAIT
+  EXPECT_EQ(s.readExactly(1, 200ms), "");              // nothing yet
+  s.send("\x0C");                                      // timed out: CANCEL_WAIT
+  EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
+  RawSocket other("127.0.0.1", server_->port());
+  other.send(kValidate + "\x01" + str("/late") + str("1"));
+  EXPECT_EQ(s.readExactly(1, 300ms), "");  // the cancelled wait stays silent
+  EXPECT_EQ(server_->stats().waiters, 0u);
+}
+
+TEST_F(TcpStoreDialectTest, CancelWaitRaceSendsStopWaitingThenCanceled) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x06" + u64(1) + str("/race"));
+  RawSocket other("127.0.0.1", server_->port());
+  other.send(kValidate + "\x01" + str("/race") + str("1"));  // completes the wait...
+  EXPECT_EQ(s.readExactly(1, 2s), std::string("\x00", 1));   // ...STOP_WAITING in flight
+  s.send("\x0C");  // the client timed out meanwhile and cancels
+  EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
+}
+
+TEST_F(TcpStoreDialectTest, V1AddInitMatchesTheCapturedBytes) {
+  // Appendix A: a 1.13.1 client's first request and the 1.13.1 server's reply.
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(std::string("\x03\x05\x00\x00\x00\x00\x00\x00\x00", 9) + "init/" + u64(1));
+  EXPECT_EQ(s.readExactly(8, 2s), u64(1));
+  // 1.13 numbering: SET 0, WAIT 5, GET 2, DELETE_KEY 8, GETNUMKEYS 6.
+  s.send(std::string("\x00", 1) + str("/k1") + str("v1") + "\x05" + u64(1) + str("/k1"));
+  EXPECT_EQ(s.readExactly(1, 2s), std::string("\x00", 1));
+  s.send("\x02" + str("/k1"));
+  EXPECT_EQ(s.readExactly(10, 2s), str("v1"));
+  s.send("\x06");
+  EXPECT_EQ(s.readExactly(8, 2s), u64(2));
+  s.send("\x08" + str("/k1"));
+  EXPECT_EQ(s.readExactly(8, 2s), u64(1));
+}
+
+TEST_F(TcpStoreDialectTest, SilentCallbackConnectionStaysOpen) {
+  RawSocket silent("127.0.0.1", server_->port());
+  bool closed = false;
+  silent.readUntilClosed(600ms, closed);  // three times the handshake timeout
+  EXPECT_FALSE(closed);
+}
+
+TEST_F(TcpStoreDialectTest, StrictServerRefusesTcpStoreClients) {
+  start(true);
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x0D" + u32(7));
+  bool closed = false;
+  EXPECT_EQ(s.readUntilClosed(2s, closed), "");
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(server_->stats().rejected, 1u);
+}
+
+TEST_F(TcpStoreDialectTest, NativeAndTcpStoreClientsShareKeys) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x01" + str("/shared") + str("from-torch"));
+  StoreClientOptions options;
+  options.port = server_->port();
+  options.token = "t";
+  StoreClient native(options);
+  EXPECT_EQ(native.get("/shared", 2s), "from-torch");
+}
+
+TEST_F(TcpStoreDialectTest, OversizedOrUnknownRequestsCloseOnlyThatConnection) {
+  RawSocket big("127.0.0.1", server_->port());
+  big.send(kValidate + "\x01" + u64(1ULL << 40));
+  bool closed = false;
+  big.readUntilClosed(2s, closed);
+  EXPECT_TRUE(closed);
+  RawSocket unknown("127.0.0.1", server_->port());
+  unknown.send(kValidate + "\x63");
+  unknown.readUntilClosed(2s, closed);
+  EXPECT_TRUE(closed);
+  RawSocket fine("127.0.0.1", server_->port());
+  fine.send(kValidate + "\x0D" + u32(1));
+  EXPECT_EQ(fine.readExactly(4, 2s), u32(1));
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
