@@ -91,16 +91,27 @@ void Agent::Impl::startLocalStore() {
   token = randomToken();
   rendezvous::StoreServerOptions options;
   options.host = "127.0.0.1";
-  options.port = 0;  // the OS picks: no bind-then-close race
+  // The OS picks the port (no bind-then-close race), unless the workers'
+  // MASTER_PORT was given and they use this store.
+  options.port = config.useAgentStore && config.masterPort > 0
+                     ? static_cast<std::uint16_t>(config.masterPort)
+                     : 0;
   options.token = token;
   options.name = "ddprun-agent-store";
   options.quiet = true;
+  options.strict = config.strictStore;
   store = std::make_unique<rendezvous::StoreServer>(options);
   store->start();
-  masterPort =
-      config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
-  assignment.masterAddr = config.masterAddr;
-  assignment.masterPort = masterPort;
+  if (config.useAgentStore) {
+    // Workers' init_process_group uses the agent's store: no second port.
+    assignment.masterAddr = "127.0.0.1";
+    assignment.masterPort = store->port();
+  } else {
+    masterPort =
+        config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
+    assignment.masterAddr = config.masterAddr;
+    assignment.masterPort = masterPort;
+  }
   assignment.worldSize = static_cast<std::uint32_t>(config.nprocPerNode);
 }
 
@@ -189,6 +200,12 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
   id.restartCount = attempt;
   id.masterAddr = assignment.masterAddr;
   id.masterPort = static_cast<int>(assignment.masterPort);
+  id.useAgentStore = config.useAgentStore;
+  if (multiNode() && config.useAgentStore) {
+    // The job's store, which every node reaches.
+    id.masterAddr = config.rendezvous.endpointHost;
+    id.masterPort = config.rendezvous.endpointPort;
+  }
   if (multiNode()) {
     id.storeHost = config.rendezvous.endpointHost;
     id.storePort = config.rendezvous.endpointPort;

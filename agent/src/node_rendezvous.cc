@@ -99,6 +99,7 @@ bool NodeRendezvous::tryToHost() {
   options.port = rdzv_.endpointPort;
   options.token = rdzv_.token;
   options.name = "ddprun-agent-store";
+  options.strict = config_.strictStore;
   try {
     server_ = std::make_unique<rendezvous::StoreServer>(options);
   } catch (const NetworkError& e) {

@@ -22,9 +22,9 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
   env[env::kRestartCount] = std::to_string(id.restartCount);
   env[env::kMaxRestarts] = std::to_string(config.maxRestarts);
   env[env::kRunId] = config.runId;
-  // Worker rank 0 hosts the TCPStore of init_process_group at MASTER_PORT
-  // (torchrun 1.13's c10d behaviour); ddprun's own store is DDPRUN_STORE_*.
-  env[env::kUseAgentStore] = "False";
+  // True: MASTER_ADDR:PORT is the agent's store, which PyTorch clients use
+  // directly. False: worker rank 0 hosts its own TCPStore there.
+  env[env::kUseAgentStore] = id.useAgentStore ? "True" : "False";
   env[env::kErrorFile] = id.errorFile;
   // The agent's value when set, else 1 (torchrun: both spellings).
   for (const char* name : {env::kNcclAsyncErrorHandling, env::kNcclAsyncErrorHandlingOld}) {

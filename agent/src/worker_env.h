@@ -22,6 +22,7 @@ struct WorkerIdentity {
   int restartCount = 0;
   std::string masterAddr;
   int masterPort = 0;
+  bool useAgentStore = false;
   std::string storeHost;
   int storePort = 0;
   std::string storePrefix;

@@ -84,6 +84,13 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
                  "${node_rank}, ${hostname}; empty for none")
       ->envname("PET_LOG_PREFIX")
       ->capture_default_str();
+  text(app, "worker_store", o.workerStore,
+       "where workers' init_process_group finds its TCPStore: 'agent' (MASTER_ADDR:PORT is "
+       "ddprun's store, TORCHELASTIC_USE_AGENT_STORE=True, as torchrun 2.x) or 'rank0' (worker "
+       "rank 0 hosts one on a free port, as torchrun 1.13)");
+  flag(app, "strict_store", o.strictStore,
+       "ddprun's store refuses PyTorch TCPStore clients, which cannot send the token "
+       "(implies --worker_store=rank0)");
   // Everything from the first positional argument on is the program and
   // its arguments, passed untouched (collected from remaining()).
   app.prefix_command();

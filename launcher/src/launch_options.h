@@ -40,6 +40,8 @@ struct LaunchOptions {
   std::string localAddr;
   std::string shutdownTimeout = "30";
   std::string logPrefix = "[rank ${rank}]: ";
+  std::string workerStore = "agent";
+  bool strictStore = false;
 
   // Options set by a flag or a PET_* variable (by their underscore name,
   // e.g. "nnodes"), so SLURM-derived values only fill the others.

@@ -283,6 +283,21 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     config.logPrefixTemplate = t;
   }
   resolveProgram(o, config);
+  if (o.workerStore != "agent" && o.workerStore != "rank0") {
+    throw ConfigError(fmt::format("--worker_store={} is not 'agent' or 'rank0'", o.workerStore));
+  }
+  config.strictStore = o.strictStore;
+  config.useAgentStore = o.workerStore == "agent";
+  if (!o.isGiven("worker_store")) {
+    // torchrun 2.x's switch for the same choice.
+    const char* disable = std::getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
+    if (disable != nullptr && std::string(disable) == "1") config.useAgentStore = false;
+    if (o.strictStore) config.useAgentStore = false;
+  } else if (o.strictStore && config.useAgentStore) {
+    throw ConfigError(
+        "--strict_store and --worker_store=agent contradict each other: a strict store refuses "
+        "the workers' PyTorch clients; use --worker_store=rank0");
+  }
   // Every node of a job must name the same rendezvous: only a job of one
   // node gets a random id when none was given.
   const bool single = config.rendezvous.mode == agent::RendezvousMode::kStandalone;

@@ -61,7 +61,7 @@ TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
   ASSERT_EQ(env.size(), 3u) << r.out;
   std::sort(env.begin(), env.end());
   for (int rank = 0; rank < 3; ++rank) {
-    EXPECT_EQ(env[rank], fmt::format("{0} {0} 3 3 0 {0} trainer 1 3 127.0.0.1 0 2 envjob False 1 "
+    EXPECT_EQ(env[rank], fmt::format("{0} {0} 3 3 0 {0} trainer 1 3 127.0.0.1 0 2 envjob True 1 "
                                      "1 127.0.0.1 envjob/attempt_0/",
                                      rank));
   }
@@ -70,8 +70,7 @@ TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
     int master = 0, store = 0, tokenLength = 0;
     in >> master >> store >> tokenLength;
     EXPECT_GT(master, 0);
-    EXPECT_GT(store, 0);
-    EXPECT_NE(master, store);
+    EXPECT_EQ(master, store);  // workers' TCPStore clients use the agent's store
     EXPECT_EQ(tokenLength, 32);
   }
   std::set<std::string> errorFiles;
@@ -91,6 +90,21 @@ TEST(Launcher, UserSettingsWinOverDefaults) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(linesWith(r.out, "V "), (std::vector<std::string>{"4 0 29999", "4 0 29999"}));
   EXPECT_EQ(r.err.find("Setting OMP_NUM_THREADS"), std::string::npos);
+}
+
+TEST(Launcher, Rank0WorkerStoreIsTorchrun113sBehaviour) {
+  const auto r = runDdprun(args({"--worker_store=rank0", "--log_prefix="},
+                                sh("echo S $TORCHELASTIC_USE_AGENT_STORE $MASTER_PORT "
+                                   "$DDPRUN_STORE_PORT")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto lines = linesWith(r.out, "S ");
+  ASSERT_EQ(lines.size(), 1u);
+  std::istringstream in(lines[0]);
+  std::string flag;
+  int master = 0, store = 0;
+  in >> flag >> master >> store;
+  EXPECT_EQ(flag, "False");
+  EXPECT_NE(master, store);
 }
 
 TEST(Launcher, PetEnvironmentVariablesAreOptions) {
@@ -505,6 +519,8 @@ TEST(Launcher, BadInputFailsClearlyAndStartsNothing) {
       {args({"--monitor_interval=-1"}, touch), "--monitor_interval=-1"},
       {args({"--log_dir=" + fileAsDir.string()}, touch), "is not a directory"},
       {args({"--nproc_per_node"}, {}), "--nproc_per_node"},
+      {args({"--worker_store=both"}, touch), "--worker_store=both"},
+      {args({"--strict_store", "--worker_store=agent"}, touch), "contradict"},
   };
   for (const Case& c : cases) {
     const auto r =

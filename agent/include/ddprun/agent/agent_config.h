@@ -75,6 +75,15 @@ struct AgentConfig {
 
   RendezvousConfig rendezvous;
 
+  // true (default, as torchrun 2.x): workers' MASTER_ADDR:MASTER_PORT is the
+  // agent's store (PyTorch clients speak its TCPStore dialect) and
+  // TORCHELASTIC_USE_AGENT_STORE=True. false (torchrun 1.13's behaviour, and
+  // always with a strict store): worker rank 0 hosts its own TCPStore on a
+  // free port.
+  bool useAgentStore = true;
+  // The agent's store refuses PyTorch TCPStore clients (they carry no token).
+  bool strictStore = false;
+
   // Extra environment set for every worker (after torchrun's variables are
   // computed, so these win). Used for OMP_NUM_THREADS and the like.
   std::map<std::string, std::string> extraEnv;

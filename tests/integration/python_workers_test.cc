@@ -1,0 +1,115 @@
+// Unmodified PyTorch training scripts (Debian's python3-torch 1.13.1) under
+// ddprun, with the workers' TCPStore clients on the agent's store.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "launcher_support.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::linesWith;
+using test_support::runDdprun;
+namespace fs = std::filesystem;
+
+fs::path writeScript(const std::string& name, const std::string& text) {
+  const fs::path path = fs::path(::testing::TempDir()) / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", "/usr/bin/python3"}};
+
+// A 2-rank DDP regression: loss must fall, and both ranks end identical.
+const char kTrain[] = R"(
+import os, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    w = torch.arange(8.0) / 8
+    for step in range(60):
+        x = torch.randn(32, 8, generator=g)
+        loss = ((model(x).squeeze() - x @ w) ** 2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        if step in (0, 59): print(f"step {step} loss {loss.item():.4f}")
+    total = sum(p.detach().sum() for p in model.parameters())
+    t = torch.tensor([total.item()]); dist.all_reduce(t)
+    print(f"checksum {total.item():.6f} mean {t.item() / world:.6f}")
+    dist.destroy_process_group()
+main()
+)";
+
+TEST(PythonWorkers, DdpTrainingConvergesOnTheAgentStore) {
+  const auto script = writeScript("ddp_train.py", kTrain);
+  const auto r = runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, kPython, 120s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(step 0 loss ([0-9.]+))"))) << r.out;
+  const double first = std::stod(m[1]);
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(step 59 loss ([0-9.]+))")));
+  EXPECT_LT(std::stod(m[1]), first / 10) << r.out;
+  const auto sums = linesWith(r.out, "checksum ");
+  ASSERT_EQ(sums.size(), 2u);
+  EXPECT_EQ(sums[0], sums[1]);  // DDP kept both replicas identical
+}
+
+TEST(PythonWorkers, RaisingScriptReportsThePythonException) {
+  const auto script = writeScript("raises.py", R"(
+import os, torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+@record
+def main():
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        raise ValueError("bad batch shape on rank 1")
+    dist.barrier()
+main()
+)");
+  const auto r = runDdprun({"--nproc_per_node=2", script.string()}, kPython, 120s);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("message    : ValueError: bad batch shape on rank 1"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("Traceback (most recent call last):"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank       : 1"), std::string::npos);
+}
+
+TEST(PythonWorkers, FailsOnceThenSucceedsAfterARestart) {
+  const auto script = writeScript("flaky.py", R"(
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+if attempt == 0 and dist.get_rank() == 0:
+    raise SystemExit(3)
+t = torch.ones(1); dist.all_reduce(t)
+print(f"attempt {attempt} sum {t.item():.0f}")
+dist.destroy_process_group()
+)");
+  const auto r = runDdprun(
+      {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script.string()}, kPython, 120s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "attempt "), (std::vector<std::string>{"1 sum 2", "1 sum 2"}));
+}
+
+TEST(PythonWorkers, Torch113BehaviourWithRank0Store) {
+  const auto script = writeScript("ddp_train_rank0.py", kTrain);
+  const auto r =
+      runDdprun({"--nproc_per_node=2", "--worker_store=rank0", "--log_prefix=", script.string()},
+                kPython, 120s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "checksum ").size(), 2u);
+}
+
+}  // namespace
+}  // namespace ddprun
