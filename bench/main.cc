@@ -46,6 +46,7 @@ int runStore(const bench::StoreBenchOptions& options, const fs::path& daemonPath
   bool referenceAvailable = false;
 #ifdef DDPRUN_BENCH_HAVE_TORCH
   drivers.push_back(std::make_unique<bench::TcpStoreDriver>(thisExecutable()));
+  drivers.push_back(bench::TcpStoreDriver::againstDaemon(daemonPath));
   referenceAvailable = true;
 #endif
   if (!referenceAvailable) {

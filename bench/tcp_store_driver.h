@@ -1,5 +1,6 @@
-// TcpStoreDriver: the reference row, LibTorch's c10d::TCPStore client
-// against c10d::TCPStore's own server.
+// TcpStoreDriver: LibTorch's c10d::TCPStore client against either
+// c10d::TCPStore's own server (the reference row) or ddprun-rendezvous, which
+// serves the TCPStore dialect on its port (same client, two servers).
 //
 // The server runs in a separate process, like ddprun-rendezvous: the bench
 // re-executes itself as `ddprun-bench c10d-server`, which prints
@@ -17,18 +18,21 @@ namespace ddprun::bench {
 
 class TcpStoreDriver : public StoreDriver {
  public:
-  // `benchPath` is this executable (for the c10d-server subcommand).
+  // The reference: `benchPath` is this executable (c10d-server subcommand).
   explicit TcpStoreDriver(std::filesystem::path benchPath);
+  // The same client against ddprun-rendezvous at `daemonPath`.
+  static std::unique_ptr<TcpStoreDriver> againstDaemon(std::filesystem::path daemonPath);
 
-  std::string id() const override { return "reference"; }
+  std::string id() const override { return daemon_ ? "c10d-client-ddprun-server" : "reference"; }
   std::string description() const override;
-  bool isReference() const override { return true; }
+  bool isReference() const override { return !daemon_; }
   void startServer() override;
   std::unique_ptr<BenchClient> connect(int index) override;
   void stopServer() override { server_.stop(); }
 
  private:
   std::filesystem::path benchPath_;
+  bool daemon_ = false;
   ServerProcess server_;
 };
 
