@@ -2,17 +2,21 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
+#include <limits>
+
+#include "ddprun/common/parse.h"
 
 namespace ddprun::agent {
 
 namespace {
 
 std::optional<int> parseInt(std::string_view text) {
-  int value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
+  auto value = parseInteger(text);
+  if (!value || *value > std::numeric_limits<int>::max() ||
+      *value < std::numeric_limits<int>::min()) {
+    return std::nullopt;
+  }
+  return static_cast<int>(*value);
 }
 
 std::optional<Streams> parseStreams(std::string_view text) {

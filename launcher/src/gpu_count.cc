@@ -3,12 +3,12 @@
 #include <dlfcn.h>
 
 #include <cctype>
-#include <charconv>
 #include <cstdlib>
 #include <set>
 #include <string>
 
 #include "ddprun/common/env.h"
+#include "ddprun/common/parse.h"
 
 namespace ddprun::launcher {
 
@@ -70,10 +70,8 @@ int countVisibleEntries(std::string_view value, int physical) {
       ++count;
       continue;
     }
-    int index = -1;
-    auto [ptr, ec] = std::from_chars(entry.data(), entry.data() + entry.size(), index);
-    if (ec != std::errc() || ptr != entry.data() + entry.size() || index < 0 || index >= physical ||
-        !seen.insert(std::to_string(index)).second) {
+    const auto index = parseInteger(entry);
+    if (!index || *index < 0 || *index >= physical || !seen.insert(std::to_string(*index)).second) {
       break;
     }
     ++count;

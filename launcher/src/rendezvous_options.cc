@@ -2,10 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-
 #include "ddprun/common/env.h"
 #include "ddprun/common/error.h"
+#include "ddprun/common/parse.h"
 #include "ddprun/common/secret.h"
 #include "ddprun/common/slurm.h"
 #include "run_config.h"
@@ -17,24 +16,12 @@ namespace {
 constexpr std::uint16_t kDefaultC10dPort = 29400;
 constexpr std::uint16_t kDefaultStaticPort = 29500;
 
-std::optional<long long> toInteger(const std::string& text) {
-  long long value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
-}
-
 std::chrono::milliseconds confSeconds(const std::map<std::string, std::string>& conf,
                                       const std::string& key, std::chrono::milliseconds fallback) {
   auto it = conf.find(key);
   if (it == conf.end()) return fallback;
-  try {
-    std::size_t used = 0;
-    const double seconds = std::stod(it->second, &used);
-    if (used == it->second.size() && seconds >= 0 && seconds < 1e7) {
-      return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
-    }
-  } catch (const std::exception&) {
+  if (auto seconds = parseSeconds(it->second, 1e7)) {
+    return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
   }
   throw ConfigError(fmt::format("--rdzv_conf {}={} is not a number of seconds; give e.g. {}=30",
                                 key, it->second, key));
@@ -82,7 +69,7 @@ std::pair<std::string, std::uint16_t> parseEndpoint(const std::string& text,
         text));
   }
   if (port.empty()) return {host, defaultPort};
-  const auto value = toInteger(port);
+  const auto value = parseInteger(port);
   if (!value || *value < 1 || *value > 65535) {
     throw ConfigError(
         fmt::format("--rdzv_endpoint={}: '{}' is not a port from 1 to 65535", text, port));
@@ -122,7 +109,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
         "--standalone runs a single node but --nnodes={}; drop one of the two", nnodesText));
   }
   if (!dynamic && nodes.max == 1) {
-    if (toInteger(nodeRankText).value_or(-1) != 0) {
+    if (parseInteger(nodeRankText).value_or(-1) != 0) {
       throw ConfigError(
           fmt::format("--node_rank={} is not from 0 to 0 (--nnodes={})", nodeRankText, nnodesText));
     }
@@ -141,7 +128,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
   r.closeTimeout = confSeconds(conf, "close_timeout", r.closeTimeout);
   r.keepAliveInterval = confSeconds(conf, "keep_alive_interval", r.keepAliveInterval);
   if (auto it = conf.find("keep_alive_max_attempt"); it != conf.end()) {
-    const auto value = toInteger(it->second);
+    const auto value = parseInteger(it->second);
     if (!value || *value < 1 || *value > 1000) {
       throw ConfigError(
           fmt::format("--rdzv_conf keep_alive_max_attempt={} is not a whole number from 1 to 1000",
@@ -162,7 +149,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     }
     std::tie(r.endpointHost, r.endpointPort) = parseEndpoint(o.rdzvEndpoint, kDefaultC10dPort);
     if (o.isGiven("node_rank")) {
-      r.nodeRank = static_cast<int>(toInteger(nodeRankText).value_or(-1));
+      r.nodeRank = static_cast<int>(parseInteger(nodeRankText).value_or(-1));
       if (r.nodeRank < 0 || r.nodeRank >= nodes.max) {
         throw ConfigError(fmt::format("--node_rank={} is not from 0 to {} (--nnodes={})",
                                       nodeRankText, nodes.max - 1, nnodesText));
@@ -179,7 +166,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
         "job has a fixed number of nodes",
         nnodesText));
   }
-  const auto rank = toInteger(nodeRankText);
+  const auto rank = parseInteger(nodeRankText);
   if (!rank || *rank < 0 || *rank >= nodes.max) {
     throw ConfigError(fmt::format("--node_rank={} is not from 0 to {} (--nnodes={})", nodeRankText,
                                   nodes.max - 1, nnodesText));
@@ -192,7 +179,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
   r.endpointHost = masterAddr;
   r.endpointPort = kDefaultStaticPort;
   if (!masterPortText.empty()) {
-    const auto port = toInteger(masterPortText);
+    const auto port = parseInteger(masterPortText);
     if (!port || *port < 1 || *port > 65535) {
       throw ConfigError(fmt::format(
           "--master_port={} is not a whole number from 1 to 65535; give e.g. --master_port=29500",

@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -13,6 +12,7 @@
 #include "ddprun/common/env.h"
 #include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
+#include "ddprun/common/parse.h"
 #include "ddprun/common/secret.h"
 #include "gpu_count.h"
 #include "rendezvous_options.h"
@@ -22,24 +22,6 @@ namespace ddprun::launcher {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::optional<long long> parseInteger(const std::string& text) {
-  long long value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
-}
-
-std::optional<double> parseSeconds(const std::string& text) {
-  try {
-    std::size_t used = 0;
-    const double value = std::stod(text, &used);
-    if (used != text.size() || !(value >= 0) || value > 1e9) return std::nullopt;
-    return value;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
 
 int cpuCount() {
   cpu_set_t set;
@@ -58,7 +40,7 @@ int integerOption(const std::string& name, const std::string& text, long long mi
 }
 
 std::chrono::milliseconds secondsOption(const std::string& name, const std::string& text) {
-  auto value = parseSeconds(text);
+  auto value = parseSeconds(text, 1e9);
   if (!value) {
     throw ConfigError(fmt::format(
         "--{}={} is not a number of seconds (0 or more); give e.g. --{}=30", name, text, name));

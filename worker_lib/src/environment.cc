@@ -2,11 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
+#include <limits>
 
 #include "ddprun/common/env.h"
 #include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
+#include "ddprun/common/parse.h"
 #include "ddprun/common/slurm.h"
 
 namespace ddprun::worker {
@@ -23,15 +24,14 @@ const std::string* find(const Vars& vars, const char* name) {
 int integer(const Vars& vars, const char* name, int fallback) {
   const std::string* text = find(vars, name);
   if (text == nullptr) return fallback;
-  int value = 0;
-  auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
-  if (ec != std::errc() || ptr != text->data() + text->size() || value < 0) {
+  const auto value = parseInteger(*text);
+  if (!value || *value < 0 || *value > std::numeric_limits<int>::max()) {
     throw ConfigError(
         fmt::format("{}={} is not a whole number of 0 or more; check how the job "
                     "was launched",
                     name, *text));
   }
-  return value;
+  return static_cast<int>(*value);
 }
 
 void fromLauncher(const Vars& vars, Environment& e) {

@@ -1,0 +1,25 @@
+#include "ddprun/common/parse.h"
+
+#include <gtest/gtest.h>
+
+namespace ddprun {
+namespace {
+
+TEST(Parse, IntegersMustBeWhole) {
+  EXPECT_EQ(parseInteger("42"), 42);
+  EXPECT_EQ(parseInteger("-3"), -3);
+  for (const char* bad : {"", "1.5", "12x", " 1", "99999999999999999999"}) {
+    EXPECT_FALSE(parseInteger(bad)) << bad;
+  }
+}
+
+TEST(Parse, SecondsAreNonNegativeAndBounded) {
+  EXPECT_EQ(parseSeconds("0.25", 10), 0.25);
+  EXPECT_EQ(parseSeconds("30", 30), 30);
+  for (const char* bad : {"", "-1", "soon", "1s", "31", "nan"}) {
+    EXPECT_FALSE(parseSeconds(bad, 30)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace ddprun
