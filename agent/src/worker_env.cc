@@ -43,16 +43,19 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
   return entries;
 }
 
-std::vector<std::string> substituteLocalRank(const std::vector<std::string>& argv, int localRank) {
-  static const std::string kMacro = "${local_rank}";
-  const std::string value = std::to_string(localRank);
-  std::vector<std::string> out = argv;
-  for (auto& arg : out) {
-    for (std::size_t pos = arg.find(kMacro); pos != std::string::npos;
-         pos = arg.find(kMacro, pos + value.size())) {
-      arg.replace(pos, kMacro.size(), value);
-    }
+std::string replaceAll(std::string text, std::string_view macro, std::string_view value) {
+  for (std::size_t pos = text.find(macro); pos != std::string::npos;
+       pos = text.find(macro, pos + value.size())) {
+    text.replace(pos, macro.size(), value);
   }
+  return text;
+}
+
+std::vector<std::string> substituteLocalRank(const std::vector<std::string>& argv, int localRank) {
+  const std::string value = std::to_string(localRank);
+  std::vector<std::string> out;
+  out.reserve(argv.size());
+  for (const auto& arg : argv) out.push_back(replaceAll(arg, "${local_rank}", value));
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ddprun/agent/agent_config.h"
@@ -34,6 +35,9 @@ struct WorkerIdentity {
 // torchrun's and ddprun's variables set for `id`, then config.extraEnv.
 std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>& base,
                                         const AgentConfig& config, const WorkerIdentity& id);
+
+// `text` with every occurrence of `macro` replaced by `value`.
+std::string replaceAll(std::string text, std::string_view macro, std::string_view value);
 
 // Replaces every "${local_rank}" in the arguments (torchrun's macro).
 std::vector<std::string> substituteLocalRank(const std::vector<std::string>& argv, int localRank);

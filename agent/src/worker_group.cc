@@ -25,13 +25,7 @@ std::string substitutePrefix(std::string text, const AgentConfig& config, int ra
       {"${role_name}", config.role},     {"${node_rank}", std::to_string(nodeRank)},
       {"${hostname}", config.hostname},
   };
-  for (const auto& [name, value] : vars) {
-    const std::string macro(name);
-    for (std::size_t pos = text.find(macro); pos != std::string::npos;
-         pos = text.find(macro, pos + value.size())) {
-      text.replace(pos, macro.size(), value);
-    }
-  }
+  for (const auto& [name, value] : vars) text = replaceAll(std::move(text), name, value);
   return text;
 }
 
