@@ -14,6 +14,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/tcp_connect.h"
+#include "poll_timeout.h"
 
 namespace ddprun::rendezvous {
 
@@ -27,13 +28,6 @@ namespace {
 // Replies carry at most a MULTI_GET of values within the server's frame
 // limit; anything beyond this bound is refused before allocating.
 constexpr std::size_t kMaxReplyFrame = std::size_t{1} << 30;
-
-int remainingMs(Connection::Clock::time_point deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Connection::Clock::now());
-  // Round up so a sub-millisecond remainder still waits.
-  return static_cast<int>(std::clamp<std::int64_t>(left.count() + 1, 0, 1 << 30));
-}
 
 }  // namespace
 
@@ -104,7 +98,7 @@ void Connection::sendAll(const std::string& bytes, Clock::time_point deadline) {
       throwBroken();
     }
     pollfd p{fd_, POLLOUT, 0};
-    if (::poll(&p, 1, remainingMs(deadline)) == 0) {
+    if (::poll(&p, 1, pollTimeoutMs(deadline)) == 0) {
       // Part of a frame may be out: the stream can no longer be trusted.
       markBroken(Status::kOk, fmt::format("sending to the store at {} timed out", endpoint_));
       throw TimeoutError(fmt::format(

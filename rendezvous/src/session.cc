@@ -30,32 +30,22 @@ constexpr std::size_t kMaxHandshakeFrame = 64 * 1024;
 constexpr std::size_t kMaxBufferedOutput = 128 * 1024 * 1024;
 constexpr std::size_t kIdleInputCapacity = 64 * 1024;
 
-std::string describePeer(const asio::ip::tcp::socket& socket) {
-  boost::system::error_code ec;
-  auto endpoint = socket.remote_endpoint(ec);
-  if (ec) return "unknown peer";
-  return fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
-}
-
-std::string peerHostOf(const asio::ip::tcp::socket& socket) {
-  boost::system::error_code ec;
-  auto endpoint = socket.remote_endpoint(ec);
-  return ec ? std::string() : endpoint.address().to_string();
-}
-
 }  // namespace
 
 Session::Session(asio::ip::tcp::socket socket, ServerContext& context)
     : socket_(std::move(socket)),
       context_(context),
-      peer_(describePeer(socket_)),
-      peerHost_(peerHostOf(socket_)),
+      peer_("unknown peer"),
       started_(std::chrono::steady_clock::now()),
       lastActivity_(started_),
       watchdogTimer_(socket_.get_executor()),
       drained_(socket_.get_executor()) {
-  boost::system::error_code ignored;
-  socket_.non_blocking(true, ignored);  // flush() writes directly when it can
+  boost::system::error_code ec;
+  if (const auto endpoint = socket_.remote_endpoint(ec); !ec) {
+    peerHost_ = endpoint.address().to_string();
+    peer_ = fmt::format("{}:{}", peerHost_, endpoint.port());
+  }
+  socket_.non_blocking(true, ec);  // flush() writes directly when it can
   context_.sessions.insert(this);
   context_.counters.accepted++;
   context_.counters.active++;

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "ddprun/common/error.h"
+#include "poll_timeout.h"
 
 namespace ddprun::rendezvous {
 
@@ -30,11 +31,6 @@ struct AddrInfoDelete {
   void operator()(addrinfo* info) const { ::freeaddrinfo(info); }
 };
 using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDelete>;
-
-int remainingMs(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 1 << 30));
-}
 
 // One non-blocking connect attempt to one address; returns fd or -1 (errno).
 int tryConnect(const addrinfo& addr, Clock::time_point deadline, int& error) {
@@ -51,7 +47,7 @@ int tryConnect(const addrinfo& addr, Clock::time_point deadline, int& error) {
       return -1;
     }
     pollfd p{fd, POLLOUT, 0};
-    const int ready = ::poll(&p, 1, remainingMs(deadline));
+    const int ready = ::poll(&p, 1, pollTimeoutMs(deadline));
     int soError = 0;
     socklen_t len = sizeof(soError);
     if (ready <= 0) {
