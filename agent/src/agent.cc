@@ -78,7 +78,8 @@ struct Agent::Impl {
 
   std::unique_ptr<WorkerGroup> group;
   int attempt = 0;  // failure restarts so far (TORCHELASTIC_RESTART_COUNT)
-  std::optional<int> receivedSignal;
+  // Once ddprun must stop (a signal, or the store is lost): its exit code.
+  std::optional<int> stopCode;
   std::optional<protocol::Event> stoppedFor;  // a pushed event ended the round
   std::optional<protocol::Event> earlyEvent;  // arrived before its round's join answer
   std::vector<std::string> history;
@@ -131,8 +132,8 @@ void Agent::Impl::join() {
 }
 
 void Agent::Impl::onJoined(const JoinResult& result) {
-  if (receivedSignal) {
-    finish(128 + *receivedSignal);
+  if (stopCode) {
+    finish(*stopCode);
     return;
   }
   if (result.closed) {
@@ -179,13 +180,12 @@ void Agent::Impl::onEvent(const protocol::Event& event) {
 }
 
 void Agent::Impl::onStoreLost(const std::string& reason) {
-  if (exitCode != 0 || !rendezvous) return;
+  if (stopCode || !rendezvous) return;
   std::cerr << "ddprun: error: lost the rendezvous store at " << config.rendezvous.endpointHost
             << ":" << config.rendezvous.endpointPort << " (" << reason
             << "); stopping this node's workers\n";
-  receivedSignal = SIGTERM;  // stop like a signal, then exit 1
-  if (group) group->stop(SIGTERM);
-  exitCode = 1;
+  stopCode = 1;
+  if (group) group->stop(SIGTERM);  // a join in progress fails on its own
 }
 
 // --- attempts ---------------------------------------------------------------
@@ -247,13 +247,13 @@ std::string Agent::Impl::reportFor(const GroupOutcome& outcome) const {
 }
 
 void Agent::Impl::onGroupDone(GroupOutcome outcome) {
-  if (receivedSignal) {
-    if (exitCode == 0) {
+  if (stopCode) {
+    if (*stopCode > 128) {
       DDPRUN_WARN("ddprun stopped {} workers after receiving {}.", config.nprocPerNode,
-                  signalName(*receivedSignal));
+                  signalName(*stopCode - 128));
     }
     if (rendezvous) rendezvous->leave(assignment.round);
-    finish(exitCode != 0 ? exitCode : 128 + *receivedSignal);
+    finish(*stopCode);
     return;
   }
   if (stoppedFor && !outcome.rootCause) {
@@ -324,8 +324,8 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
 void Agent::Impl::waitForSignal() {
   signals.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
-    if (!receivedSignal) {
-      receivedSignal = sig;
+    if (!stopCode) {
+      stopCode = 128 + sig;
       DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
                   signalName(sig), config.shutdownTimeout.count());
     } else {
@@ -334,7 +334,7 @@ void Agent::Impl::waitForSignal() {
     if (group) {
       group->stop(sig);
     } else {
-      finish(128 + sig);  // between rounds: nothing to stop
+      finish(*stopCode);  // between rounds: nothing to stop
     }
     waitForSignal();
   });
