@@ -98,12 +98,9 @@ bool Session::detectDialect() {
     return false;
   }
   if (context_.options.strict) {
-    context_.counters.rejected++;
-    DDPRUN_WARN(
-        "Rejected client {}: it speaks PyTorch's TCPStore protocol, which cannot carry "
-        "the token, and this server is strict.",
-        peer_);
-    close();
+    reject(Status::kAuthFailed,
+           "it speaks PyTorch's TCPStore protocol, which cannot carry the token, and this "
+           "server is strict");
     return false;
   }
   if (first == 0) {
@@ -562,7 +559,8 @@ void Session::sendError(std::uint32_t id, Status status, std::string_view messag
 void Session::reject(Status status, const std::string& reason) {
   context_.counters.rejected++;
   DDPRUN_WARN("Rejected client {}: {}.", peer_, reason);
-  sendError(0, status, reason);
+  // Only a ddprun client can read an error frame; anyone else is just closed.
+  if (dialect_ == Dialect::kNative) sendError(0, status, reason);
   closeAfterFlush();
 }
 

@@ -77,7 +77,8 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
   void sendStatus(std::uint32_t id, protocol::Op op, protocol::Status status,
                   const protocol::Reply& reply);
   void sendError(std::uint32_t id, protocol::Status status, std::string_view message);
-  // Refuses the client at the handshake: error reply, one log line, close.
+  // Refuses the client at the handshake: one log line, an error frame if it
+  // speaks the native protocol, close.
   void reject(protocol::Status status, const std::string& reason);
   void flush();
   void closeAfterFlush();
