@@ -49,6 +49,16 @@ struct RendezvousManager::Rendezvous {
   bool lastCallArmed = false;
 };
 
+namespace {
+
+// The CLOSED reply's message: "exit_code=N\n<report>" (docs/protocol.md).
+template <typename Rendezvous>
+std::string closedMessage(const Rendezvous& r) {
+  return fmt::format("exit_code={}\n{}", r.failedExitCode, r.failureReport);
+}
+
+}  // namespace
+
 RendezvousManager::RendezvousManager(boost::asio::any_io_executor executor, StoreState& state)
     : executor_(std::move(executor)), state_(state) {}
 
@@ -82,8 +92,7 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
                              const protocol::JoinRequest& request, std::uint32_t timeoutMs) {
   Rendezvous& r = getOrCreate(request);
   if (r.closed) {
-    peer.answerJoin(requestId, Status::kClosed, {},
-                    fmt::format("exit_code={}\n{}", r.failedExitCode, r.failureReport));
+    peer.answerJoin(requestId, Status::kClosed, {}, closedMessage(r));
     return;
   }
   if (request.minNodes != r.minNodes || request.maxNodes != r.maxNodes) {
@@ -265,8 +274,7 @@ void RendezvousManager::failJob(Rendezvous& r, std::int64_t exitCode, const std:
     Peer* peer = node.peer;
     const std::uint32_t requestId = node.requestId;
     dropJoiner(r, id);
-    peer->answerJoin(requestId, Status::kClosed, {},
-                     fmt::format("exit_code={}\n{}", exitCode, report));
+    peer->answerJoin(requestId, Status::kClosed, {}, closedMessage(r));
   }
   DDPRUN_WARN(
       "Rendezvous '{}' is closed: the job failed with exit code {} and no restarts "
