@@ -48,7 +48,6 @@ void fromLauncher(const Vars& vars, Environment& e) {
   if (const auto* host = find(vars, env::kStoreHost)) e.storeHost = *host;
   e.storePort = integer(vars, env::kStorePort, 0);
   if (const auto* prefix = find(vars, env::kStorePrefix)) e.storePrefix = *prefix;
-  if (const auto* token = find(vars, env::kToken)) e.token = *token;
 }
 
 void fromSlurm(const SlurmJob& job, const Vars& vars, Environment& e) {
@@ -98,6 +97,7 @@ Environment Environment::fromVariables(const Vars& vars, DistributedMode mode) {
         "are set; launch with ddprun --nproc_per_node=N");
   }
   e.distributed = mode == DistributedMode::kOn || e.worldSize > 1;
+  if (const auto* token = find(vars, env::kToken)) e.token = *token;
   validate(e);
   return e;
 }

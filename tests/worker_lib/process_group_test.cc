@@ -1,0 +1,188 @@
+// Process groups over real processes (spawn), a real ddprun-rendezvous
+// daemon and real Gloo connections.
+#include "ddprun/worker/process_group.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "ddprun/common/error.h"
+#include "ddprun/worker/spawn.h"
+
+namespace ddprun::worker {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Inside a spawned rank a failed expectation must end the process non-zero.
+void require(bool condition, const std::string& what) {
+  if (!condition) throw Error("expectation failed: " + what);
+}
+
+TEST(ProcessGroup, CollectivesOnThreeRanks) {
+  spawn(3, [](int rank) {
+    auto group = initProcessGroup({Backend::kGloo, 30s});
+    require(group->rank() == rank && group->size() == 3, "rank and size");
+    require(group->backend() == Backend::kGloo, "backend");
+    const double r = rank;
+
+    auto sum = at::full({5}, r + 1, at::kFloat);
+    group->allReduce(sum, ReduceOp::kSum);
+    require(at::equal(sum, at::full({5}, 6.0, at::kFloat)), "sum float32");
+
+    auto avg = at::full({2, 3}, r, at::kDouble);
+    group->allReduce(avg, ReduceOp::kAvg);
+    require(at::equal(avg, at::full({2, 3}, 1.0, at::kDouble)), "avg float64");
+
+    auto mn = at::full({4}, 10 - rank, at::kLong);
+    group->allReduce(mn, ReduceOp::kMin);
+    require(at::equal(mn, at::full({4}, 8, at::kLong)), "min int64");
+
+    auto mx = at::full({4}, rank * 7, at::kInt);
+    group->allReduce(mx, ReduceOp::kMax);
+    require(at::equal(mx, at::full({4}, 14, at::kInt)), "max int32");
+
+    auto async = at::full({1000}, 1.0f, at::kFloat);
+    auto work = group->allReduceAsync(async, ReduceOp::kSum);
+    work->wait();
+    require(at::equal(async, at::full({1000}, 3.0f, at::kFloat)), "async sum");
+
+    auto data = rank == 2 ? at::arange(6, at::kFloat) : at::zeros({6}, at::kFloat);
+    group->broadcast(data, 2);
+    require(at::equal(data, at::arange(6, at::kFloat)), "broadcast from rank 2");
+
+    auto gathered = group->allGather(at::full({2}, rank, at::kLong));
+    require(gathered.sizes() == at::IntArrayRef({3, 2}), "all_gather shape");
+    require(at::equal(gathered, at::tensor({0, 0, 1, 1, 2, 2}, at::kLong).view({3, 2})),
+            "all_gather values");
+
+    group->barrier();
+    require(group->broadcastString(rank == 0 ? "stop: plateau" : "") == "stop: plateau",
+            "broadcastString");
+    require(group->broadcastFlag(rank == 1, 1), "broadcastFlag from rank 1");
+    require(!group->broadcastFlag(rank == 1, 0), "broadcastFlag from rank 0");
+  });
+}
+
+TEST(ProcessGroup, SingleProcessNeedsNoStore) {
+  Environment single;  // not distributed
+  auto group = initProcessGroup(single, {Backend::kGloo, 5s});
+  auto t = at::full({3}, 2.0, at::kFloat);
+  group->allReduce(t, ReduceOp::kAvg);
+  EXPECT_TRUE(at::equal(t, at::full({3}, 2.0, at::kFloat)));
+  EXPECT_EQ(group->allGather(t).sizes(), at::IntArrayRef({1, 3}));
+  EXPECT_EQ(group->broadcastString("x"), "x");
+}
+
+TEST(ProcessGroup, BadTensorsGetClearErrors) {
+  Environment single;
+  auto group = initProcessGroup(single, {Backend::kGloo, 5s});
+  auto strided = at::zeros({4, 4}).t();
+  try {
+    group->allReduce(strided);
+    FAIL() << "a non-contiguous tensor was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("contiguous"), std::string::npos) << e.what();
+  }
+  auto ints = at::ones({2}, at::kLong);
+  EXPECT_THROW(group->allReduce(ints, ReduceOp::kAvg), ConfigError);
+  auto complex = at::ones({2}, at::kComplexFloat);
+  EXPECT_THROW(group->allReduce(complex), ConfigError);
+  auto t = at::ones({1});
+  EXPECT_THROW(group->broadcast(t, 3), ConfigError);
+  EXPECT_THROW(parseBackend("mpi"), ConfigError);
+}
+
+TEST(ProcessGroup, DebugModeNamesBothShapesOnAMismatch) {
+  spawn(2, [](int rank) {
+    ProcessGroupOptions options{Backend::kGloo, 20s, /*debugChecks=*/true};
+    auto group = initProcessGroup(options);
+    auto t = at::ones({rank == 0 ? 4 : 5}, at::kFloat);
+    try {
+      group->allReduce(t);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      require(what.find("float32[4] on cpu") != std::string::npos, "names rank 0's shape: " + what);
+      require(what.find("float32[5] on cpu") != std::string::npos, "names rank 1's shape: " + what);
+      return;
+    }
+    throw Error("the mismatch was not detected");
+  });
+}
+
+TEST(ProcessGroup, DebugModeNamesADtypeMismatch) {
+  spawn(2, [](int rank) {
+    ProcessGroupOptions options{Backend::kGloo, 20s, /*debugChecks=*/true};
+    auto group = initProcessGroup(options);
+    auto t = at::ones({3}, rank == 0 ? at::kFloat : at::kDouble);
+    try {
+      group->broadcast(t, 0);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      require(
+          what.find("float64") != std::string::npos && what.find("float32") != std::string::npos,
+          "names both dtypes: " + what);
+      return;
+    }
+    throw Error("the mismatch was not detected");
+  });
+}
+
+TEST(ProcessGroup, AVanishedPeerIsATimeoutNotAHang) {
+  spawn(2, [](int rank) {
+    auto group = initProcessGroup({Backend::kGloo, 3s});
+    if (rank == 1) return;  // leaves without taking part
+    auto t = at::ones({16});
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      group->allReduce(t);
+    } catch (const Error& e) {
+      require(std::chrono::steady_clock::now() - start < 20s, "bounded by the timeout");
+      require(std::string(e.what()).find("rank 0") != std::string::npos, e.what());
+      return;
+    }
+    throw Error("all_reduce with a vanished peer returned");
+  });
+}
+
+TEST(ProcessGroup, DebugModeNamesTheRankThatNeverArrived) {
+  spawn(2, [](int rank) {
+    ProcessGroupOptions options{Backend::kGloo, 2s, /*debugChecks=*/true};
+    auto group = initProcessGroup(options);
+    if (rank == 1) return;
+    auto t = at::ones({16});
+    try {
+      group->allReduce(t);
+    } catch (const TimeoutError& e) {
+      require(std::string(e.what()).find("rank(s) 1 never called") != std::string::npos, e.what());
+      return;
+    }
+    throw Error("expected a TimeoutError");
+  });
+}
+
+TEST(Spawn, AFailingRankStopsTheOthersAndIsNamed) {
+  try {
+    spawn(3, [](int rank) {
+      if (rank == 1) throw Error("deliberate failure");
+      auto group = initProcessGroup({Backend::kGloo, 60s});  // would wait for rank 1
+    });
+    FAIL() << "spawn returned although rank 1 failed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("exited with code 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Spawn, GivesEachRankTheLauncherEnvironment) {
+  spawn(2, [](int rank) {
+    auto env = Environment::detect();
+    require(env.rank == rank && env.worldSize == 2 && env.localRank == rank, env.describe());
+    require(!env.storePrefix.empty() && !env.token.empty(), "store prefix and token");
+  });
+}
+
+}  // namespace
+}  // namespace ddprun::worker
