@@ -80,6 +80,8 @@ ProcessGroup::~ProcessGroup() = default;
 
 Backend ProcessGroup::backend() const { return backend_->kind(); }
 
+std::string ProcessGroup::device() const { return backend_->device(); }
+
 void ProcessGroup::check(const std::string& description) {
   if (check_) check_->check(description);
 }

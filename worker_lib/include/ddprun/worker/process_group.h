@@ -82,6 +82,8 @@ class ProcessGroup {
   int size() const { return environment_.worldSize; }
   Backend backend() const;
   const Environment& environment() const { return environment_; }
+  // Where this group's tensors live: "cpu" (Gloo) or "cuda:N" (NCCL).
+  std::string device() const;
   // The attempt's store (already under the attempt prefix).
   rendezvous::Store& store() { return *store_; }
 
