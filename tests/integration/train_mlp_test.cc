@@ -1,0 +1,141 @@
+// examples/train_mlp under the real ddprun: the demo's loss drops, and a
+// worker killed mid-run resumes from the last checkpoint and ends with the
+// same parameters as an undisturbed run.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "child_process.h"
+#include "launcher_support.h"
+
+namespace ddprun::test_support {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+const std::string kTrainMlp = kBinDir + "/train_mlp";
+
+std::string finalChecksum(const std::string& out) {
+  std::smatch match;
+  if (!std::regex_search(out, match, std::regex("final checksum (\\S+)"))) return "";
+  return match[1];
+}
+
+double lossAt(const std::string& out, int step, int steps) {
+  std::smatch match;
+  const std::regex line(fmt::format("step {}/{} loss ([0-9.]+)", step, steps));
+  if (!std::regex_search(out, match, line)) return -1;
+  return std::stod(match[1]);
+}
+
+fs::path scratch(const std::string& name) {
+  auto dir = fs::temp_directory_path() / fmt::format("ddprun-train-{}-{}", ::getpid(), name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The pid of the worker of `ddprun` whose environment says RANK=`rank`.
+pid_t workerWithRank(pid_t ddprun, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text;
+    std::getline(stat, text);
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(text.substr(close + 2));
+    std::string state;
+    pid_t parent = 0;
+    fields >> state >> parent;
+    if (parent != ddprun) continue;
+    std::ifstream environ(entry.path() / "environ");
+    const std::string wanted = "RANK=" + std::to_string(rank);
+    for (std::string variable; std::getline(environ, variable, '\0');) {
+      if (variable == wanted) return std::stoi(name);
+    }
+  }
+  return -1;
+}
+
+TEST(TrainMlp, LossDropsOnTwoRanksAndOnlyRankZeroPrints) {
+  const auto result = runDdprun(
+      {"--standalone", "--nproc_per_node=2", kTrainMlp, "--steps", "200", "--log_every", "50"}, {},
+      120s);
+  ASSERT_EQ(result.code, 0) << result.out << result.err;
+  const double first = lossAt(result.out, 1, 200);
+  const double last = lossAt(result.out, 200, 200);
+  ASSERT_GT(first, 0) << result.out;
+  ASSERT_GT(last, 0) << result.out;
+  EXPECT_LT(last, first * 0.6) << result.out;
+  EXPECT_EQ(linesWith(result.out, "[rank 1]").size(), 0u) << result.out;
+  EXPECT_EQ(linesWith(result.out, "[rank 0]: final checksum").size(), 1u) << result.out;
+}
+
+TEST(TrainMlp, BothStrategiesTrainTheSameModel) {
+  std::vector<std::string> checksums;
+  for (const std::string strategy : {"overlap", "simple"}) {
+    const auto result = runDdprun(
+        {"--standalone", "--nproc_per_node=2", kTrainMlp, "--steps", "60", "--strategy", strategy},
+        {}, 120s);
+    ASSERT_EQ(result.code, 0) << result.out << result.err;
+    checksums.push_back(finalChecksum(result.out));
+  }
+  ASSERT_FALSE(checksums[0].empty());
+  EXPECT_NEAR(std::stod(checksums[0]), std::stod(checksums[1]), 1e-3);
+}
+
+TEST(TrainMlp, AKilledWorkerResumesFromTheCheckpointWithTheSameResult) {
+  const std::vector<std::string> training = {
+      kTrainMlp, "--steps", "400", "--log_every", "20", "--checkpoint_every", "25", "--resume"};
+  const auto undisturbedDir = scratch("undisturbed");
+  auto args = std::vector<std::string>{"--standalone", "--nproc_per_node=2", "--max_restarts=1"};
+  args.insert(args.end(), training.begin(), training.end());
+  auto undisturbedArgs = args;
+  undisturbedArgs.insert(undisturbedArgs.end(), {"--checkpoint_dir", undisturbedDir.string()});
+  const auto undisturbed = runDdprun(undisturbedArgs, {}, 180s);
+  ASSERT_EQ(undisturbed.code, 0) << undisturbed.out << undisturbed.err;
+  const std::string expected = finalChecksum(undisturbed.out);
+  ASSERT_FALSE(expected.empty()) << undisturbed.out;
+
+  const auto disturbedDir = scratch("disturbed");
+  std::vector<std::string> argv = {kDdprun};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"--checkpoint_dir", disturbedDir.string()});
+  ChildProcess ddprun(argv);
+  std::string seen;
+  pid_t victim = -1;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto line = ddprun.readStdoutLine(100ms);
+    if (!line) continue;
+    seen += *line + "\n";
+    if (line->find("step 120/400") != std::string::npos) {
+      victim = workerWithRank(ddprun.pid(), 1);
+      break;
+    }
+  }
+  ASSERT_GT(victim, 0) << "rank 1 not found; output so far:\n" << seen;
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const auto code = ddprun.wait(180s);
+  const std::string out = seen + ddprun.stdoutText();
+  const std::string err = ddprun.stderrText();
+  ASSERT_TRUE(code.has_value()) << "ddprun did not finish";
+  EXPECT_EQ(*code, 0) << out << err;
+  EXPECT_TRUE(std::regex_search(out, std::regex("resumed from .* at step (100|125)"))) << out;
+  EXPECT_NE((out + err).find("SIGKILL"), std::string::npos) << "the report names the signal\n"
+                                                            << out << err;
+  EXPECT_EQ(finalChecksum(out), expected) << out;
+  fs::remove_all(undisturbedDir);
+  fs::remove_all(disturbedDir);
+}
+
+}  // namespace
+}  // namespace ddprun::test_support
