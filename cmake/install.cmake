@@ -1,0 +1,36 @@
+# Installs the binaries and the worker library with a CMake package, so a
+# user's project can say:
+#   find_package(ddprun REQUIRED)
+#   target_link_libraries(train PRIVATE ddprun::worker)
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS ddprun ddprun-rendezvous RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+if(TARGET ddprun_worker)
+  # The exported names: ddprun::worker, ddprun::worker_env, ...
+  foreach(target common rendezvous_protocol rendezvous_client worker_env worker_gloo worker)
+    set_target_properties(ddprun_${target} PROPERTIES EXPORT_NAME ${target})
+  endforeach()
+  install(TARGETS ddprun_common ddprun_rendezvous_protocol ddprun_rendezvous_client
+                  ddprun_worker_env ddprun_worker_gloo ddprun_worker
+          EXPORT ddprunTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(DIRECTORY common/include/ worker_lib/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  # Workers need only the client side of the rendezvous headers.
+  install(FILES rendezvous/include/ddprun/rendezvous/store.h
+                rendezvous/include/ddprun/rendezvous/store_client.h
+                rendezvous/include/ddprun/rendezvous/protocol.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun/rendezvous)
+  install(EXPORT ddprunTargets NAMESPACE ddprun::
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddprun)
+  configure_package_config_file(cmake/ddprunConfig.cmake.in
+    ${CMAKE_CURRENT_BINARY_DIR}/ddprunConfig.cmake
+    INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddprun)
+  write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/ddprunConfigVersion.cmake
+    COMPATIBILITY SameMinorVersion)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/ddprunConfig.cmake
+                ${CMAKE_CURRENT_BINARY_DIR}/ddprunConfigVersion.cmake
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddprun)
+endif()
