@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -104,6 +105,18 @@ TEST(Training, MetricsSkipNaNAndRankZeroDecides) {
     require(stopDecision(*group, rank == 0) == true, "rank 0 says stop");
     require(stopDecision(*group, rank != 0) == false, "other ranks cannot decide");
   });
+}
+
+TEST(Training, ProgressBarWritesOneLinePerTenthWithoutATerminal) {
+  Environment single;
+  auto group = initProcessGroup(single, {Backend::kGloo, 5s});
+  testing::internal::CaptureStderr();
+  ProgressBar bar(*group, 50, "train");
+  for (int done = 0; done <= 50; ++done) bar.update(done, "loss 0.1");
+  bar.finish();
+  const std::string text = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 11) << text;
+  EXPECT_NE(text.find("train 100% 50/50 loss 0.1"), std::string::npos) << text;
 }
 
 std::string temporaryDirectory() {

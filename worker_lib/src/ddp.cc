@@ -67,6 +67,8 @@ class DistributedDataParallel::Reducer {
  private:
   struct Slot {
     at::Tensor parameter;
+    // The parameter's place in its bucket (aliases the bucket's storage).
+    at::Tensor gradient;
     std::size_t bucket = 0;
     std::int64_t offset = 0;
     bool ready = false;
@@ -119,6 +121,12 @@ class DistributedDataParallel::Reducer {
       const at::Tensor& first = slots_[bucket.slots.front()].parameter;
       bucket.flat = at::zeros({bucketElements(bucket)}, first.options());
       bucket.pending = bucket.slots.size();
+      for (auto index : bucket.slots) {
+        Slot& slot = slots_[index];
+        slot.gradient = at::empty({0}, bucket.flat.options())
+                            .set_(bucket.flat.storage(), slot.offset, slot.parameter.sizes(),
+                                  slot.parameter.contiguous().strides());
+      }
     }
   }
 
@@ -154,14 +162,21 @@ class DistributedDataParallel::Reducer {
     }
   }
 
+  // Puts the parameter's gradient, divided by the world size, into its
+  // place in the bucket (unless autograd already accumulated it there, see
+  // finalize()). Dividing here, as PyTorch's reducer does, fuses the
+  // division into the copy and keeps it off the communication path: the
+  // buckets are then summed.
   void copyIn(Slot& slot) {
     torch::NoGradGuard noGrad;
-    at::Tensor view = buckets_[slot.bucket].flat.narrow(0, slot.offset, slot.parameter.numel());
     const at::Tensor& grad = slot.parameter.grad();
-    if (grad.defined()) {
-      view.copy_(grad.reshape(-1));
+    const double scale = 1.0 / group_.size();
+    if (!grad.defined()) {
+      slot.gradient.zero_();
+    } else if (grad.data_ptr() != slot.gradient.data_ptr()) {
+      at::mul_out(slot.gradient, grad, at::scalar_tensor(scale, grad.options()));
     } else {
-      view.zero_();
+      slot.gradient.mul_(scale);
     }
     slot.ready = true;
   }
@@ -171,7 +186,7 @@ class DistributedDataParallel::Reducer {
     int launched = 0;
     while (nextBucket_ < buckets_.size() && buckets_[nextBucket_].pending == 0) {
       Bucket& bucket = buckets_[nextBucket_++];
-      bucket.work = group_.allReduceAsync(bucket.flat, ReduceOp::kAvg);
+      bucket.work = group_.allReduceAsync(bucket.flat, ReduceOp::kSum);
       ++launched;
     }
     return launched;
@@ -193,15 +208,15 @@ class DistributedDataParallel::Reducer {
     stats_.exposedCommSeconds = std::chrono::duration<double>(Clock::now() - start).count();
     stats_.buckets = static_cast<int>(buckets_.size());
     stats_.bucketsLaunchedDuringBackward = launchedDuringBackward_;
-    torch::NoGradGuard noGrad;
+    // The averaged values are in the buckets. Each .grad() becomes (or
+    // already is) its slot of the bucket, so no copy back, and the next
+    // backward accumulates straight into the bucket (PyTorch's
+    // gradient_as_bucket_view). The slot aliases the bucket's storage without
+    // being an autograd view, so optimizers may detach_() and zero_() it.
     for (auto& slot : slots_) {
-      at::Tensor averaged = buckets_[slot.bucket]
-                                .flat.narrow(0, slot.offset, slot.parameter.numel())
-                                .view(slot.parameter.sizes());
-      if (slot.parameter.grad().defined()) {
-        slot.parameter.mutable_grad().copy_(averaged);
-      } else {
-        slot.parameter.mutable_grad() = averaged.clone();
+      const at::Tensor& grad = slot.parameter.grad();
+      if (!grad.defined() || grad.data_ptr() != slot.gradient.data_ptr()) {
+        slot.parameter.mutable_grad() = slot.gradient;
       }
       slot.ready = false;
     }

@@ -3,7 +3,8 @@
 // At construction rank 0's parameters and buffers are broadcast to every
 // rank. During loss.backward() each parameter's gradient is copied into a
 // bucket as soon as autograd has accumulated it; a full bucket is averaged
-// across ranks (all_reduce kAvg) while backward keeps running (kOverlap),
+// across ranks (each gradient is divided by the world size as it enters
+// the bucket, the bucket is summed) while backward keeps running (kOverlap),
 // buckets being launched in the same order on every rank. When backward
 // returns, every parameter's .grad() holds the average over ranks, so the
 // optimizer step is the usual one. Buckets hold 25 MiB, the first 1 MiB
