@@ -94,13 +94,28 @@ void ddpSteps(std::shared_ptr<dw::ProcessGroup> group, const std::string& strate
     times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     exposed.push_back(strategy == "nosync" ? 0 : ddp.lastStepStats().exposedCommSeconds);
   }
+  // The communication of one step without compute: the buckets all-reduced
+  // back to back, as the end of backward would if nothing had overlapped.
+  std::vector<torch::Tensor> buckets;
+  for (auto bytes : ddp.bucketBytes()) {
+    buckets.push_back(torch::zeros({static_cast<std::int64_t>(bytes / 4)}));
+  }
+  std::vector<double> comm;
+  for (int i = 0; i < 7; ++i) {
+    const auto start = Clock::now();
+    std::vector<std::shared_ptr<dw::Work>> works;
+    for (auto& bucket : buckets) works.push_back(group->allReduceAsync(bucket));
+    for (auto& work : works) work->wait();
+    comm.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
   std::int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
   if (group->rank() == 0) {
     std::cout << fmt::format(
                      R"({{"kind": "ddp", "strategy": "{}", "parameters": {}, "buckets": {}, )"
-                     R"("seconds": {:.9f}, "exposed_seconds": {:.9f}}})",
-                     strategy, parameters, ddp.bucketCount(), median(times), median(exposed))
+                     R"("seconds": {:.9f}, "exposed_seconds": {:.9f}, "comm_seconds": {:.9f}}})",
+                     strategy, parameters, ddp.bucketCount(), median(times), median(exposed),
+                     median(comm))
               << std::endl;
   }
 }

@@ -3,9 +3,15 @@
 #include "ddprun/worker/process_group.h"
 
 #include <ATen/ATen.h>
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <string>
 
 #include "ddprun/common/error.h"
@@ -161,6 +167,59 @@ TEST(ProcessGroup, DebugModeNamesTheRankThatNeverArrived) {
     }
     throw Error("expected a TimeoutError");
   });
+}
+
+std::uint16_t freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// `srun ./train` without ddprun: only SLURM's variables and a shared token.
+// Rank 0 hosts ddprun-rendezvous at MASTER_ADDR:MASTER_PORT, the others
+// connect there.
+TEST(ProcessGroup, UnderPlainSrunRankZeroHostsTheStore) {
+  const std::uint16_t port = freePort();
+  spawn(2, [port](int rank) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                             "DDPRUN_STORE_HOST", "DDPRUN_STORE_PORT", "DDPRUN_STORE_PREFIX"}) {
+      ::unsetenv(name);
+    }
+    const std::map<std::string, std::string> slurm = {{"SLURM_JOB_ID", "4242"},
+                                                      {"SLURM_PROCID", std::to_string(rank)},
+                                                      {"SLURM_LOCALID", std::to_string(rank)},
+                                                      {"SLURM_NTASKS", "2"},
+                                                      {"SLURM_NNODES", "1"},
+                                                      {"SLURM_NODEID", "0"},
+                                                      {"SLURM_JOB_NODELIST", "localhost"},
+                                                      {"SLURM_TASKS_PER_NODE", "2"},
+                                                      {"MASTER_ADDR", "127.0.0.1"},
+                                                      {"MASTER_PORT", std::to_string(port)}};
+    for (const auto& [name, value] : slurm) ::setenv(name.c_str(), value.c_str(), 1);
+    const auto env = Environment::detect();
+    require(env.source == Environment::Source::kSlurm, env.describe());
+    auto group = initProcessGroup({Backend::kGloo, 30s});
+    auto t = at::full({3}, rank + 1.0);
+    group->allReduce(t);
+    require(at::equal(t, at::full({3}, 3.0)), "sum over the rank-0-hosted store");
+  });
+}
+
+TEST(ProcessGroup, WithoutDdprunAndWithoutATokenTheErrorSaysWhatToDo) {
+  auto env = Environment::fromVariables(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
+  try {
+    initProcessGroup(env, {Backend::kGloo, 2s});
+    FAIL() << "no error without a token";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("DDPRUN_TOKEN"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Spawn, AFailingRankStopsTheOthersAndIsNamed) {

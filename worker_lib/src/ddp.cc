@@ -63,6 +63,11 @@ class DistributedDataParallel::Reducer {
     return stats_;
   }
   int bucketCount() const { return static_cast<int>(buckets_.size()); }
+  std::vector<std::size_t> bucketBytes() const {
+    std::vector<std::size_t> bytes;
+    for (const auto& bucket : buckets_) bytes.push_back(bucket.flat.nbytes());
+    return bytes;
+  }
 
  private:
   struct Slot {
@@ -278,5 +283,9 @@ void DistributedDataParallel::broadcastBuffers() {
 DdpStepStats DistributedDataParallel::lastStepStats() const { return reducer_->stats(); }
 
 int DistributedDataParallel::bucketCount() const { return reducer_->bucketCount(); }
+
+std::vector<std::size_t> DistributedDataParallel::bucketBytes() const {
+  return reducer_->bucketBytes();
+}
 
 }  // namespace ddprun::worker

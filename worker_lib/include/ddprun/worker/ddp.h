@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 namespace torch::nn {
 class Module;
@@ -93,6 +94,8 @@ class DistributedDataParallel {
 
   DdpStepStats lastStepStats() const;
   int bucketCount() const;
+  // The size of each bucket in bytes, in launch order.
+  std::vector<std::size_t> bucketBytes() const;
 
  private:
   class Reducer;
