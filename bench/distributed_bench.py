@@ -74,7 +74,8 @@ def main():
     for repeat in range(args.repeat):
         print(f"run {repeat + 1}/{args.repeat}", file=sys.stderr, flush=True)
         if args.only != "ddp":
-            for name, worker in (("ddprun", cpp), ("python", py)):
+            pairs = (("ddprun", cpp), ("python", py))
+            for name, worker in (pairs if repeat % 2 == 0 else reversed(pairs)):
                 for r in run(args.build, worker, ["allreduce", *sizes]):
                     allreduce[name].setdefault(r["bytes"], []).append(r["seconds"])
         if args.only == "allreduce":
@@ -92,15 +93,19 @@ def main():
 
     report = {"allreduce": [], "ddp": {}}
     if allreduce["ddprun"]:
-        print("\n| size | ddprun latency | Python latency | ratio (Python/ddprun) | "
-              "ddprun GB/s | Python GB/s |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("\n| size | ddprun latency | Python latency | Python/ddprun (of medians) | "
+              "Python/ddprun (median of per-run ratios) | ddprun GB/s | Python GB/s |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
     for nbytes in sorted(allreduce["ddprun"]):
         ours = statistics.median(allreduce["ddprun"][nbytes])
         theirs = statistics.median(allreduce["python"][nbytes])
-        report["allreduce"].append({"bytes": nbytes, "ddprun_s": ours, "python_s": theirs})
+        paired = statistics.median(
+            p / o for p, o in zip(allreduce["python"][nbytes], allreduce["ddprun"][nbytes]))
+        report["allreduce"].append({"bytes": nbytes, "ddprun_s": ours, "python_s": theirs,
+                                    "python_ratio": paired})
         print(f"| {human(nbytes)} | {ours * 1e6:,.1f} µs | {theirs * 1e6:,.1f} µs | "
-              f"{theirs / ours:.2f}× | {nbytes / ours / 1e9:.3f} | {nbytes / theirs / 1e9:.3f} |")
+              f"{theirs / ours:.2f}× | {paired:.2f}× | {nbytes / ours / 1e9:.3f} | "
+              f"{nbytes / theirs / 1e9:.3f} |")
 
     if ddp:
         print("\n| DDP step | median step | python DDP / this (median of per-run ratios) | "

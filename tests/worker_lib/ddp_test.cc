@@ -84,8 +84,8 @@ void checkEquivalence(GradientSync sync) {
     Net net = makeNet(rank == 0 ? 1 : 99);
     DdpOptions options;
     options.sync = sync;
-    options.bucketBytes = 8 << 10;  // several buckets for a small model
-    options.firstBucketBytes = 1 << 10;
+    options.bucketBytes = 1 << 10;  // several buckets for a small model
+    options.firstBucketBytes = 256;
     DistributedDataParallel ddp(net.ptr(), group, options);
     torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step = 0; step < kSteps; ++step) {
@@ -181,6 +181,21 @@ TEST(DistributedDataParallel, UnusedParametersOnOneRankNeverHang) {
     net->zero_grad();
     net->forward(x, true).sum().backward();
   });
+}
+
+// PyTorch 1.13 (dist._compute_bucket_assignment_by_size on the reversed
+// parameters, caps [1 MiB, 25 MiB]) gives [[fc3.b, fc3.w, fc2.b, fc2.w],
+// [fc1.b, fc1.w]] for this model.
+TEST(DistributedDataParallel, BucketsFollowPyTorchsAssignment) {
+  Environment single;
+  auto group = initProcessGroup(single, {Backend::kGloo, 5s});
+  torch::nn::Sequential mlp(torch::nn::Linear(1024, 2048), torch::nn::ReLU(),
+                            torch::nn::Linear(2048, 2048), torch::nn::ReLU(),
+                            torch::nn::Linear(2048, 100));
+  DistributedDataParallel overlap(mlp.ptr(), group);
+  EXPECT_EQ(overlap.bucketBytes(),
+            (std::vector<std::size_t>{4 * (100 + 2048 * 100 + 2048 + 2048 * 2048),
+                                      4 * (2048 + 1024 * 2048)}));
 }
 
 TEST(DistributedDataParallel, RefusesAModuleWithoutTrainableParameters) {

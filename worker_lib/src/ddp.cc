@@ -102,17 +102,21 @@ class DistributedDataParallel::Reducer {
   };
 
   // Reverse registration order approximates the order backward produces
-  // gradients; a bucket never mixes dtypes or devices.
+  // gradients; a bucket never mixes dtypes or devices. As in PyTorch's
+  // compute_bucket_assignment_by_size, a bucket closes once it reaches its
+  // cap (the parameter that crosses it stays in), so the first bucket fills
+  // early and its all-reduce overlaps the rest of backward.
   void assignBuckets(std::vector<at::Tensor> parameters) {
-    std::map<std::pair<at::ScalarType, std::string>, std::size_t> open;
+    using Kind = std::pair<at::ScalarType, std::string>;
+    std::map<Kind, std::size_t> open;
+    std::map<Kind, int> closed;
     for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
       const at::Tensor& p = *it;
-      const auto kind = std::make_pair(p.scalar_type(), p.device().str());
-      const std::size_t bytes = static_cast<std::size_t>(p.numel()) * p.element_size();
+      const Kind kind{p.scalar_type(), p.device().str()};
       auto found = open.find(kind);
-      if (found == open.end() || !fits(buckets_[found->second], found->second, bytes)) {
+      if (found == open.end()) {
         buckets_.emplace_back();
-        found = open.insert_or_assign(kind, buckets_.size() - 1).first;
+        found = open.emplace(kind, buckets_.size() - 1).first;
       }
       Bucket& bucket = buckets_[found->second];
       Slot slot;
@@ -121,6 +125,13 @@ class DistributedDataParallel::Reducer {
       slot.offset = bucketElements(bucket);
       bucket.slots.push_back(slots_.size());
       slots_.push_back(std::move(slot));
+      if (options_.sync == GradientSync::kSimple) continue;  // one bucket per kind
+      const std::size_t cap = closed[kind] == 0 ? options_.firstBucketBytes : options_.bucketBytes;
+      const auto bytes = static_cast<std::size_t>(bucketElements(bucket)) * p.element_size();
+      if (bytes >= cap) {
+        open.erase(found);
+        ++closed[kind];
+      }
     }
     for (auto& bucket : buckets_) {
       const at::Tensor& first = slots_[bucket.slots.front()].parameter;
@@ -133,15 +144,6 @@ class DistributedDataParallel::Reducer {
                                   slot.parameter.contiguous().strides());
       }
     }
-  }
-
-  bool fits(const Bucket& bucket, std::size_t index, std::size_t bytes) const {
-    if (options_.sync == GradientSync::kSimple) return true;
-    const std::size_t cap = index == 0 ? options_.firstBucketBytes : options_.bucketBytes;
-    const auto& first = slots_[bucket.slots.front()].parameter;
-    const std::size_t used =
-        static_cast<std::size_t>(bucketElements(bucket)) * first.element_size();
-    return used + bytes <= cap;
   }
 
   std::int64_t bucketElements(const Bucket& bucket) const {

@@ -7,8 +7,9 @@
 // the bucket, the bucket is summed) while backward keeps running (kOverlap),
 // buckets being launched in the same order on every rank. When backward
 // returns, every parameter's .grad() holds the average over ranks, so the
-// optimizer step is the usual one. Buckets hold 25 MiB, the first 1 MiB
-// (it fills first, so communication starts early).
+// optimizer step is the usual one. As in PyTorch, a bucket closes once it
+// holds 25 MiB (the first one: 1 MiB), so the first bucket fills early and
+// communication starts while most of backward is still to run.
 //
 // kSimple is NequIP's SimpleDDPStrategy: one flat all-reduce of every
 // gradient after the complete backward pass. Both strategies give the same
