@@ -29,15 +29,6 @@ namespace ddprun::worker {
 
 namespace {
 
-class FutureWork : public Work {
- public:
-  explicit FutureWork(std::shared_future<void> done) : done_(std::move(done)) {}
-  void wait() override { done_.get(); }
-
- private:
-  std::shared_future<void> done_;
-};
-
 // Calls `f(T{})` with the C++ type of `type`.
 template <typename F>
 void dispatch(at::ScalarType type, F&& f) {
@@ -208,41 +199,76 @@ class GlooBackend : public CollectiveBackend {
 
  private:
   struct Task {
+    std::uint64_t id = 0;
     std::function<void(std::uint32_t)> run;
     std::promise<void> done;
   };
 
+  // A queued operation. wait() runs it on the waiting thread when it is
+  // next in line and nothing else runs (the common synchronous call): one
+  // thread hand-off less per call, which matters on a loaded machine.
+  class QueuedWork : public Work {
+   public:
+    QueuedWork(GlooBackend& backend, std::uint64_t id, std::shared_future<void> done)
+        : backend_(backend), id_(id), done_(std::move(done)) {}
+    void wait() override {
+      backend_.runIfNext(id_);
+      done_.get();
+    }
+
+   private:
+    GlooBackend& backend_;
+    std::uint64_t id_;
+    std::shared_future<void> done_;
+  };
+
   std::shared_ptr<Work> enqueue(std::function<void(std::uint32_t)> run) {
-    Task task{std::move(run), {}};
-    auto work = std::make_shared<FutureWork>(task.done.get_future().share());
+    std::shared_ptr<Work> work;
     {
       std::lock_guard lock(mutex_);
+      Task task{nextId_++, std::move(run), {}};
+      work = std::make_shared<QueuedWork>(*this, task.id, task.done.get_future().share());
       queue_.push_back(std::move(task));
     }
-    wake_.notify_one();
+    wake_.notify_all();
     return work;
   }
 
+  // Operations run one at a time in issue order, so every rank gives them
+  // the same tags.
+  void runIfNext(std::uint64_t id) {
+    std::unique_lock lock(mutex_);
+    if (busy_ || queue_.empty() || queue_.front().id != id) return;
+    runFront(lock);
+  }
+
   void run() {
-    std::uint32_t tag = 0;
+    std::unique_lock lock(mutex_);
     for (;;) {
-      Task task;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      try {
-        task.run(tag++);
-        task.done.set_value();
-      } catch (const gloo::Exception& e) {
-        task.done.set_exception(translate(e));
-      } catch (...) {
-        task.done.set_exception(std::current_exception());
-      }
+      wake_.wait(lock, [&] { return !busy_ && (stopping_ || !queue_.empty()); });
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      runFront(lock);
     }
+  }
+
+  // Pops and runs the front task with `lock` released meanwhile.
+  void runFront(std::unique_lock<std::mutex>& lock) {
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    const std::uint32_t tag = nextTag_++;
+    lock.unlock();
+    try {
+      task.run(tag);
+      task.done.set_value();
+    } catch (const gloo::Exception& e) {
+      task.done.set_exception(translate(e));
+    } catch (...) {
+      task.done.set_exception(std::current_exception());
+    }
+    lock.lock();
+    busy_ = false;
+    wake_.notify_all();
   }
 
   std::exception_ptr translate(const gloo::Exception& e) const {
@@ -265,6 +291,9 @@ class GlooBackend : public CollectiveBackend {
   std::condition_variable wake_;
   std::deque<Task> queue_;
   bool stopping_ = false;
+  bool busy_ = false;
+  std::uint64_t nextId_ = 0;
+  std::uint32_t nextTag_ = 0;
   std::thread thread_;
 };
 
