@@ -13,7 +13,9 @@ Rows:
   DDP step    forward + backward + SGD step of a ~6.5M-parameter MLP, batch 64
               per rank: ddprun overlap / simple / no_sync, Python DDP / no_sync
   overlap     efficiency = 1 - exposed / alone, in the same run: "exposed" is the
-              time the end of backward waited for communication, "alone" the
+              time the end of backward waited for communication on the rank
+              that waited least (the other one also waits for its slower
+              peer), median over steps; "alone" the
               time the same buckets take to all-reduce back to back without
               compute. The step times move by ±10 % between runs on this shared
               machine, so Python/ddprun is the median of per-run ratios.

@@ -94,6 +94,13 @@ void ddpSteps(std::shared_ptr<dw::ProcessGroup> group, const std::string& strate
     times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     exposed.push_back(strategy == "nosync" ? 0 : ddp.lastStepStats().exposedCommSeconds);
   }
+  // A rank that finishes backward first also waits for its slower peer;
+  // the rank that finished last waited only for the communication left over.
+  // Per step, keep the smallest wait over ranks.
+  auto waits = torch::tensor(exposed, torch::kDouble);
+  auto all = group->allGather(waits);
+  auto leftover = std::get<0>(all.min(0));
+  exposed.assign(leftover.data_ptr<double>(), leftover.data_ptr<double>() + leftover.numel());
   // The communication of one step without compute: the buckets all-reduced
   // back to back, as the end of backward would if nothing had overlapped.
   std::vector<torch::Tensor> buckets;
