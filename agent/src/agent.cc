@@ -13,6 +13,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/secret.h"
+#include "ddprun/common/signal_names.h"
 #include "ddprun/rendezvous/store_server.h"
 #include "failure_report.h"
 #include "free_port.h"
@@ -20,7 +21,6 @@
 #include "orphan_guard.h"
 #include "output_router.h"
 #include "run_directory.h"
-#include "signal_names.h"
 #include "worker_env.h"
 #include "worker_group.h"
 

@@ -5,7 +5,7 @@
 
 #include <sstream>
 
-#include "signal_names.h"
+#include "ddprun/common/signal_names.h"
 
 namespace ddprun::agent {
 

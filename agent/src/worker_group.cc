@@ -8,7 +8,7 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
-#include "signal_names.h"
+#include "ddprun/common/signal_names.h"
 
 namespace ddprun::agent {
 

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <iostream>
 #include <map>
@@ -21,6 +20,7 @@
 #include "ddprun/common/env.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/secret.h"
+#include "ddprun/common/signal_names.h"
 #include "hosted_daemon.h"
 
 namespace ddprun::worker {
@@ -29,8 +29,7 @@ namespace {
 
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
-  return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
-                     ::strsignal(WTERMSIG(status)));
+  return fmt::format("was killed by {}", signalName(WTERMSIG(status)));
 }
 
 [[noreturn]] void runChild(int rank, int nprocs, std::uint16_t port, const std::string& token,

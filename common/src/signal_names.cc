@@ -1,8 +1,8 @@
-#include "signal_names.h"
+#include "ddprun/common/signal_names.h"
 
 #include <signal.h>
 
-namespace ddprun::agent {
+namespace ddprun {
 
 std::string signalName(int sig) {
   switch (sig) {
@@ -55,4 +55,4 @@ std::string signalName(int sig) {
   }
 }
 
-}  // namespace ddprun::agent
+}  // namespace ddprun

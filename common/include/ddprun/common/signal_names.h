@@ -3,9 +3,9 @@
 
 #include <string>
 
-namespace ddprun::agent {
+namespace ddprun {
 
 // "SIGTERM" for 15, "signal 63" for a number without a name.
 std::string signalName(int sig);
 
-}  // namespace ddprun::agent
+}  // namespace ddprun
