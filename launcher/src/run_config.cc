@@ -162,16 +162,9 @@ std::string resolveExecutable(const std::string& name, const std::string& what) 
     }
     return fs::absolute(name).lexically_normal().string();
   }
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    const std::size_t colon = std::min(dirs.find(':', start), dirs.size());
-    const fs::path dir = dirs.substr(start, colon - start).empty()
-                             ? fs::path(".")
-                             : fs::path(dirs.substr(start, colon - start));
-    if (usable(dir / name)) return fs::absolute(dir / name).lexically_normal().string();
-    start = colon + 1;
+  for (const auto& dir : executableSearchPath()) {
+    if (usable(fs::path(dir) / name))
+      return fs::absolute(fs::path(dir) / name).lexically_normal().string();
   }
   throw ConfigError(fmt::format(
       "{} '{}' was not found on PATH; give its path (e.g. ./{}) or install it", what, name, name));

@@ -9,13 +9,11 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <sstream>
 #include <vector>
 
 #include "ddprun/common/env.h"
+#include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
-
-extern char** environ;
 
 namespace ddprun::worker {
 
@@ -41,12 +39,7 @@ std::vector<fs::path> candidates() {
 #ifdef DDPRUN_INSTALL_BINDIR
   paths.push_back(fs::path(DDPRUN_INSTALL_BINDIR) / kBinary);
 #endif
-  if (const char* path = std::getenv("PATH")) {
-    std::stringstream dirs(path);
-    for (std::string dir; std::getline(dirs, dir, ':');) {
-      if (!dir.empty()) paths.push_back(fs::path(dir) / kBinary);
-    }
-  }
+  for (const auto& dir : executableSearchPath()) paths.push_back(fs::path(dir) / kBinary);
   return paths;
 }
 
@@ -75,17 +68,12 @@ std::string findRendezvousDaemon() {
 HostedDaemon::HostedDaemon(const std::string& host, std::uint16_t port, const std::string& token) {
   const std::string binary = findRendezvousDaemon();
   std::vector<std::string> args = {binary, "--host", host, "--port", std::to_string(port)};
-  std::vector<std::string> environment;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    if (std::string_view(*entry).rfind(std::string(env::kToken) + "=", 0) != 0) {
-      environment.emplace_back(*entry);
-    }
-  }
-  environment.push_back(std::string(env::kToken) + "=" + token);
+  auto variables = environmentMap();
+  variables[env::kToken] = token;
   // Only warnings and errors: the daemon shares the terminal with the job.
-  if (std::getenv(env::kLogLevel) == nullptr) {
-    environment.push_back(std::string(env::kLogLevel) + "=warn");
-  }
+  variables.emplace(env::kLogLevel, "warn");
+  std::vector<std::string> environment;
+  for (const auto& [name, value] : variables) environment.push_back(name + "=" + value);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
