@@ -82,14 +82,11 @@ Backend ProcessGroup::backend() const { return backend_->kind(); }
 
 std::string ProcessGroup::device() const { return backend_->device(); }
 
-void ProcessGroup::check(const std::string& description) {
-  if (check_) check_->check(description);
-}
-
 std::shared_ptr<Work> ProcessGroup::allReduceAsync(const at::Tensor& tensor, ReduceOp op) {
   backend_->validate(tensor, "all_reduce");
   std::lock_guard lock(issueMutex_);
-  check(fmt::format("all_reduce({}, {})", describeTensor(tensor), toString(op)));
+  if (check_)
+    check_->check(fmt::format("all_reduce({}, {})", describeTensor(tensor), toString(op)));
   return backend_->allReduce(tensor, op);
 }
 
@@ -106,7 +103,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   std::shared_ptr<Work> work;
   {
     std::lock_guard lock(issueMutex_);
-    check(fmt::format("broadcast({}, root={})", describeTensor(tensor), root));
+    if (check_) check_->check(fmt::format("broadcast({}, root={})", describeTensor(tensor), root));
     work = backend_->broadcast(tensor, root);
   }
   work->wait();
@@ -120,7 +117,7 @@ at::Tensor ProcessGroup::allGather(const at::Tensor& tensor) {
   std::shared_ptr<Work> work;
   {
     std::lock_guard lock(issueMutex_);
-    check(fmt::format("all_gather({})", describeTensor(tensor)));
+    if (check_) check_->check(fmt::format("all_gather({})", describeTensor(tensor)));
     work = backend_->allGather(tensor, output);
   }
   work->wait();
@@ -131,7 +128,7 @@ void ProcessGroup::barrier() {
   std::shared_ptr<Work> work;
   {
     std::lock_guard lock(issueMutex_);
-    check("barrier()");
+    if (check_) check_->check("barrier()");
     work = backend_->barrier();
   }
   work->wait();
@@ -174,17 +171,20 @@ std::shared_ptr<ProcessGroup> initProcessGroup(ProcessGroupOptions options) {
 std::shared_ptr<ProcessGroup> initProcessGroup(const Environment& environment,
                                                ProcessGroupOptions options) {
   Backend kind = options.backend;
-  if (kind == Backend::kAuto) kind = ncclAvailable() ? Backend::kNccl : Backend::kGloo;
-  if (kind == Backend::kNccl && !ncclAvailable()) {
-    throw ConfigError(
+  if (kind != Backend::kGloo) {
+    const bool nccl = ncclAvailable();
+    if (kind == Backend::kAuto) kind = nccl ? Backend::kNccl : Backend::kGloo;
+    if (kind == Backend::kNccl && !nccl) {
+      throw ConfigError(
 #ifdef DDPRUN_HAVE_NCCL
-        "the nccl backend needs a CUDA device and a CUDA build of LibTorch, and this process "
-        "has none; use the gloo backend (or auto) for CPU training"
+          "the nccl backend needs a CUDA device and a CUDA build of LibTorch, and this process "
+          "has none; use the gloo backend (or auto) for CPU training"
 #else
-        "this build of ddprun::worker has no NCCL backend (CUDA or NCCL was not found when it "
-        "was built); use the gloo backend (or auto) for CPU training"
+          "this build of ddprun::worker has no NCCL backend (CUDA or NCCL was not found when it "
+          "was built); use the gloo backend (or auto) for CPU training"
 #endif
-    );
+      );
+    }
   }
   // Each group of this process gets its own keys ("pg0/", "pg1/", ...);
   // every rank creates its groups in the same order.

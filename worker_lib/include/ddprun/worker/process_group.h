@@ -101,8 +101,6 @@ class ProcessGroup {
   bool broadcastFlag(bool value, int root = 0);
 
  private:
-  void check(const std::string& description);
-
   Environment environment_;
   std::shared_ptr<rendezvous::Store> store_;
   std::unique_ptr<CollectiveBackend> backend_;
