@@ -81,6 +81,9 @@ class DistributedDataParallel::Reducer {
   struct Bucket {
     at::Tensor flat;
     std::vector<std::size_t> slots;
+    std::int64_t elements = 0;
+    // 1 / world size as a 0-dim tensor of the bucket's dtype and device.
+    at::Tensor scale;
     std::size_t pending = 0;
     std::shared_ptr<Work> work;
   };
@@ -122,12 +125,13 @@ class DistributedDataParallel::Reducer {
       Slot slot;
       slot.parameter = p;
       slot.bucket = found->second;
-      slot.offset = bucketElements(bucket);
+      slot.offset = bucket.elements;
+      bucket.elements += p.numel();
       bucket.slots.push_back(slots_.size());
       slots_.push_back(std::move(slot));
       if (options_.sync == GradientSync::kSimple) continue;  // one bucket per kind
       const std::size_t cap = closed[kind] == 0 ? options_.firstBucketBytes : options_.bucketBytes;
-      const auto bytes = static_cast<std::size_t>(bucketElements(bucket)) * p.element_size();
+      const auto bytes = static_cast<std::size_t>(bucket.elements) * p.element_size();
       if (bytes >= cap) {
         open.erase(found);
         ++closed[kind];
@@ -135,7 +139,8 @@ class DistributedDataParallel::Reducer {
     }
     for (auto& bucket : buckets_) {
       const at::Tensor& first = slots_[bucket.slots.front()].parameter;
-      bucket.flat = at::zeros({bucketElements(bucket)}, first.options());
+      bucket.flat = at::zeros({bucket.elements}, first.options());
+      bucket.scale = at::scalar_tensor(1.0 / group_.size(), first.options());
       bucket.pending = bucket.slots.size();
       for (auto index : bucket.slots) {
         Slot& slot = slots_[index];
@@ -144,12 +149,6 @@ class DistributedDataParallel::Reducer {
                                   slot.parameter.contiguous().strides());
       }
     }
-  }
-
-  std::int64_t bucketElements(const Bucket& bucket) const {
-    std::int64_t total = 0;
-    for (auto s : bucket.slots) total += slots_[s].parameter.numel();
-    return total;
   }
 
   void onGradientReady(std::size_t index) {
@@ -177,11 +176,11 @@ class DistributedDataParallel::Reducer {
   void copyIn(Slot& slot) {
     torch::NoGradGuard noGrad;
     const at::Tensor& grad = slot.parameter.grad();
-    const double scale = 1.0 / group_.size();
+    const at::Tensor& scale = buckets_[slot.bucket].scale;
     if (!grad.defined()) {
       slot.gradient.zero_();
     } else if (grad.data_ptr() != slot.gradient.data_ptr()) {
-      at::mul_out(slot.gradient, grad, at::scalar_tensor(scale, grad.options()));
+      at::mul_out(slot.gradient, grad, scale);
     } else {
       slot.gradient.mul_(scale);
     }
