@@ -172,11 +172,7 @@ class NcclBackend : public CollectiveBackend {
   // Waits until the communicator has no operation in progress; aborts it
   // and throws on an error or at the deadline.
   void settle(const char* what, Clock::time_point deadline) {
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &state);
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress) fail(what, state);
+    while (asyncState(what) == ncclInProgress) {
       if (Clock::now() >= deadline) timeOut(what);
       std::this_thread::sleep_for(kPollInterval);
     }
@@ -184,13 +180,20 @@ class NcclBackend : public CollectiveBackend {
 
   // Called by NcclWork::wait() while its event is pending.
   void checkHealth(const char* what, Clock::time_point deadline) {
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &state);
-    if (state != ncclSuccess && state != ncclInProgress) fail(what, state);
+    asyncState(what);
     if (Clock::now() >= deadline) timeOut(what);
   }
 
  private:
+  // ncclSuccess or ncclInProgress; aborts the communicator and throws on an
+  // error.
+  ncclResult_t asyncState(const char* what) {
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &state);
+    if (state != ncclSuccess && state != ncclInProgress) fail(what, state);
+    return state;
+  }
+
   template <typename Launch>
   std::shared_ptr<Work> launch(const char* what, Launch&& call) {
     std::lock_guard lock(mutex_);
