@@ -12,24 +12,35 @@
 
 namespace ddprun::worker {
 
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Element-wise sums over ranks, through a float64 tensor on the group's device.
+std::vector<double> sumOverRanks(ProcessGroup& group, const std::vector<double>& values) {
+  at::Tensor sums = at::tensor(values, at::kDouble).to(at::Device(group.device()));
+  group.allReduce(sums, ReduceOp::kSum);
+  sums = sums.cpu();
+  const auto* data = sums.data_ptr<double>();
+  return std::vector<double>(data, data + values.size());
+}
+
+double ratio(double sum, double count) { return count > 0 ? sum / count : kNaN; }
+
+}  // namespace
+
 std::vector<double> meanOverRanks(ProcessGroup& group, const std::vector<double>& values) {
-  const auto n = static_cast<std::int64_t>(values.size());
-  at::Tensor sums = at::zeros({2 * n}, at::kDouble);
-  auto* data = sums.data_ptr<double>();
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (std::isnan(values[static_cast<std::size_t>(i)])) continue;
-    data[i] = values[static_cast<std::size_t>(i)];
-    data[n + i] = 1;
+  // [value or 0, ..., 1 or 0 (counted), ...]
+  const std::size_t n = values.size();
+  std::vector<double> sumsAndCounts(2 * n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::isnan(values[i])) continue;
+    sumsAndCounts[i] = values[i];
+    sumsAndCounts[n + i] = 1;
   }
-  at::Tensor reduced = sums.to(at::Device(group.device()));
-  group.allReduce(reduced, ReduceOp::kSum);
-  reduced = reduced.cpu();
-  const auto* out = reduced.data_ptr<double>();
-  std::vector<double> means(values.size());
-  for (std::int64_t i = 0; i < n; ++i) {
-    means[static_cast<std::size_t>(i)] =
-        out[n + i] > 0 ? out[i] / out[n + i] : std::numeric_limits<double>::quiet_NaN();
-  }
+  const auto totals = sumOverRanks(group, sumsAndCounts);
+  std::vector<double> means(n);
+  for (std::size_t i = 0; i < n; ++i) means[i] = ratio(totals[i], totals[n + i]);
   return means;
 }
 
@@ -38,11 +49,8 @@ double meanOverRanks(ProcessGroup& group, double value) {
 }
 
 double weightedMeanOverRanks(ProcessGroup& group, double sum, double count) {
-  at::Tensor totals = at::tensor({sum, count}, at::kDouble).to(at::Device(group.device()));
-  group.allReduce(totals, ReduceOp::kSum);
-  totals = totals.cpu();
-  const auto* t = totals.data_ptr<double>();
-  return t[1] > 0 ? t[0] / t[1] : std::numeric_limits<double>::quiet_NaN();
+  const auto totals = sumOverRanks(group, {sum, count});
+  return ratio(totals[0], totals[1]);
 }
 
 bool stopDecision(ProcessGroup& group, bool rankZeroDecision) {
