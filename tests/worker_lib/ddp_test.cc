@@ -11,15 +11,12 @@
 #include "ddprun/common/error.h"
 #include "ddprun/worker/process_group.h"
 #include "ddprun/worker/spawn.h"
+#include "require.h"
 
 namespace ddprun::worker {
 namespace {
 
 using namespace std::chrono_literals;
-
-void require(bool condition, const std::string& what) {
-  if (!condition) throw Error("expectation failed: " + what);
-}
 
 struct NetImpl : torch::nn::Module {
   NetImpl() {

@@ -14,15 +14,12 @@
 #include "ddprun/worker/process_group.h"
 #include "ddprun/worker/spawn.h"
 #include "ddprun/worker/training.h"
+#include "require.h"
 
 namespace ddprun::worker {
 namespace {
 
 using namespace std::chrono_literals;
-
-void require(bool condition, const std::string& what) {
-  if (!condition) throw Error("expectation failed: " + what);
-}
 
 // Asked in a child process: initialising CUDA here would make every later
 // fork (spawn) unable to use it.

@@ -16,16 +16,12 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/worker/spawn.h"
+#include "require.h"
 
 namespace ddprun::worker {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Inside a spawned rank a failed expectation must end the process non-zero.
-void require(bool condition, const std::string& what) {
-  if (!condition) throw Error("expectation failed: " + what);
-}
 
 TEST(ProcessGroup, CollectivesOnThreeRanks) {
   spawn(3, [](int rank) {

@@ -17,6 +17,7 @@
 #include "ddprun/worker/sampler.h"
 #include "ddprun/worker/spawn.h"
 #include "ddprun/worker/training.h"
+#include "require.h"
 
 namespace ddprun::worker {
 namespace {
@@ -24,10 +25,6 @@ namespace {
 using namespace std::chrono_literals;
 using Tail = SamplerOptions::Tail;
 using Indices = std::vector<std::vector<std::int64_t>>;
-
-void require(bool condition, const std::string& what) {
-  if (!condition) throw Error("expectation failed: " + what);
-}
 
 Indices allRanks(std::int64_t n, int replicas, SamplerOptions options, std::uint64_t epoch) {
   Indices out;
