@@ -1,5 +1,6 @@
 #include "ddprun/agent/agent.h"
 
+#include <sched.h>
 #include <signal.h>
 
 #include <boost/asio/io_context.hpp>
@@ -15,9 +16,12 @@
 #include "ddprun/common/secret.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/rendezvous/store_server.h"
+#include "event_log.h"
 #include "failure_report.h"
 #include "free_port.h"
+#include "launcher_error_file.h"
 #include "node_rendezvous.h"
+#include "numa_binding.h"
 #include "orphan_guard.h"
 #include "output_router.h"
 #include "run_directory.h"
@@ -32,13 +36,20 @@ namespace protocol = rendezvous::protocol;
 struct Agent::Impl {
   explicit Impl(AgentConfig c)
       : config(std::move(c)),
-        signals(io, SIGINT, SIGTERM, SIGHUP),
-        runDir(config.logDir, config.runId),
-        baseEnv(environmentMap()) {
-    signals.add(SIGQUIT);
-    signals.add(SIGUSR1);
-    signals.add(SIGUSR2);
+        signals(io),
+        runDir(config.logDir, config.runId, config.keepLogs),
+        baseEnv(environmentMap()),
+        events(config.eventLog) {
+    for (int sig : config.forwardedSignals) signals.add(sig);
+    if (!runDir.temporary()) {
+      std::cerr << "ddprun: this launch's logs are in " << runDir.root().string() << "\n";
+    }
+    if (!config.numaBinding.empty()) planNuma();
   }
+
+  void planNuma();
+  // Prints the final report, writes the launcher's error file and exits.
+  void failJob(const std::string& report, const WorkerFailure* rootCause, int code);
 
   bool multiNode() const { return config.rendezvous.mode != RendezvousMode::kStandalone; }
 
@@ -65,8 +76,10 @@ struct Agent::Impl {
   asio::io_context io{1};
   asio::signal_set signals;
   RunDirectory runDir;
-  OutputRouter router;
+  OutputRouter router{io};
   std::map<std::string, std::string> baseEnv;
+  EventLog events;
+  std::vector<CpuPlacement> placements;  // --numa_binding, per local rank
 
   // Standalone: the private store.
   std::unique_ptr<rendezvous::StoreServer> store;
@@ -137,8 +150,7 @@ void Agent::Impl::onJoined(const JoinResult& result) {
     return;
   }
   if (result.closed) {
-    std::cerr << result.report << std::flush;
-    finish(result.exitCode);
+    failJob(result.report, nullptr, result.exitCode);
     return;
   }
   if (!result.assignment) {
@@ -148,6 +160,15 @@ void Agent::Impl::onJoined(const JoinResult& result) {
   }
   assignment = *result.assignment;
   attempt = static_cast<int>(assignment.restarts);
+  if (events.enabled()) {
+    events.record("torchelastic.agent.RENDEZVOUS", "AGENT",
+                  {{"run_id", config.runId},
+                   {"hostname", config.hostname},
+                   {"round", std::to_string(assignment.round)},
+                   {"group_rank", std::to_string(assignment.groupRank)},
+                   {"group_world_size", std::to_string(assignment.groupWorldSize)},
+                   {"world_size", std::to_string(assignment.worldSize)}});
+  }
   DDPRUN_INFO("Round {}: this node is group rank {} of {}; workers are ranks {} to {} of {}.",
               assignment.round, assignment.groupRank, assignment.groupWorldSize,
               assignment.rankOffset, assignment.rankOffset + config.nprocPerNode - 1,
@@ -174,8 +195,7 @@ void Agent::Impl::onEvent(const protocol::Event& event) {
   if (group) {
     group->stop(SIGTERM);
   } else if (event.type == protocol::EventType::kJobFailed) {
-    std::cerr << event.message << std::flush;
-    finish(static_cast<int>(event.exitCode));
+    failJob(event.message, nullptr, static_cast<int>(event.exitCode));
   }
 }
 
@@ -224,8 +244,9 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
 void Agent::Impl::startAttempt() {
   group.reset();
   const int directory = multiNode() ? static_cast<int>(assignment.round) - 1 : attempt;
+  const WorkerGroup::Shared shared{config, baseEnv, guard, router, runDir, events, placements};
   group = std::make_unique<WorkerGroup>(
-      io, config, baseEnv, guard, router, runDir, directory,
+      io, shared, directory,
       [this](int localRank, const std::string& errorFile) {
         return identityFor(localRank, errorFile);
       },
@@ -258,9 +279,8 @@ void Agent::Impl::onGroupDone(GroupOutcome outcome) {
   }
   if (stoppedFor && !outcome.rootCause) {
     if (stoppedFor->type == protocol::EventType::kJobFailed) {
-      std::cerr << stoppedFor->message << std::flush;
       rendezvous->leave(assignment.round);
-      finish(static_cast<int>(stoppedFor->exitCode));
+      failJob(stoppedFor->message, nullptr, static_cast<int>(stoppedFor->exitCode));
     } else {
       join();
     }
@@ -293,9 +313,8 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
     try {
       decision = rendezvous->reportFailure(assignment.round, root.status.shellCode(), report);
     } catch (const Error& e) {
-      std::cerr << report << "ddprun: error: could not reach the rendezvous store: " << e.what()
-                << "\n";
-      finish(root.status.shellCode());
+      failJob(report + "ddprun: error: could not reach the rendezvous store: " + e.what() + "\n",
+              &root, root.status.shellCode());
       return;
     }
     if (decision.restartAllowed) {
@@ -305,9 +324,8 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
       join();
       return;
     }
-    std::cerr << report << std::flush;
     rendezvous->leave(assignment.round);
-    finish(root.status.shellCode());
+    failJob(report, &root, root.status.shellCode());
     return;
   }
   if (attempt < config.maxRestarts) {
@@ -317,8 +335,40 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
     startAttempt();
     return;
   }
-  std::cerr << reportFor(outcome) << std::flush;
-  finish(root.status.shellCode());
+  failJob(reportFor(outcome), &root, root.status.shellCode());
+}
+
+void Agent::Impl::failJob(const std::string& report, const WorkerFailure* rootCause, int code) {
+  router.flushConsole();  // the workers' last lines come before the report
+  std::cerr << report << std::flush;
+  if (config.launcherErrorFile) {
+    writeLauncherErrorFile(*config.launcherErrorFile, rootCause, code, report);
+  }
+  finish(code);
+}
+
+void Agent::Impl::planNuma() {
+  cpu_set_t set;
+  std::vector<int> allowed;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
+    }
+  }
+  const auto visible = baseEnv.find("CUDA_VISIBLE_DEVICES");
+  NumaPlan plan = planNumaBinding(
+      config.numaBinding, config.nprocPerNode,
+      visible == baseEnv.end() ? std::nullopt : std::optional<std::string>(visible->second),
+      allowed);
+  if (plan.placements.empty()) {
+    std::cerr << "ddprun: notice: " << plan.notice << "\n";
+    return;
+  }
+  for (std::size_t i = 0; i < plan.placements.size(); ++i) {
+    DDPRUN_INFO("Local rank {} is bound to CPUs {} and prefers memory of NUMA node {}.", i,
+                formatCpuList(plan.placements[i].cpus), plan.placements[i].memoryNode);
+  }
+  placements = std::move(plan.placements);
 }
 
 void Agent::Impl::waitForSignal() {
@@ -342,6 +392,15 @@ void Agent::Impl::waitForSignal() {
 
 void Agent::Impl::finish(int code) {
   exitCode = code;
+  if (events.enabled()) {
+    events.record(
+        code == 0 ? "torchelastic.agent.status.SUCCEEDED" : "torchelastic.agent.status.FAILED",
+        "AGENT",
+        {{"run_id", config.runId},
+         {"hostname", config.hostname},
+         {"exit_code", std::to_string(code)},
+         {"agent_restarts", std::to_string(attempt)}});
+  }
   group.reset();
   signals.cancel();
   io.stop();

@@ -25,6 +25,13 @@ void LogPump::readMore() {
                             self->end();
                             return;
                           }
+                          if (self->router_.consoleFull()) {
+                            // Backpressure: read again once the console drained.
+                            self->router_.whenConsoleHasRoom([self] {
+                              if (!self->ended_) self->readMore();
+                            });
+                            return;
+                          }
                           self->readMore();
                         });
 }

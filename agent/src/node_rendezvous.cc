@@ -57,12 +57,23 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
   nodeId_ = fmt::format("{}:{}:{}", config.hostname, ::getpid(), randomToken().substr(0, 6));
   masterPort_ =
       config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
-  const bool host = rdzv_.isHost.value_or(rdzv_.mode == RendezvousMode::kStatic
-                                              ? rdzv_.nodeRank == 0
-                                              : isLocalAddress(rdzv_.endpointHost));
-  if (host && !tryToHost() && rdzv_.isHost.value_or(false)) {
-    throw Error(fmt::format("is_host=1 but the store cannot listen on {}:{}", rdzv_.endpointHost,
-                            rdzv_.endpointPort));
+  const bool staticHost = rdzv_.mode == RendezvousMode::kStatic && rdzv_.nodeRank == 0;
+  const bool host = rdzv_.isHost.value_or(
+      rdzv_.mode == RendezvousMode::kStatic ? staticHost : isLocalAddress(rdzv_.endpointHost));
+  std::string why;
+  if (host && !tryToHost(why)) {
+    if (staticHost && !rdzv_.isHost) {
+      // Another process holds node 0's port: waiting on it as a client
+      // would only time out (or join a stranger's job).
+      throw ConfigError(fmt::format(
+          "--master_port={} is already in use on this node ({}); node 0 hosts the job's store "
+          "there: stop whatever holds it or give every node another --master_port",
+          rdzv_.endpointPort, why));
+    }
+    if (rdzv_.isHost.value_or(false)) {
+      throw ConfigError(fmt::format("is_host=1 but the store cannot listen on {}:{} ({})",
+                                    rdzv_.endpointHost, rdzv_.endpointPort, why));
+    }
   }
 }
 
@@ -76,7 +87,7 @@ void NodeRendezvous::connect() {
   options.token = rdzv_.token;
   options.name = nodeId_;
   options.connectTimeout = rdzv_.joinTimeout;
-  options.requestTimeout = 30s;
+  options.requestTimeout = rdzv_.requestTimeout;
   options.cancelConnect = &cancelled_;
   auto client = std::make_unique<rendezvous::StoreClient>(options);
   {
@@ -89,7 +100,7 @@ void NodeRendezvous::connect() {
   events_ = std::thread([this] { runEvents(); });
 }
 
-bool NodeRendezvous::tryToHost() {
+bool NodeRendezvous::tryToHost(std::string& why) {
   rendezvous::StoreServerOptions options;
   // Static: listen everywhere (master_addr may be a name); dynamic: on the
   // endpoint's own address, so several agents of one machine can race for
@@ -104,6 +115,7 @@ bool NodeRendezvous::tryToHost() {
     server_ = std::make_unique<rendezvous::StoreServer>(options);
   } catch (const NetworkError& e) {
     DDPRUN_DEBUG("Not hosting the store: {}", e.what());
+    why = e.what();
     return false;
   }
   server_->start();

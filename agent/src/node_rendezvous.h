@@ -49,7 +49,8 @@ class NodeRendezvous {
   using EventFn = std::function<void(const rendezvous::protocol::Event&)>;
   using LostFn = std::function<void(const std::string& reason)>;
 
-  // Hosts the store if this node should. Throws ddprun::Error. Connecting
+  // Hosts the store if this node should. Throws ddprun::Error, or
+  // ConfigError when node 0's static port (or is_host's) is taken. Connecting
   // happens with the first join, off the agent's thread.
   NodeRendezvous(boost::asio::io_context& io, const AgentConfig& config);
   ~NodeRendezvous();
@@ -70,7 +71,7 @@ class NodeRendezvous {
   const std::string& nodeId() const { return nodeId_; }
 
  private:
-  bool tryToHost();
+  bool tryToHost(std::string& why);
   void connect();
   void runHeartbeats();
   void runEvents();

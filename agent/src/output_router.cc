@@ -3,36 +3,47 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <boost/asio/post.hpp>
+
 #include <fmt/format.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
 
 namespace ddprun::agent {
 
-namespace {
-
-void writeAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // a closed console must not take the agent down
-    }
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
-}  // namespace
+OutputRouter::OutputRouter(boost::asio::io_context& io)
+    : io_(io), console_([this] {
+        // On the writer thread: resume the paused pumps on the loop.
+        boost::asio::post(io_, [this] {
+          auto resume = std::move(waiting_);
+          waiting_.clear();
+          for (auto& fn : resume) fn();
+        });
+      }) {}
 
 OutputRouter::~OutputRouter() { closeFiles(); }
 
+void OutputRouter::whenConsoleHasRoom(std::function<void()> resume) {
+  if (!console_.full()) {
+    boost::asio::post(io_, std::move(resume));  // drained meanwhile
+    return;
+  }
+  waiting_.push_back(std::move(resume));
+}
+
 void OutputRouter::closeFiles() {
-  for (Sink& sink : sinks_) {
-    if (sink.fileFd >= 0) ::close(sink.fileFd);
-    sink.fileFd = -1;
+  auto close = [](FileSink& sink) {
+    if (sink.fd >= 0) ::close(sink.fd);
+    sink.fd = -1;
+  };
+  for (Sink& sink : sinks_) close(sink.file);
+  for (DuplicateFilter& filter : duplicates_) {
+    close(filter.file);
+    filter.needles.clear();
   }
 }
 
@@ -42,37 +53,84 @@ void OutputRouter::reset(int numWorkers) {
   tails_.assign(static_cast<std::size_t>(numWorkers), {});
 }
 
+void OutputRouter::openFile(FileSink& sink, const std::filesystem::path& path) {
+  // Never follow a symlink, never truncate: the file must be new.
+  sink.fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND | O_CLOEXEC, 0644);
+  if (sink.fd < 0) {
+    throw Error(fmt::format("cannot create the log file {}: {}{}", path.string(),
+                            std::strerror(errno),
+                            errno == EEXIST ? " (ddprun never overwrites or follows an existing "
+                                              "file; remove it)"
+                                            : ""));
+  }
+  sink.path = path;
+}
+
+void OutputRouter::writeFile(FileSink& sink, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(sink.fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // Said once; later lines of this file are lost, the console goes on.
+      DDPRUN_WARN(
+          "Cannot write the log file {}: {}; its later lines are lost (the console copy "
+          "goes on).",
+          sink.path.string(), n < 0 ? std::strerror(errno) : "nothing written");
+      ::close(sink.fd);
+      sink.fd = -1;
+      return;
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
 void OutputRouter::setRoute(int localRank, Stream stream, const StreamRoute& route,
                             std::string prefix) {
   Sink& sink = sinks_.at(static_cast<std::size_t>(localRank) * 2 + static_cast<int>(stream));
   sink.console = route.console;
+  sink.filtered = route.filtered;
   sink.prefix = std::move(prefix);
-  if (!route.file.empty()) {
-    sink.fileFd = ::open(route.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (sink.fileFd < 0) {
-      throw Error(fmt::format("cannot open the log file {}: {}", route.file.string(),
-                              std::strerror(errno)));
-    }
-  }
+  if (!route.file.empty()) openFile(sink.file, route.file);
+}
+
+void OutputRouter::setDuplicateFilter(Stream stream, const std::vector<std::string>& filters,
+                                      const std::filesystem::path& file) {
+  DuplicateFilter& filter = duplicates_[static_cast<int>(stream)];
+  filter.needles = filters;
+  if (!filters.empty()) openFile(filter.file, file);
 }
 
 void OutputRouter::line(int localRank, Stream stream, std::string_view text) {
-  const Sink& sink = sinks_.at(static_cast<std::size_t>(localRank) * 2 + static_cast<int>(stream));
+  Sink& sink = sinks_.at(static_cast<std::size_t>(localRank) * 2 + static_cast<int>(stream));
   if (stream == Stream::kStderr) {
     auto& tail = tails_.at(static_cast<std::size_t>(localRank));
     tail.emplace_back(text);
     if (tail.size() > kTailLines) tail.pop_front();
   }
-  if (sink.fileFd >= 0) {
+  if (sink.file.fd >= 0) {
     buffer_.assign(text);
     buffer_ += '\n';
-    writeAll(sink.fileFd, buffer_);
+    writeFile(sink.file, buffer_);
+  }
+  DuplicateFilter& filter = duplicates_[static_cast<int>(stream)];
+  if (sink.filtered && filter.file.fd >= 0) {
+    for (const std::string& needle : filter.needles) {
+      if (text.find(needle) == std::string_view::npos) continue;
+      buffer_.assign(sink.prefix);
+      buffer_ += text;
+      buffer_ += '\n';
+      writeFile(filter.file, buffer_);
+      break;
+    }
   }
   if (sink.console) {
-    buffer_.assign(sink.prefix);
-    buffer_ += text;
-    buffer_ += '\n';
-    writeAll(stream == Stream::kStdout ? STDOUT_FILENO : STDERR_FILENO, buffer_);
+    std::string out;
+    out.reserve(sink.prefix.size() + text.size() + 1);
+    out += sink.prefix;
+    out += text;
+    out += '\n';
+    console_.write(stream == Stream::kStdout ? STDOUT_FILENO : STDERR_FILENO, std::move(out));
   }
 }
 

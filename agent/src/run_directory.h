@@ -1,6 +1,13 @@
-// RunDirectory: where a run's per-worker files live:
-//   <base>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
-// <base> is --log_dir, or a temporary directory removed when the run ends.
+// RunDirectory: where one launch's per-worker files live:
+//   <base>/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+// <base> is --log_dir, or a new temporary directory. The <run_id>_<random>
+// directory is created new (mkdtemp, mode 0700) by every launch, so a second
+// launch with the same run id (a requeued job) never touches the first one's
+// files, and nothing planted in a shared <base> is followed: everything below
+// it is this launch's own.
+//
+// Without --log_dir the temporary base is removed at exit unless `keep`
+// (redirects or tee wrote files there, which the user must be able to read).
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once
@@ -14,18 +21,23 @@ namespace ddprun::agent {
 class RunDirectory {
  public:
   // Throws ddprun::Error when the directory cannot be created.
-  RunDirectory(const std::optional<std::filesystem::path>& logDir, const std::string& runId);
+  RunDirectory(const std::optional<std::filesystem::path>& logDir, const std::string& runId,
+               bool keep);
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
 
-  // Creates (and empties of a stale error.json) the worker's directory.
+  // The attempt's directory, created on first use.
+  std::filesystem::path attemptDir(int attempt) const;
+  // Creates the worker's directory.
   std::filesystem::path workerDir(int attempt, int localRank) const;
   const std::filesystem::path& root() const { return root_; }
+  // True when the files are removed at exit.
   bool temporary() const { return temporary_; }
 
  private:
   std::filesystem::path root_;
+  std::filesystem::path removeAtExit_;
   bool temporary_ = false;
 };
 

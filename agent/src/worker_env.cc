@@ -1,6 +1,9 @@
 #include "worker_env.h"
 
+#include <fmt/format.h>
+
 #include "ddprun/common/env.h"
+#include "ddprun/common/error.h"
 
 namespace ddprun::agent {
 
@@ -26,9 +29,36 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
   // directly. False: worker rank 0 hosts its own TCPStore there.
   env[env::kUseAgentStore] = id.useAgentStore ? "True" : "False";
   env[env::kErrorFile] = id.errorFile;
-  // The agent's value when set, else 1 (torchrun: both spellings).
-  for (const char* name : {env::kNcclAsyncErrorHandling, env::kNcclAsyncErrorHandlingOld}) {
-    if (!base.contains(name)) env[name] = "1";
+  // One name only (PyTorch 2.x warns about the old one); none when the user
+  // set either (docs/env.md).
+  if (const auto& name = config.ncclAsyncErrorHandlingName;
+      !name.empty() && !base.contains(env::kNcclAsyncErrorHandling) &&
+      !base.contains(env::kNcclAsyncErrorHandlingOld)) {
+    env[name] = "1";
+  }
+  if (!config.signalsToHandle.empty()) env[env::kSignalsToHandle] = config.signalsToHandle;
+  if (config.virtualLocalRank) {
+    // torchrun 2.x: every worker sees only its own device, as device 0.
+    env[env::kLocalRank] = "0";
+    if (auto visible = base.find(env::kCudaVisibleDevices); visible != base.end()) {
+      std::vector<std::string> devices;
+      std::size_t start = 0;
+      for (;;) {
+        const std::size_t comma = visible->second.find(',', start);
+        devices.push_back(visible->second.substr(start, comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      if (id.localRank >= static_cast<int>(devices.size())) {
+        throw Error(fmt::format(
+            "--virtual_local_rank: local rank {} has no device in CUDA_VISIBLE_DEVICES={} ({} "
+            "listed); list one device per worker or lower --nproc_per_node",
+            id.localRank, visible->second, devices.size()));
+      }
+      env[env::kCudaVisibleDevices] = devices[static_cast<std::size_t>(id.localRank)];
+    } else {
+      env[env::kCudaVisibleDevices] = std::to_string(id.localRank);
+    }
   }
   env[env::kStoreHost] = id.storeHost;
   env[env::kStorePort] = std::to_string(id.storePort);

@@ -31,16 +31,13 @@ std::string substitutePrefix(std::string text, const AgentConfig& config, int ra
 
 }  // namespace
 
-WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& config,
-                         const std::map<std::string, std::string>& baseEnv, OrphanGuard& guard,
-                         OutputRouter& router, const RunDirectory& runDir, int attempt,
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, const Shared& shared, int attempt,
                          IdentityFn identity, DoneFn onDone)
     : io_(io),
-      config_(config),
-      baseEnv_(baseEnv),
-      guard_(guard),
-      router_(router),
-      runDir_(runDir),
+      shared_(shared),
+      config_(shared.config),
+      guard_(shared.guard),
+      router_(shared.router),
       attempt_(attempt),
       identity_(std::move(identity)),
       onDone_(std::move(onDone)),
@@ -60,8 +57,26 @@ void WorkerGroup::start() {
   router_.reset(config_.nprocPerNode);
   slots_.resize(static_cast<std::size_t>(config_.nprocPerNode));
   for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) {
-    Slot& slot = slots_[static_cast<std::size_t>(localRank)];
-    slot.localRank = localRank;
+    slots_[static_cast<std::size_t>(localRank)].localRank = localRank;
+  }
+  try {
+    const auto dir = shared_.runDir.attemptDir(attempt_);
+    router_.setDuplicateFilter(Stream::kStdout, config_.duplicateStdoutFilters,
+                               dir / "filtered_stdout.log");
+    router_.setDuplicateFilter(Stream::kStderr, config_.duplicateStderrFilters,
+                               dir / "filtered_stderr.log");
+  } catch (const std::exception& e) {
+    Slot& first = slots_.front();
+    WorkerError error;
+    error.message = e.what();
+    auto failure = failureOf(first, ExitStatus{127, 0, false});
+    failure.error = error;
+    DDPRUN_ERROR("Attempt {} could not start: {}", attempt_, e.what());
+    outcome_.rootCause = failure;
+    stop(SIGTERM);
+    return;
+  }
+  for (Slot& slot : slots_) {
     if (stopping_) break;  // an earlier worker could not start
     spawn(slot);
   }
@@ -69,8 +84,25 @@ void WorkerGroup::start() {
 }
 
 void WorkerGroup::spawn(Slot& slot) {
+  try {
+    startProcess(slot);
+  } catch (const std::exception& e) {
+    // Nothing may escape: a worker that cannot start is this attempt's
+    // failure, and the others are stopped cleanly.
+    WorkerError error;
+    error.message = e.what();
+    slot.exited = true;
+    auto failure = failureOf(slot, ExitStatus{127, 0, false});
+    failure.error = error;
+    DDPRUN_ERROR("Worker rank {} could not be started: {}", slot.rank, e.what());
+    outcome_.rootCause = failure;
+    stop(SIGTERM);
+  }
+}
+
+void WorkerGroup::startProcess(Slot& slot) {
   const int localRank = slot.localRank;
-  const auto dir = runDir_.workerDir(attempt_, localRank);
+  const auto dir = shared_.runDir.workerDir(attempt_, localRank);
   slot.errorFile = dir / "error.json";
   const WorkerIdentity id = identity_(localRank, slot.errorFile.string());
   slot.rank = id.rank;
@@ -85,26 +117,18 @@ void WorkerGroup::spawn(Slot& slot) {
     const bool teed = includes(config_.tee.forRank(localRank), which);
     StreamRoute route;
     route.console = shown && (!redirected || teed);
+    route.filtered = shown && teed;
     if (redirected || teed)
       route.file = dir / (stream == Stream::kStdout ? "stdout.log" : "stderr.log");
     router_.setRoute(localRank, stream, route, prefix);
   }
 
   const auto argv = substituteLocalRank(config_.command, localRank);
-  try {
-    slot.process =
-        std::make_unique<WorkerProcess>(io_, argv, buildWorkerEnv(baseEnv_, config_, id));
-  } catch (const Error& e) {
-    WorkerError error;
-    error.message = e.what();
-    slot.exited = true;
-    auto failure = failureOf(slot, ExitStatus{127, 0, false});
-    failure.error = error;
-    DDPRUN_ERROR("Worker rank {} could not be started: {}", slot.rank, e.what());
-    outcome_.rootCause = failure;
-    stop(SIGTERM);
-    return;
-  }
+  const CpuPlacement placement = shared_.placements.empty()
+                                     ? CpuPlacement{}
+                                     : shared_.placements.at(static_cast<std::size_t>(localRank));
+  slot.process = std::make_unique<WorkerProcess>(
+      io_, argv, buildWorkerEnv(shared_.baseEnv, config_, id), placement);
   guard_.watch(slot.process->pid());
   slot.exited = false;
   ++live_;
@@ -120,6 +144,27 @@ void WorkerGroup::spawn(Slot& slot) {
     pump->start();
   }
   slot.process->waitForExit([this, localRank](ExitStatus status) { onExit(localRank, status); });
+  recordEvent(slot, "START");
+}
+
+void WorkerGroup::recordEvent(const Slot& slot, const std::string& state,
+                              const std::string& rawError) {
+  if (!shared_.events.enabled()) return;
+  const char* backend = config_.rendezvous.mode == RendezvousMode::kDynamic ? "c10d" : "static";
+  shared_.events.record(
+      "torchelastic.worker.status." + state, "WORKER",
+      {{"run_id", config_.runId},
+       {"global_rank", std::to_string(slot.rank)},
+       {"group_rank", std::to_string(slot.groupRank)},
+       {"local_rank", std::to_string(slot.localRank)},
+       {"worker_id", std::to_string(slot.process ? slot.process->pid() : 0)},
+       {"role", config_.role},
+       {"hostname", config_.hostname},
+       {"state", state},
+       {"rdzv_backend", backend},
+       {"raw_error", rawError},
+       {"exit_code", state == "START" ? std::string() : std::to_string(slot.status.shellCode())},
+       {"agent_restarts", std::to_string(attempt_)}});
 }
 
 WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const {
@@ -141,6 +186,11 @@ void WorkerGroup::onExit(int localRank, ExitStatus status) {
   slot.exited = true;
   slot.status = status;
   --live_;
+  recordEvent(slot,
+              slot.stoppedByAgent ? "TERMINATED"
+              : status.success()  ? "SUCCEEDED"
+                                  : "FAILED",
+              status.success() ? "" : fmt::format("exit status {}", status.shellCode()));
   if (!status.success()) {
     WorkerFailure failure = failureOf(slot, status);
     if (!stopping_) {
@@ -204,14 +254,25 @@ void WorkerGroup::maybeFinish() {
     for (Slot& slot : slots_) {
       if (slot.process) slot.process->signalGroup(SIGKILL);
     }
-    drainTimer_.expires_after(kDrainLimit);
-    drainTimer_.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
-      for (auto& pump : pumps_) pump->close();
-    });
+    armDrainTimer(router_.consoleWritten());
     return;
   }
   finish();
+}
+
+void WorkerGroup::armDrainTimer(std::uint64_t consoleWritten) {
+  drainTimer_.expires_after(kDrainLimit);
+  drainTimer_.async_wait([this, consoleWritten](boost::system::error_code ec) {
+    if (ec) return;
+    // Pumps paused for a console that is still writing get more time; a
+    // console that made no progress for kDrainLimit does not hold the exit.
+    const std::uint64_t now = router_.consoleWritten();
+    if (router_.consoleFull() && now != consoleWritten) {
+      armDrainTimer(now);
+      return;
+    }
+    for (auto& pump : pumps_) pump->close();
+  });
 }
 
 void WorkerGroup::finish() {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ddprun/agent/agent_config.h"
+#include "event_log.h"
 #include "failure_report.h"
 #include "log_pump.h"
 #include "orphan_guard.h"
@@ -41,16 +42,25 @@ class WorkerGroup {
   using IdentityFn = std::function<WorkerIdentity(int localRank, const std::string& errorFile)>;
   using DoneFn = std::function<void(GroupOutcome)>;
 
-  // `baseEnv` is the environment every worker inherits (the agent's own).
-  WorkerGroup(boost::asio::io_context& io, const AgentConfig& config,
-              const std::map<std::string, std::string>& baseEnv, OrphanGuard& guard,
-              OutputRouter& router, const RunDirectory& runDir, int attempt, IdentityFn identity,
+  // What a group borrows from its agent for its whole life.
+  struct Shared {
+    const AgentConfig& config;
+    const std::map<std::string, std::string>& baseEnv;  // every worker inherits it
+    OrphanGuard& guard;
+    OutputRouter& router;
+    const RunDirectory& runDir;
+    EventLog& events;
+    const std::vector<CpuPlacement>& placements;  // per local rank, or empty
+  };
+
+  WorkerGroup(boost::asio::io_context& io, const Shared& shared, int attempt, IdentityFn identity,
               DoneFn onDone);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
-  // Spawns every worker. A worker that cannot be started counts as the
+  // Spawns every worker. A worker that cannot be started (missing program,
+  // no descriptors left, a log file that cannot be created) counts as the
   // first failure (exit code 127) and stops the others.
   void start();
   // Forwards `sig` to every live worker's process group, then SIGKILLs the
@@ -72,18 +82,20 @@ class WorkerGroup {
   };
 
   void spawn(Slot& slot);
+  void startProcess(Slot& slot);
+  void recordEvent(const Slot& slot, const std::string& state, const std::string& rawError = "");
   void onExit(int localRank, ExitStatus status);
   void fail(Slot& slot, ExitStatus status, const std::string& reason);
   WorkerFailure failureOf(const Slot& slot, ExitStatus status) const;
   void maybeFinish();
+  void armDrainTimer(std::uint64_t consoleWritten);
   void finish();
 
   boost::asio::io_context& io_;
+  Shared shared_;
   const AgentConfig& config_;
-  const std::map<std::string, std::string>& baseEnv_;
   OrphanGuard& guard_;
   OutputRouter& router_;
-  const RunDirectory& runDir_;
   const int attempt_;
   IdentityFn identity_;
   DoneFn onDone_;

@@ -1,7 +1,9 @@
 #include "worker_process.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,6 +55,9 @@ void closeInheritedDescriptors(const std::vector<int>& keep) {
 // Runs in the child between fork and exec: only async-signal-safe calls.
 struct ChildSetup {
   pid_t agent;
+  bool bindCpus = false;
+  cpu_set_t cpus{};
+  int memoryNode = -1;
 
   bp::error_code on_exec_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
                                const char* const*) {
@@ -66,8 +71,18 @@ struct ChildSetup {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
-      ::signal(sig, SIG_DFL);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    }
+    if (bindCpus && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+      return {errno, bp::system_category()};
+    }
+    if (memoryNode >= 0) {
+      unsigned long mask[16] = {};  // up to 1024 nodes
+      const auto bits = 8 * sizeof(unsigned long);
+      mask[static_cast<unsigned>(memoryNode) / bits] |= 1UL << (memoryNode % bits);
+      constexpr int kMpolPreferred = 1;  // <numaif.h> MPOL_PREFERRED
+      ::syscall(SYS_set_mempolicy, kMpolPreferred, mask, sizeof(mask) * 8);
     }
     return {};
   }
@@ -76,12 +91,31 @@ struct ChildSetup {
 }  // namespace
 
 WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string>& argv,
-                             const std::vector<std::string>& env)
+                             const std::vector<std::string>& env, const CpuPlacement& placement)
     : stdout_(io), stderr_(io), handle_(io) {
   asio::writable_pipe outWrite(io);
   asio::writable_pipe errWrite(io);
-  asio::connect_pipe(stdout_, outWrite);
-  asio::connect_pipe(stderr_, errWrite);
+  boost::system::error_code pipeError;
+  asio::connect_pipe(stdout_, outWrite, pipeError);
+  if (!pipeError) asio::connect_pipe(stderr_, errWrite, pipeError);
+  if (pipeError) {
+    rlimit limit{};
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    throw Error(fmt::format(
+        "cannot create the output pipes for '{}': {}{}", argv.at(0), pipeError.message(),
+        pipeError == boost::system::errc::too_many_files_open
+            ? fmt::format(" (ddprun may hold {} descriptors, `ulimit -n`); raise the limit or "
+                          "start fewer workers",
+                          limit.rlim_cur)
+            : ""));
+  }
+  ChildSetup setup{::getpid()};
+  if (!placement.cpus.empty()) {
+    setup.bindCpus = true;
+    CPU_ZERO(&setup.cpus);
+    for (int cpu : placement.cpus) CPU_SET(static_cast<unsigned>(cpu), &setup.cpus);
+  }
+  setup.memoryNode = placement.memoryNode;
 
   std::vector<const char*> envp;
   envp.reserve(env.size() + 1);
@@ -98,7 +132,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
   // the exit is then watched on the agent's own context.
   asio::io_context spawnContext;
   auto process = launcher(spawnContext.get_executor(), ec, bp::filesystem::path(argv.at(0)), args,
-                          bp::process_stdio{{}, outWrite, errWrite}, ChildSetup{::getpid()});
+                          bp::process_stdio{{}, outWrite, errWrite}, setup);
   if (ec) {
     throw Error(fmt::format("cannot start '{}': {}", argv[0], ec.message()));
   }

@@ -3,7 +3,9 @@
 // Spawned with Boost.Process v2 in its own process group, with
 // PR_SET_PDEATHSIG (checked after fork for the race where the agent died
 // first), default signal dispositions, and no descriptor of the agent but
-// its stdin and the two output pipes (Boost.Process closes the rest).
+// its stdin and the two output pipes (Boost.Process closes the rest). A
+// CpuPlacement (--numa_binding) is applied between fork and exec, so every
+// thread the program starts inherits it.
 // Its exit is observed through a pidfd on the agent's io_context.
 //
 // Thread-safety: the agent's loop thread only.
@@ -33,12 +35,19 @@ struct ExitStatus {
   static ExitStatus fromWaitStatus(int status);
 };
 
+// Where a worker may run and allocate (--numa_binding).
+struct CpuPlacement {
+  std::vector<int> cpus;  // empty: the agent's own affinity
+  int memoryNode = -1;    // NUMA node preferred for memory; -1: the default policy
+};
+
 class WorkerProcess {
  public:
   // Starts `argv` (argv[0] an absolute path) with exactly `env`. Throws
-  // ddprun::Error naming the program when it cannot be started.
+  // ddprun::Error naming the program and the cause when it cannot be
+  // started (including running out of descriptors for its pipes).
   WorkerProcess(boost::asio::io_context& io, const std::vector<std::string>& argv,
-                const std::vector<std::string>& env);
+                const std::vector<std::string>& env, const CpuPlacement& placement = {});
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 

@@ -2,57 +2,43 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
 namespace ddprun {
 
+namespace {
+
+constexpr std::pair<int, const char*> kNames[] = {
+    {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},   {SIGILL, "SIGILL"},
+    {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},     {SIGFPE, "SIGFPE"},
+    {SIGKILL, "SIGKILL"},     {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"},   {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},   {SIGCHLD, "SIGCHLD"},
+    {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},   {SIGTTIN, "SIGTTIN"},
+    {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},   {SIGXFSZ, "SIGXFSZ"},
+    {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"}, {SIGIO, "SIGIO"},
+    {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},
+};
+
+}  // namespace
+
 std::string signalName(int sig) {
-  switch (sig) {
-    case SIGHUP:
-      return "SIGHUP";
-    case SIGINT:
-      return "SIGINT";
-    case SIGQUIT:
-      return "SIGQUIT";
-    case SIGILL:
-      return "SIGILL";
-    case SIGTRAP:
-      return "SIGTRAP";
-    case SIGABRT:
-      return "SIGABRT";
-    case SIGBUS:
-      return "SIGBUS";
-    case SIGFPE:
-      return "SIGFPE";
-    case SIGKILL:
-      return "SIGKILL";
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGSEGV:
-      return "SIGSEGV";
-    case SIGUSR2:
-      return "SIGUSR2";
-    case SIGPIPE:
-      return "SIGPIPE";
-    case SIGALRM:
-      return "SIGALRM";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGCHLD:
-      return "SIGCHLD";
-    case SIGCONT:
-      return "SIGCONT";
-    case SIGSTOP:
-      return "SIGSTOP";
-    case SIGTSTP:
-      return "SIGTSTP";
-    case SIGXCPU:
-      return "SIGXCPU";
-    case SIGXFSZ:
-      return "SIGXFSZ";
-    case SIGSYS:
-      return "SIGSYS";
-    default:
-      return "signal " + std::to_string(sig);
+  for (const auto& [number, name] : kNames) {
+    if (number == sig) return name;
   }
+  return "signal " + std::to_string(sig);
+}
+
+std::optional<int> signalNumber(std::string_view name) {
+  std::string upper(name);
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (!upper.starts_with("SIG")) upper = "SIG" + upper;
+  for (const auto& [number, known] : kNames) {
+    if (upper == known) return number;
+  }
+  return std::nullopt;
 }
 
 }  // namespace ddprun

@@ -79,11 +79,32 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   text(app, "local_addr", o.localAddr, "address of this node that other nodes can reach");
   text(app, "shutdown_timeout", o.shutdownTimeout,
        "seconds between forwarding a stop signal and SIGKILL");
-  app.add_option("--log_prefix,--log-prefix", o.logPrefix,
+  app.add_option("--log_prefix,--log-prefix,--log_line_prefix_template,--log-line-prefix-template",
+                 o.logPrefix,
                  "console prefix of worker lines; ${rank}, ${local_rank}, ${role_name}, "
-                 "${node_rank}, ${hostname}; empty for none")
+                 "${node_rank}, ${hostname}; empty for none (also PET_LOG_LINE_PREFIX_TEMPLATE "
+                 "and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)")
       ->envname("PET_LOG_PREFIX")
       ->capture_default_str();
+  text(app, "start_method", o.startMethod,
+       "accepted for torchrun compatibility (spawn, fork, forkserver); ddprun always execs "
+       "the program");
+  text(app, "event_log_handler", o.eventLogHandler,
+       "agent events: null (none), console (JSON lines on stderr), file:PATH (JSON lines "
+       "appended to PATH)");
+  text(app, "logs_specs", o.logsSpecs,
+       "accepted for torchrun compatibility: only 'default' (Python plugins cannot load here)");
+  text(app, "numa_binding", o.numaBinding,
+       "bind each worker's CPUs and memory near its GPU: node, socket, exclusive, core-complex");
+  text(app, "signals_to_handle", o.signalsToHandle,
+       "signals ddprun forwards to the workers before stopping them");
+  flag(app, "virtual_local_rank", o.virtualLocalRank,
+       "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES narrowed to its own GPU");
+  text(app, "duplicate_stdout_filters", o.duplicateStdoutFilters,
+       "tee'd stdout lines containing any of these words (comma-separated, ',,' for a comma) "
+       "are also copied to filtered_stdout.log");
+  text(app, "duplicate_stderr_filters", o.duplicateStderrFilters,
+       "the same for stderr (filtered_stderr.log)");
   text(app, "worker_store", o.workerStore,
        "where workers' init_process_group finds its TCPStore: 'agent' (MASTER_ADDR:PORT is "
        "ddprun's store, TORCHELASTIC_USE_AGENT_STORE=True, as torchrun 2.x) or 'rank0' (worker "

@@ -38,8 +38,16 @@ struct LaunchOptions {
   bool module = false;
   bool noPython = false;
   std::string localAddr;
-  std::string shutdownTimeout = "30";
+  std::string shutdownTimeout = "30";  // or TORCH_ELASTIC_SHUTDOWN_TIMEOUT
   std::string logPrefix = "[rank ${rank}]: ";
+  std::string startMethod = "spawn";
+  std::string eventLogHandler = "null";
+  std::string logsSpecs;
+  std::string numaBinding;
+  std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+  bool virtualLocalRank = false;
+  std::string duplicateStdoutFilters;
+  std::string duplicateStderrFilters;
   std::string workerStore = "agent";
   bool strictStore = false;
 

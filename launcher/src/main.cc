@@ -13,6 +13,8 @@
 
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
+  // A log file over RLIMIT_FSIZE must fail the write (reported), not kill ddprun.
+  ::signal(SIGXFSZ, SIG_IGN);
   ddprun::launcher::LaunchOptions options;
   if (const int code = ddprun::launcher::parseCommandLine(argc, argv, options); code >= 0) {
     return code;
@@ -30,6 +32,10 @@ int main(int argc, char** argv) {
     ddprun::initLogging("ddprun");
     ddprun::agent::Agent agent(std::move(config));
     return agent.run();
+  } catch (const ddprun::ConfigError& e) {
+    // Found only when acting on it (e.g. node 0's --master_port is taken).
+    std::cerr << "ddprun: error: " << e.what() << "\n";
+    return 2;
   } catch (const ddprun::Error& e) {
     std::cerr << "ddprun: error: " << e.what() << "\n";
     return 1;

@@ -7,6 +7,8 @@
 #include "ddprun/common/parse.h"
 #include "ddprun/common/secret.h"
 #include "ddprun/common/slurm.h"
+#include "endpoint.h"
+#include "rdzv_conf.h"
 #include "run_config.h"
 
 namespace ddprun::launcher {
@@ -16,69 +18,49 @@ namespace {
 constexpr std::uint16_t kDefaultC10dPort = 29400;
 constexpr std::uint16_t kDefaultStaticPort = 29500;
 
-std::chrono::milliseconds confSeconds(const std::map<std::string, std::string>& conf,
-                                      const std::string& key, std::chrono::milliseconds fallback) {
-  auto it = conf.find(key);
-  if (it == conf.end()) return fallback;
-  if (auto seconds = parseSeconds(it->second, 1e7)) {
-    return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
-  }
-  throw ConfigError(fmt::format("--rdzv_conf {}={} is not a number of seconds; give e.g. {}=30",
-                                key, it->second, key));
-}
-
-std::optional<bool> confBool(const std::map<std::string, std::string>& conf,
-                             const std::string& key) {
-  auto it = conf.find(key);
-  if (it == conf.end()) return std::nullopt;
-  const std::string& v = it->second;
-  if (v == "1" || v == "true" || v == "True" || v == "yes") return true;
-  if (v == "0" || v == "false" || v == "False" || v == "no") return false;
-  throw ConfigError(
-      fmt::format("--rdzv_conf {}={} is not a boolean; give {}=1 or {}=0", key, v, key, key));
-}
-
-std::string sharedToken(const std::map<std::string, std::string>& conf) {
-  if (auto it = conf.find("token_file"); it != conf.end()) return readTokenFile(it->second);
+// The job's token, or empty: without DDPRUN_TOKEN or token_file the store
+// serves every client unauthenticated, as torchrun's does.
+std::string sharedToken(const RdzvConf& conf, const std::string& endpoint, std::string& notices) {
+  if (auto file = conf.text("token_file")) return readTokenFile(*file);
   if (auto token = tokenFromEnv(env::kToken)) return *token;
-  throw ConfigError(
-      "a multi-node job needs a shared token: export the same DDPRUN_TOKEN on every node, or "
-      "pass --rdzv_conf token_file=FILE (a file readable on every node)");
+  notices += fmt::format(
+      "ddprun: notice: the rendezvous store at {} is open (no DDPRUN_TOKEN or token_file): any "
+      "process that reaches it can read and change the job's keys, as with torchrun's store; "
+      "export the same DDPRUN_TOKEN on every node to protect it\n",
+      endpoint);
+  return "";
+}
+
+// The --rdzv_conf keys that shape the rendezvous (docs/cli.md).
+void applyConf(const RdzvConf& conf, bool dynamic, agent::RendezvousConfig& r) {
+  if (auto v = conf.seconds("join_timeout", 0.001)) r.joinTimeout = *v;
+  if (auto v = conf.seconds("last_call_timeout")) r.lastCallTimeout = *v;
+  if (auto v = conf.seconds("close_timeout")) r.closeTimeout = *v;
+  if (auto v = conf.seconds("keep_alive_interval", 0.001)) r.keepAliveInterval = *v;
+  if (auto v = conf.integer("keep_alive_max_attempt", 1, 1000)) r.keepAliveMaxAttempts = *v;
+  if (auto v = conf.seconds("heartbeat_timeout", 0.001)) {
+    // A node is dead after this long without a heartbeat.
+    const auto interval = r.keepAliveInterval.count();
+    r.keepAliveMaxAttempts =
+        static_cast<int>(std::max<long long>(1, (v->count() + interval - 1) / interval));
+  }
+  if (auto v = conf.seconds("read_timeout", 0.001)) r.requestTimeout = *v;
+  // torchrun's static backend waits `timeout` for every node; c10d ignores it.
+  if (auto v = conf.seconds("timeout", 0.001); v && !dynamic) r.joinTimeout = *v;
+  r.isHost = conf.boolean("is_host");
+  if (auto type = conf.text("store_type"); type && *type != "tcp") {
+    throw ConfigError(fmt::format(
+        "--rdzv_conf store_type={} is not supported: ddprun's store is a TCP store; drop the key "
+        "or give store_type=tcp",
+        *type));
+  }
+  conf.boolean("use_libuv");  // checked; ddprun's store is its own server
 }
 
 }  // namespace
 
-std::pair<std::string, std::uint16_t> parseEndpoint(const std::string& text,
-                                                    std::uint16_t defaultPort) {
-  std::string host = text;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {  // [v6]:port
-    const std::size_t close = text.find(']');
-    if (close == std::string::npos) {
-      throw ConfigError(fmt::format("--rdzv_endpoint={} has an unclosed '['", text));
-    }
-    host = text.substr(1, close - 1);
-    if (close + 1 < text.size() && text[close + 1] == ':') port = text.substr(close + 2);
-  } else if (const std::size_t colon = text.rfind(':'); colon != std::string::npos) {
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  if (host.empty()) {
-    throw ConfigError(fmt::format(
-        "--rdzv_endpoint={} has no host; give HOST[:PORT], e.g. --rdzv_endpoint=node1:29400",
-        text));
-  }
-  if (port.empty()) return {host, defaultPort};
-  const auto value = parseInteger(port);
-  if (!value || *value < 1 || *value > 65535) {
-    throw ConfigError(
-        fmt::format("--rdzv_endpoint={}: '{}' is not a port from 1 to 65535", text, port));
-  }
-  return {host, static_cast<std::uint16_t>(*value)};
-}
-
 void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, std::string>& env,
-                            agent::AgentConfig& config) {
+                            agent::AgentConfig& config, std::string& notices) {
   auto& r = config.rendezvous;
   std::string nnodesText = o.nnodes;
   std::string nodeRankText = o.nodeRank;
@@ -102,12 +84,34 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
   const NodeRange nodes = parseNnodes(nnodesText);
   r.minNodes = nodes.min;
   r.maxNodes = nodes.max;
-  const auto conf = parseRdzvConf(o.rdzvConf);
-  const bool dynamic = o.rdzvBackend == "c10d" && !o.standalone;
+  const auto conf = RdzvConf::parse(o.rdzvConf);
+  bool dynamic = o.rdzvBackend == "c10d" && !o.standalone;
   if (o.standalone && nodes.max > 1) {
     throw ConfigError(fmt::format(
         "--standalone runs a single node but --nnodes={}; drop one of the two", nnodesText));
   }
+  Endpoint endpoint;
+  if (dynamic) {
+    if (o.rdzvEndpoint.empty()) {
+      throw ConfigError(
+          "--rdzv_backend=c10d needs --rdzv_endpoint=HOST[:PORT], the store every node uses");
+    }
+    // Port 0 (torchrun's single-node "localhost:0"): a store on a free port,
+    // which only this node can know.
+    endpoint = parseEndpoint("rdzv_endpoint", o.rdzvEndpoint, kDefaultC10dPort, true);
+    if (endpoint.port == 0) {
+      if (nodes.max > 1) {
+        throw ConfigError(fmt::format(
+            "--rdzv_endpoint={} has port 0, which only a single-node job can use (other nodes "
+            "cannot learn the port); give a port, e.g. --rdzv_endpoint={}:29400",
+            o.rdzvEndpoint, endpoint.host));
+      }
+      dynamic = false;
+    }
+  }
+  // Every key's value is checked, whichever mode uses it.
+  agent::RendezvousConfig checked = r;
+  applyConf(conf, dynamic, checked);
   if (!dynamic && nodes.max == 1) {
     if (parseInteger(nodeRankText).value_or(-1) != 0) {
       throw ConfigError(
@@ -121,33 +125,17 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     }
     return;
   }
-  r.token = sharedToken(conf);
-  r.localAddr = o.localAddr;
-  r.joinTimeout = confSeconds(conf, "join_timeout", r.joinTimeout);
-  r.lastCallTimeout = confSeconds(conf, "last_call_timeout", r.lastCallTimeout);
-  r.closeTimeout = confSeconds(conf, "close_timeout", r.closeTimeout);
-  r.keepAliveInterval = confSeconds(conf, "keep_alive_interval", r.keepAliveInterval);
-  if (auto it = conf.find("keep_alive_max_attempt"); it != conf.end()) {
-    const auto value = parseInteger(it->second);
-    if (!value || *value < 1 || *value > 1000) {
-      throw ConfigError(
-          fmt::format("--rdzv_conf keep_alive_max_attempt={} is not a whole number from 1 to 1000",
-                      it->second));
-    }
-    r.keepAliveMaxAttempts = static_cast<int>(*value);
-  }
-  r.isHost = confBool(conf, "is_host");
+  r = checked;
+  r.localAddr = o.localAddr.empty() ? "" : parseHost("local_addr", o.localAddr);
   config.nnodes = nodes.max;
   // The workers' MASTER_PORT is a free port on the node that gets group rank
   // 0; --master_port names the store in static mode.
   config.masterPort = 0;
   if (dynamic) {
     r.mode = agent::RendezvousMode::kDynamic;
-    if (o.rdzvEndpoint.empty()) {
-      throw ConfigError(
-          "--rdzv_backend=c10d needs --rdzv_endpoint=HOST[:PORT], the store every node uses");
-    }
-    std::tie(r.endpointHost, r.endpointPort) = parseEndpoint(o.rdzvEndpoint, kDefaultC10dPort);
+    r.endpointHost = endpoint.host;
+    r.endpointPort = endpoint.port;
+    r.token = sharedToken(conf, o.rdzvEndpoint, notices);
     if (o.isGiven("node_rank")) {
       r.nodeRank = static_cast<int>(parseInteger(nodeRankText).value_or(-1));
       if (r.nodeRank < 0 || r.nodeRank >= nodes.max) {
@@ -176,7 +164,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
   if (masterAddr.empty()) {
     throw ConfigError("--master_addr is empty; give node 0's address, e.g. --master_addr=node1");
   }
-  r.endpointHost = masterAddr;
+  r.endpointHost = parseHost("master_addr", masterAddr);
   r.endpointPort = kDefaultStaticPort;
   if (!masterPortText.empty()) {
     const auto port = parseInteger(masterPortText);
@@ -187,8 +175,12 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     }
     r.endpointPort = static_cast<std::uint16_t>(*port);
   }
+  const bool v6 = r.endpointHost.find(':') != std::string::npos;
+  r.token = sharedToken(
+      conf, fmt::format("{}{}{}:{}", v6 ? "[" : "", r.endpointHost, v6 ? "]" : "", r.endpointPort),
+      notices);
   // Node 0 is reachable at MASTER_ADDR by definition.
-  if (r.nodeRank == 0 && r.localAddr.empty()) r.localAddr = masterAddr;
+  if (r.nodeRank == 0 && r.localAddr.empty()) r.localAddr = r.endpointHost;
   r.lastCallTimeout = std::chrono::milliseconds(0);
 }
 

@@ -14,14 +14,11 @@
 
 namespace ddprun::launcher {
 
-// Splits "host[:port]" (IPv6 in brackets); throws ConfigError.
-std::pair<std::string, std::uint16_t> parseEndpoint(const std::string& text,
-                                                    std::uint16_t defaultPort);
-
 // Fills config.rendezvous, config.nnodes, config.nodeRank and (for SLURM)
-// the master address and port. `env` is the process environment.
+// the master address and port. `env` is the process environment. Lines to
+// print before starting (the open-store notice) are appended to `notices`.
 void applyRendezvousOptions(const LaunchOptions& options,
                             const std::map<std::string, std::string>& env,
-                            agent::AgentConfig& config);
+                            agent::AgentConfig& config, std::string& notices);
 
 }  // namespace ddprun::launcher

@@ -1,6 +1,7 @@
 #include "run_config.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -14,8 +15,11 @@
 #include "ddprun/common/error.h"
 #include "ddprun/common/parse.h"
 #include "ddprun/common/secret.h"
+#include "ddprun/common/signal_names.h"
+#include "endpoint.h"
 #include "gpu_count.h"
 #include "rendezvous_options.h"
+#include "torch_version.h"
 
 namespace ddprun::launcher {
 
@@ -85,6 +89,85 @@ std::string hostName() {
 
 std::string randomRunId() { return randomToken().substr(0, 12); }
 
+// "SIGTERM,SIGUSR1" -> numbers; names any case, with or without SIG.
+std::vector<int> parseSignals(const std::string& text) {
+  std::vector<int> signals;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    std::string name = text.substr(start, comma - start);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    const auto sig = signalNumber(name);
+    if (!sig) {
+      throw ConfigError(
+          fmt::format("--signals_to_handle={}: '{}' is not a signal name; give e.g. "
+                      "--signals_to_handle=SIGTERM,SIGINT,SIGUSR1",
+                      text, name));
+    }
+    if (*sig == SIGKILL || *sig == SIGSTOP || *sig == SIGCHLD || *sig == SIGSEGV ||
+        *sig == SIGBUS || *sig == SIGFPE || *sig == SIGILL || *sig == SIGPIPE) {
+      throw ConfigError(fmt::format(
+          "--signals_to_handle={}: {} cannot be forwarded (ddprun {} it itself); drop it", text,
+          signalName(*sig), *sig == SIGKILL || *sig == SIGSTOP ? "cannot catch" : "needs"));
+    }
+    if (std::find(signals.begin(), signals.end(), *sig) == signals.end()) signals.push_back(*sig);
+    start = comma + 1;
+  }
+  return signals;
+}
+
+// torchrun's duplicate-filter list: comma-separated, ",," is a comma.
+std::vector<std::string> parseFilterList(const std::string& text) {
+  std::vector<std::string> items(1);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      items.back() += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      items.back() += ',';
+      ++i;
+    } else {
+      items.emplace_back();
+    }
+  }
+  std::erase_if(items, [](const std::string& item) { return item.empty(); });
+  return items;
+}
+
+agent::EventLogConfig parseEventLogHandler(const std::string& text) {
+  agent::EventLogConfig log;
+  if (text == "null" || text == "dynamic_rendezvous") return log;
+  if (text == "console") {
+    log.kind = agent::EventLogConfig::Kind::kConsole;
+    return log;
+  }
+  if (text.starts_with("file:") && text.size() > 5) {
+    log.kind = agent::EventLogConfig::Kind::kFile;
+    log.file = fs::absolute(text.substr(5));
+    return log;
+  }
+  throw ConfigError(
+      fmt::format("--event_log_handler={} is not null, console or file:PATH; give e.g. "
+                  "--event_log_handler=console",
+                  text));
+}
+
+// Enables NCCL's async error handling under the name the workers' PyTorch
+// reads (docs/env.md), unless the user set either name already.
+void chooseNcclVariable(agent::AgentConfig& config, bool python) {
+  if (std::getenv(env::kNcclAsyncErrorHandling) != nullptr ||
+      std::getenv(env::kNcclAsyncErrorHandlingOld) != nullptr) {
+    config.ncclAsyncErrorHandlingName.clear();  // inherited as the user set it
+    return;
+  }
+  config.ncclAsyncErrorHandlingName = env::kNcclAsyncErrorHandling;
+  if (!python) return;
+  const auto version = probeTorchVersion(config.command.front());
+  if (version && (version->major < 2 || (version->major == 2 && version->minor < 2))) {
+    config.ncclAsyncErrorHandlingName = env::kNcclAsyncErrorHandlingOld;
+  }
+}
+
 }  // namespace
 
 int parseNproc(const std::string& text) {
@@ -120,25 +203,6 @@ NodeRange parseNnodes(const std::string& text) {
   return {static_cast<int>(*min), static_cast<int>(*max)};
 }
 
-std::map<std::string, std::string> parseRdzvConf(const std::string& text) {
-  std::map<std::string, std::string> conf;
-  if (text.empty()) return conf;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    const std::size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw ConfigError(fmt::format(
-          "--rdzv_conf={}: '{}' is not KEY=VALUE; give e.g. --rdzv_conf=join_timeout=600", text,
-          item));
-    }
-    conf[item.substr(0, eq)] = item.substr(eq + 1);
-    start = comma + 1;
-  }
-  return conf;
-}
-
 std::string resolveExecutable(const std::string& name, const std::string& what) {
   auto usable = [](const fs::path& p) {
     std::error_code ec;
@@ -172,8 +236,9 @@ std::string resolveExecutable(const std::string& name, const std::string& what) 
 
 namespace {
 
-// Fills command and programName from the program options.
-void resolveProgram(const LaunchOptions& o, agent::AgentConfig& config) {
+// Fills command and programName from the program options; true when the
+// program runs under Python.
+bool resolveProgram(const LaunchOptions& o, agent::AgentConfig& config) {
   if (o.program.empty()) {
     throw ConfigError(
         "no program to run; give one after the options, e.g. ddprun --nproc_per_node=2 "
@@ -211,6 +276,7 @@ void resolveProgram(const LaunchOptions& o, agent::AgentConfig& config) {
     config.command.push_back(first);
   }
   config.command.insert(config.command.end(), args.begin(), args.end());
+  return python;
 }
 
 }  // namespace
@@ -230,11 +296,56 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   }
   if (!o.masterPort.empty()) integerOption("master_port", o.masterPort, 1, 65535, "29500");
   integerOption("node_rank", o.nodeRank, 0, 1'000'000, "0");
-  config.masterAddr = o.masterAddr;
-  applyRendezvousOptions(o, environmentMap(), config);
+  config.masterAddr = parseHost("master_addr", o.masterAddr);
+  applyRendezvousOptions(o, environmentMap(), config, notices);
   config.maxRestarts = integerOption("max_restarts", o.maxRestarts, 0, 1'000'000, "3");
   secondsOption("monitor_interval", o.monitorInterval);
-  config.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
+  const char* shutdownEnv = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  if (!o.isGiven("shutdown_timeout") && shutdownEnv != nullptr) {
+    config.shutdownTimeout =
+        secondsOption("shutdown_timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)", shutdownEnv);
+  } else {
+    config.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
+  }
+  config.forwardedSignals = parseSignals(o.signalsToHandle);
+  config.signalsToHandle = o.signalsToHandle;
+  if (o.startMethod != "spawn" && o.startMethod != "fork" && o.startMethod != "forkserver") {
+    throw ConfigError(fmt::format(
+        "--start_method={} is not spawn, fork or forkserver; drop it (ddprun execs the program)",
+        o.startMethod));
+  }
+  if (o.isGiven("start_method")) {
+    notices += fmt::format(
+        "ddprun: notice: --start_method={} has no effect: ddprun starts every worker by "
+        "exec'ing the program (torchrun uses it only for Python function entry points)\n",
+        o.startMethod);
+  }
+  if (!o.logsSpecs.empty() && o.logsSpecs != "default") {
+    throw ConfigError(fmt::format(
+        "--logs_specs={} names a Python plugin (entry point torchrun.logs_specs), which ddprun "
+        "cannot load; drop it: ddprun writes torchrun's default log layout",
+        o.logsSpecs));
+  }
+  if (o.isGiven("logs_specs")) {
+    notices +=
+        "ddprun: notice: --logs_specs=default is what ddprun always does (torchrun's default "
+        "log layout)\n";
+  }
+  config.eventLog = parseEventLogHandler(o.eventLogHandler);
+  if (!o.numaBinding.empty() && o.numaBinding != "node" && o.numaBinding != "socket" &&
+      o.numaBinding != "exclusive" && o.numaBinding != "core-complex") {
+    throw ConfigError(
+        fmt::format("--numa_binding={} is not node, socket, exclusive or core-complex; give e.g. "
+                    "--numa_binding=node",
+                    o.numaBinding));
+  }
+  config.numaBinding = o.numaBinding;
+  config.virtualLocalRank = o.virtualLocalRank;
+  config.duplicateStdoutFilters = parseFilterList(o.duplicateStdoutFilters);
+  config.duplicateStderrFilters = parseFilterList(o.duplicateStderrFilters);
+  if (const char* errorFile = std::getenv(env::kErrorFile); errorFile && *errorFile) {
+    config.launcherErrorFile = fs::absolute(errorFile);
+  }
   if (o.role.empty()) {
     throw ConfigError("--role is empty; give a name, e.g. --role=trainer");
   }
@@ -252,12 +363,17 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     }
     if (o.logDir != "/dev/null") config.logDir = fs::absolute(o.logDir);
   }
+  config.keepLogs = config.redirects.any() || config.tee.any();
+  // --log_prefix / --log_line_prefix_template > PET_* > torchrun's variable.
   if (o.isGiven("log_prefix")) {
     config.logPrefixTemplate = o.logPrefix;
+  } else if (const char* p = std::getenv("PET_LOG_LINE_PREFIX_TEMPLATE"); p != nullptr) {
+    config.logPrefixTemplate = p;
   } else if (const char* t = std::getenv(env::kLogLinePrefixTemplate); t != nullptr) {
     config.logPrefixTemplate = t;
   }
-  resolveProgram(o, config);
+  const bool python = resolveProgram(o, config);
+  chooseNcclVariable(config, python);
   if (o.workerStore != "agent" && o.workerStore != "rank0") {
     throw ConfigError(fmt::format("--worker_store={} is not 'agent' or 'rank0'", o.workerStore));
   }

@@ -26,7 +26,6 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& options, std::string& n
 // Exposed for tests.
 int parseNproc(const std::string& text);
 NodeRange parseNnodes(const std::string& text);
-std::map<std::string, std::string> parseRdzvConf(const std::string& text);
 // Finds `name` on PATH (or checks it when it contains '/'); throws ConfigError.
 std::string resolveExecutable(const std::string& name, const std::string& what);
 

@@ -333,9 +333,14 @@ void Session::handleHello(std::uint32_t id, const Request& request) {
                        request.version, protocol::kVersion));
     return;
   }
-  if (!constantTimeEquals(request.values.at(0), context_.options.token)) {
+  // An open store (no token configured) serves every client.
+  const std::string& token = context_.options.token;
+  if (!token.empty() && !constantTimeEquals(request.values.at(0), token)) {
     reject(Status::kAuthFailed,
-           "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)");
+           request.values.at(0).empty()
+               ? "it sent no token and this store requires one; export the same DDPRUN_TOKEN "
+                 "(or token file) on every node"
+               : "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)");
     return;
   }
   authenticated_ = true;

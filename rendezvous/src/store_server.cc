@@ -112,8 +112,10 @@ void StoreServer::Impl::shutdown() {
 }
 
 StoreServer::StoreServer(StoreServerOptions options) {
-  if (options.token.empty()) {
-    throw ConfigError("the store server needs a token; set DDPRUN_TOKEN or pass a token file");
+  if (options.token.empty() && options.strict) {
+    throw ConfigError(
+        "a strict store needs a token (with none it serves every client anyway); set "
+        "DDPRUN_TOKEN or pass a token file");
   }
   impl_ = std::make_unique<Impl>(std::move(options));
   const auto& opts = impl_->context.options;

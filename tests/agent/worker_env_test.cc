@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ddprun/common/error.h"
+
 #include <algorithm>
 
 namespace ddprun::agent {
@@ -52,7 +54,6 @@ TEST(WorkerEnv, TorchrunsVariablesAndDdprunsOwn) {
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", "/tmp/x/error.json"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"DDPRUN_STORE_HOST", "127.0.0.1"},
       {"DDPRUN_STORE_PORT", "40000"},
       {"DDPRUN_STORE_PREFIX", "job/attempt_1/"},
@@ -60,6 +61,40 @@ TEST(WorkerEnv, TorchrunsVariablesAndDdprunsOwn) {
       {"DDPRUN_HOSTNAME", "node1"},
   };
   EXPECT_EQ(env, expected);
+}
+
+TEST(WorkerEnv, OneNcclAsyncErrorHandlingNameOnly) {
+  AgentConfig config;
+  config.ncclAsyncErrorHandlingName = "NCCL_ASYNC_ERROR_HANDLING";  // PyTorch < 2.2
+  auto env = asMap(buildWorkerEnv({}, config, WorkerIdentity{}));
+  EXPECT_EQ(env.at("NCCL_ASYNC_ERROR_HANDLING"), "1");
+  EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
+  // The user's own setting of either name is left alone, the other not added.
+  env =
+      asMap(buildWorkerEnv({{"NCCL_ASYNC_ERROR_HANDLING", "0"}}, AgentConfig{}, WorkerIdentity{}));
+  EXPECT_EQ(env.at("NCCL_ASYNC_ERROR_HANDLING"), "0");
+  EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
+}
+
+TEST(WorkerEnv, VirtualLocalRankNarrowsTheVisibleDevices) {
+  AgentConfig config;
+  config.virtualLocalRank = true;
+  WorkerIdentity id;
+  id.localRank = 2;
+  auto env = asMap(buildWorkerEnv({{"CUDA_VISIBLE_DEVICES", "4,5,6,7"}}, config, id));
+  EXPECT_EQ(env.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "6");
+  env = asMap(buildWorkerEnv({}, config, id));
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "2");
+  EXPECT_THROW(buildWorkerEnv({{"CUDA_VISIBLE_DEVICES", "0,1"}}, config, id), Error);
+}
+
+TEST(WorkerEnv, SignalsToHandleReachTheWorkers) {
+  AgentConfig config;
+  config.signalsToHandle = "SIGTERM,SIGUSR1";
+  EXPECT_EQ(
+      asMap(buildWorkerEnv({}, config, WorkerIdentity{})).at("TORCHELASTIC_SIGNALS_TO_HANDLE"),
+      "SIGTERM,SIGUSR1");
 }
 
 TEST(WorkerEnv, AgentValuesAndExtraEnvWin) {

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -58,6 +59,23 @@ inline bool processGone(pid_t pid) {
 }
 
 // Lines of `text` that start with `prefix`, with the prefix removed.
+// The directory one launch with run id `runId` created under `logDir`
+// (<runId>_<random>); empty when there is not exactly one.
+inline std::filesystem::path launchDir(const std::filesystem::path& logDir,
+                                       const std::string& runId) {
+  std::filesystem::path found;
+  int count = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(logDir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() == runId.size() + 7 && name.starts_with(runId + "_")) {
+      found = entry.path();
+      ++count;
+    }
+  }
+  return count == 1 ? found : std::filesystem::path();
+}
+
 inline std::vector<std::string> linesWith(const std::string& text, const std::string& prefix) {
   std::vector<std::string> lines;
   std::size_t start = 0;

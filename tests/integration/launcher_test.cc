@@ -77,7 +77,8 @@ TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
   for (const auto& file : linesWith(r.out, "ERRFILE ")) errorFiles.insert(file);
   EXPECT_EQ(errorFiles.size(), 3u);
   for (const auto& file : errorFiles) {
-    EXPECT_TRUE(std::regex_search(file, std::regex("envjob/attempt_0/[012]/error.json$"))) << file;
+    EXPECT_TRUE(std::regex_search(file, std::regex("/envjob_[^/]{6}/attempt_0/[012]/error.json$")))
+        << file;
   }
   EXPECT_NE(r.err.find("Setting OMP_NUM_THREADS"), std::string::npos);
 }
@@ -341,8 +342,8 @@ TEST(Launcher, LogFilesFollowTorchrunsLayout) {
   EXPECT_EQ(r.out.find("out "), std::string::npos) << "redirected output reached the console";
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (int rank = 0; rank < 2; ++rank) {
-      const fs::path rankDir =
-          dir / "layout" / fmt::format("attempt_{}", attempt) / std::to_string(rank);
+      const fs::path rankDir = test_support::launchDir(dir, "layout") /
+                               fmt::format("attempt_{}", attempt) / std::to_string(rank);
       std::ifstream out(rankDir / "stdout.log");
       std::string line;
       std::getline(out, line);
@@ -361,11 +362,11 @@ TEST(Launcher, TeeWritesFilesAndConsole) {
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("[rank 0]: visible"), std::string::npos);
   EXPECT_NE(r.err.find("[rank 0]: hidden-err"), std::string::npos);
-  std::ifstream out(dir / "tee/attempt_0/0/stdout.log");
+  std::ifstream out(test_support::launchDir(dir, "tee") / "attempt_0/0/stdout.log");
   std::string line;
   std::getline(out, line);
   EXPECT_EQ(line, "visible");
-  EXPECT_FALSE(fs::exists(dir / "tee/attempt_0/0/stderr.log"));
+  EXPECT_FALSE(fs::exists(test_support::launchDir(dir, "tee") / "attempt_0/0/stderr.log"));
 }
 
 TEST(Launcher, PerRankRedirectsAcceptMultiDigitRanks) {
@@ -377,7 +378,7 @@ TEST(Launcher, PerRankRedirectsAcceptMultiDigitRanks) {
   EXPECT_EQ(r.out.find("[rank 11]: hi"), std::string::npos);
   EXPECT_EQ(r.out.find("[rank 3]: hi"), std::string::npos);
   EXPECT_NE(r.out.find("[rank 10]: hi 10"), std::string::npos);
-  EXPECT_TRUE(fs::exists(dir / "many/attempt_0/11/stdout.log"));
+  EXPECT_TRUE(fs::exists(test_support::launchDir(dir, "many") / "attempt_0/11/stdout.log"));
 }
 
 TEST(Launcher, LocalRanksFilterShowsOnlyChosenRanks) {
@@ -499,12 +500,26 @@ TEST(Launcher, BadInputFailsClearlyAndStartsNothing) {
       {args({"--tee=0:9"}, touch), "--tee"},
       {args({"--redirects=x:1"}, touch), "local_rank:value"},
       {args({"--rdzv_conf=novalue"}, touch), "is not KEY=VALUE"},
-      {args({"--rdzv_conf==x"}, touch), "is not KEY=VALUE"},
+      {args({"--rdzv_conf==x"}, touch), "has an empty key"},
+      {args({"--rdzv_conf=jion_timeout=2"}, touch), "did you mean 'join_timeout'"},
+      {args({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=::1"}, touch), "needs brackets"},
+      {args({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=[::1]x"}, touch), "after ']'"},
+      {args({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=node1:"}, touch),
+       "is not a port"},
+      {args({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=node1:0"}, touch),
+       "only a single-node job"},
+      {args({"--master_addr=node1:29500"}, touch), "without a port"},
+      {args({"--start_method=thread"}, touch), "--start_method=thread"},
+      {args({"--logs_specs=my_plugin"}, touch), "Python plugin"},
+      {args({"--signals_to_handle=SIGTERM,SIGNOPE"}, touch), "'SIGNOPE' is not a signal"},
+      {args({"--signals_to_handle=SIGKILL"}, touch), "cannot be forwarded"},
+      {args({"--numa_binding=near"}, touch), "--numa_binding=near"},
+      {args({"--event_log_handler=syslog"}, touch), "--event_log_handler=syslog"},
+      {args({"--rdzv_conf=store_type=file"}, touch), "store_type=file"},
       {{"-m", "--no_python", "json.tool"}, "contradict"},
       {args({"--max_restarts=-1"}, touch), "--max_restarts=-1"},
       {args({"--shutdown_timeout=soon"}, touch), "--shutdown_timeout=soon"},
       {args({"--nnodes=2:1"}, touch), "MIN <= MAX"},
-      {args({"--nnodes=2"}, touch), "needs a shared token"},
       {args({"--nnodes=2:4", "--rdzv_backend=c10d"}, touch), "needs --rdzv_endpoint"},
       {args({"--nnodes=2:4"}, touch), "is a range"},
       {args({"--standalone", "--nnodes=2"}, touch), "drop one of the two"},

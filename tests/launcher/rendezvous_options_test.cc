@@ -3,11 +3,18 @@
 #include <gtest/gtest.h>
 
 #include "ddprun/common/error.h"
+#include "endpoint.h"
 
 namespace ddprun::launcher {
 namespace {
 
 using agent::RendezvousMode;
+
+void apply(const LaunchOptions& o, const std::map<std::string, std::string>& env,
+           agent::AgentConfig& config) {
+  std::string notices;
+  applyRendezvousOptions(o, env, config, notices);
+}
 
 std::map<std::string, std::string> slurmEnv() {
   return {{"SLURM_JOB_ID", "4242"},
@@ -24,14 +31,14 @@ LaunchOptions withToken() {
 
 TEST(RendezvousOptions, OneNodeIsStandalone) {
   agent::AgentConfig config;
-  applyRendezvousOptions(LaunchOptions{}, {}, config);
+  apply(LaunchOptions{}, {}, config);
   EXPECT_EQ(config.rendezvous.mode, RendezvousMode::kStandalone);
   EXPECT_EQ(config.nnodes, 1);
 }
 
 TEST(RendezvousOptions, SlurmFillsTheStaticRendezvous) {
   agent::AgentConfig config;
-  applyRendezvousOptions(withToken(), slurmEnv(), config);
+  apply(withToken(), slurmEnv(), config);
   const auto& r = config.rendezvous;
   EXPECT_EQ(r.mode, RendezvousMode::kStatic);
   EXPECT_EQ(r.maxNodes, 3);
@@ -48,7 +55,7 @@ TEST(RendezvousOptions, ExplicitOptionsWinOverSlurm) {
   o.nodeRank = "0";
   o.given = {"master_addr", "master_port", "node_rank"};
   agent::AgentConfig config;
-  applyRendezvousOptions(o, slurmEnv(), config);
+  apply(o, slurmEnv(), config);
   EXPECT_EQ(config.rendezvous.endpointHost, "10.0.0.5");
   EXPECT_EQ(config.rendezvous.endpointPort, 29999);
   EXPECT_EQ(config.rendezvous.nodeRank, 0);
@@ -61,7 +68,7 @@ TEST(RendezvousOptions, SeveralAgentsPerSlurmNodeAreRefused) {
   env["SLURM_TASKS_PER_NODE"] = "8(x3)";
   agent::AgentConfig config;
   try {
-    applyRendezvousOptions(withToken(), env, config);
+    apply(withToken(), env, config);
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("--ntasks-per-node=1"), std::string::npos) << e.what();
@@ -77,7 +84,7 @@ TEST(RendezvousOptions, DynamicReadsTheEndpointAndConf) {
       "join_timeout=5,last_call_timeout=0.5,keep_alive_interval=2,"
       "keep_alive_max_attempt=4,is_host=1";
   agent::AgentConfig config;
-  applyRendezvousOptions(o, {}, config);
+  apply(o, {}, config);
   const auto& r = config.rendezvous;
   EXPECT_EQ(r.mode, RendezvousMode::kDynamic);
   EXPECT_EQ(r.endpointHost, "::1");
@@ -92,19 +99,87 @@ TEST(RendezvousOptions, DynamicReadsTheEndpointAndConf) {
 }
 
 TEST(RendezvousOptions, Endpoints) {
-  EXPECT_EQ(parseEndpoint("node1", 29400), (std::pair<std::string, std::uint16_t>{"node1", 29400}));
-  EXPECT_EQ(parseEndpoint("node1:80", 29400).second, 80);
-  EXPECT_THROW(parseEndpoint(":80", 1), ConfigError);
-  EXPECT_THROW(parseEndpoint("h:0", 1), ConfigError);
-  EXPECT_THROW(parseEndpoint("[::1", 1), ConfigError);
+  EXPECT_EQ(parseEndpoint("e", "node1", 29400).host, "node1");
+  EXPECT_EQ(parseEndpoint("e", "node1", 29400).port, 29400);
+  EXPECT_EQ(parseEndpoint("e", "node1:80", 29400).port, 80);
+  EXPECT_EQ(parseEndpoint("e", "10.0.0.1:80", 29400).host, "10.0.0.1");
+  EXPECT_EQ(parseEndpoint("e", "[::1]:80", 1).host, "::1");
+  EXPECT_EQ(parseEndpoint("e", "[::1]", 7).port, 7);
+  EXPECT_EQ(parseEndpoint("e", "localhost:0", 1, true).port, 0);
+  // Each refused with a message that says what to write instead.
+  const std::pair<const char*, const char*> bad[] = {
+      {":80", "no host"},
+      {"h:0", "not a port"},
+      {"[::1", "unclosed"},
+      {"::1", "needs brackets"},
+      {"::1:29400", "brackets"},
+      {"[::1]x", "after ']'"},
+      {"[::1]:", "not a port"},
+      {"host:", "not a port"},
+      {"host:70000", "not a port"},
+      {"host:12ab", "not a port"},
+      {"[node1]:80", "IPv6"},
+      {"bad host:1", "host name"},
+      {"", "no host"},
+  };
+  for (const auto& [text, expected] : bad) {
+    try {
+      parseEndpoint("rdzv_endpoint", text, 29400);
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+          << text << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("--rdzv_endpoint="), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parseHost("master_addr", "[::1]"), "::1");
+  EXPECT_EQ(parseHost("master_addr", "::1"), "::1");
+  EXPECT_EQ(parseHost("master_addr", "node-1.cluster"), "node-1.cluster");
+  EXPECT_THROW(parseHost("master_addr", "node1:29500"), ConfigError);
 }
 
-TEST(RendezvousOptions, MultiNodeWithoutATokenIsRefused) {
+TEST(RendezvousOptions, MultiNodeWithoutATokenIsOpenWithANotice) {
   ::unsetenv("DDPRUN_TOKEN");
   LaunchOptions o;
   o.nnodes = "2";
+  o.masterAddr = "10.1.2.3";
+  o.masterPort = "29555";
   agent::AgentConfig config;
-  EXPECT_THROW(applyRendezvousOptions(o, {}, config), ConfigError);
+  std::string notices;
+  applyRendezvousOptions(o, {}, config, notices);
+  EXPECT_EQ(config.rendezvous.mode, RendezvousMode::kStatic);
+  EXPECT_TRUE(config.rendezvous.token.empty());
+  EXPECT_NE(notices.find("10.1.2.3:29555 is open"), std::string::npos) << notices;
+  EXPECT_NE(notices.find("DDPRUN_TOKEN"), std::string::npos) << notices;
+}
+
+TEST(RendezvousOptions, SingleNodeC10dOnPortZeroIsStandalone) {
+  ::unsetenv("DDPRUN_TOKEN");
+  LaunchOptions o;
+  o.rdzvBackend = "c10d";
+  o.rdzvEndpoint = "localhost:0";
+  agent::AgentConfig config;
+  std::string notices;
+  applyRendezvousOptions(o, {}, config, notices);
+  EXPECT_EQ(config.rendezvous.mode, RendezvousMode::kStandalone);
+  EXPECT_TRUE(notices.empty()) << notices;  // a private store: nothing is open
+  o.nnodes = "1:2";
+  EXPECT_THROW(applyRendezvousOptions(o, {}, config, notices), ConfigError);
+}
+
+TEST(RendezvousOptions, ConfKeysShapeTheRendezvous) {
+  LaunchOptions o = withToken();
+  o.nnodes = "2";
+  o.rdzvConf = "timeout=42,read_timeout=7,keep_alive_interval=2,heartbeat_timeout=9";
+  agent::AgentConfig config;
+  apply(o, {}, config);
+  EXPECT_EQ(config.rendezvous.joinTimeout, std::chrono::seconds(42));  // static: timeout
+  EXPECT_EQ(config.rendezvous.requestTimeout, std::chrono::seconds(7));
+  EXPECT_EQ(config.rendezvous.keepAliveMaxAttempts, 5);  // ceil(9 / 2)
+  o.rdzvConf = "store_type=file";
+  EXPECT_THROW(apply(o, {}, config), ConfigError);
+  o.rdzvConf = "keep_alive_interval=0";
+  EXPECT_THROW(apply(o, {}, config), ConfigError);
 }
 
 }  // namespace

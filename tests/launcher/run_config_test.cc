@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "ddprun/common/error.h"
+#include "rdzv_conf.h"
+#include "torch_version.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -30,14 +32,69 @@ TEST(RunConfig, Nnodes) {
 }
 
 TEST(RunConfig, RdzvConf) {
-  EXPECT_TRUE(parseRdzvConf("").empty());
-  const auto conf = parseRdzvConf("join_timeout=600,is_host=1,empty=");
-  EXPECT_EQ(conf.at("join_timeout"), "600");
-  EXPECT_EQ(conf.at("is_host"), "1");
-  EXPECT_EQ(conf.at("empty"), "");
-  for (const char* bad : {"novalue", "=x", "a=1,,b=2", "a=1,"}) {
-    EXPECT_THROW(parseRdzvConf(bad), ConfigError) << bad;
+  EXPECT_FALSE(RdzvConf::parse("").has("join_timeout"));
+  const auto conf = RdzvConf::parse("join_timeout=600, is_host = 1,store_type=tcp");
+  EXPECT_EQ(conf.seconds("join_timeout"), std::chrono::seconds(600));
+  EXPECT_EQ(conf.boolean("is_host"), true);
+  EXPECT_EQ(conf.text("store_type"), "tcp");
+  for (const char* bad :
+       {"novalue", "=x", "join_timeout=1,,is_host=1", "join_timeout=1,", "join_timeout="}) {
+    EXPECT_THROW(RdzvConf::parse(bad), ConfigError) << bad;
   }
+  // Every key torchrun's backends read is known.
+  for (const char* key : {"join_timeout",
+                          "last_call_timeout",
+                          "close_timeout",
+                          "heartbeat_timeout",
+                          "keep_alive_interval",
+                          "keep_alive_max_attempt",
+                          "read_timeout",
+                          "is_host",
+                          "store_type",
+                          "use_libuv",
+                          "timeout",
+                          "rank",
+                          "protocol",
+                          "ssl_cert",
+                          "ssl_cert_key",
+                          "ca_cert",
+                          "cert",
+                          "key",
+                          "cacert",
+                          "etcd_prefix",
+                          "token_file"}) {
+    EXPECT_TRUE(RdzvConf::parse(std::string(key) + "=1").has(key)) << key;
+  }
+  for (const char* t : {"True", "t", "YES", "y", "1"}) {
+    EXPECT_EQ(RdzvConf::parse(std::string("is_host=") + t).boolean("is_host"), true) << t;
+  }
+  EXPECT_THROW(RdzvConf::parse("is_host=maybe").boolean("is_host"), ConfigError);
+}
+
+TEST(RunConfig, UnknownRdzvConfKeyNamesTheNearestKnownOne) {
+  try {
+    RdzvConf::parse("jion_timeout=2");
+    FAIL();
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'jion_timeout'"), std::string::npos) << message;
+    EXPECT_NE(message.find("did you mean 'join_timeout'"), std::string::npos) << message;
+  }
+  EXPECT_EQ(nearestKnownKey("keepalive_interval"), "keep_alive_interval");
+  EXPECT_EQ(nearestKnownKey("readtimeout"), "read_timeout");
+}
+
+TEST(RunConfig, TorchVersions) {
+  EXPECT_EQ(parseTorchVersion("1.13.1")->minor, 13);
+  EXPECT_EQ(parseTorchVersion("2.6.0+debian")->major, 2);
+  EXPECT_EQ(parseTorchVersion("2.10.0a0+git")->minor, 10);
+  EXPECT_FALSE(parseTorchVersion(""));
+  EXPECT_FALSE(parseTorchVersion("torch"));
+  // Debian's python3-torch, installed by scripts/setup.
+  const auto system = probeTorchVersion("/usr/bin/python3");
+  ASSERT_TRUE(system);
+  EXPECT_EQ(system->text.substr(0, 4), "1.13");
+  EXPECT_FALSE(probeTorchVersion("/nonexistent/python"));
 }
 
 TEST(RunConfig, ResolvesExecutablesOnPath) {

@@ -390,9 +390,35 @@ TEST_F(StoreServerTest, PortInUseIsAClearError) {
   }
 }
 
-TEST_F(StoreServerTest, EmptyTokenIsAConfigError) {
+TEST_F(StoreServerTest, StrictStoreWithoutATokenIsAConfigError) {
   StoreServerOptions options;
+  options.strict = true;
   EXPECT_THROW(StoreServer{options}, ConfigError);
+}
+
+TEST_F(StoreServerTest, WithoutATokenTheStoreIsOpen) {
+  StoreServerOptions options;  // no token: every client is served
+  StoreServer server(options);
+  server.start();
+  for (const std::string token : {"", "anything"}) {
+    StoreClientOptions client;
+    client.port = server.port();
+    client.token = token;
+    StoreClient store(client);
+    store.set("k", "v" + token);
+    EXPECT_EQ(store.get("k", std::chrono::seconds(5)), "v" + token);
+  }
+}
+
+TEST_F(StoreServerTest, AClientWithoutATokenIsToldTheStoreNeedsOne) {
+  StoreClientOptions client = clientOptions();
+  client.token = "";
+  try {
+    StoreClient store(client);
+    FAIL();
+  } catch (const AuthError& e) {
+    EXPECT_NE(std::string(e.what()).find("sent no token"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(StoreServerTest, BarrierReleasesEveryRoundTogether) {

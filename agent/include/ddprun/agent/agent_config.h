@@ -39,6 +39,14 @@ struct RendezvousConfig {
   std::chrono::milliseconds closeTimeout{std::chrono::seconds(30)};
   std::chrono::milliseconds keepAliveInterval{std::chrono::seconds(5)};
   int keepAliveMaxAttempts = 3;
+  // Deadline of one store request of the agent (rdzv_conf read_timeout).
+  std::chrono::milliseconds requestTimeout{std::chrono::seconds(60)};
+};
+
+// --event_log_handler: where the agent's events go (docs/cli.md).
+struct EventLogConfig {
+  enum class Kind { kNull, kConsole, kFile } kind = Kind::kNull;
+  std::filesystem::path file;  // kFile: JSON lines appended here
 };
 
 struct AgentConfig {
@@ -63,15 +71,39 @@ struct AgentConfig {
   // SIGTERM to SIGKILL grace when stopping workers.
   std::chrono::milliseconds shutdownTimeout{std::chrono::seconds(30)};
 
-  // Logs. Without logDir, files needed by redirects/tee and error files go
-  // to a temporary run directory removed at exit.
+  // Logs. Every launch writes under its own new directory
+  // <logDir>/<run_id>_<random>/. Without logDir: a new temporary directory,
+  // removed at exit unless keepLogs (redirects or tee write files there).
   std::optional<std::filesystem::path> logDir;
+  bool keepLogs = false;
   StdSpec redirects;
   StdSpec tee;
   std::optional<std::set<int>> localRanksFilter;  // console shows only these
   // Console line prefix; ${rank}, ${local_rank}, ${role_name}, ${node_rank}
   // and ${hostname} are substituted. Empty: no prefix.
   std::string logPrefixTemplate = "[rank ${rank}]: ";
+  // --duplicate_std{out,err}_filters: tee'd lines containing any of these
+  // also go to <attempt dir>/filtered_std{out,err}.log (all ranks).
+  std::vector<std::string> duplicateStdoutFilters;
+  std::vector<std::string> duplicateStderrFilters;
+
+  // Signals ddprun handles and forwards to every worker's process group.
+  std::vector<int> forwardedSignals;
+  // --signals_to_handle as given (TORCHELASTIC_SIGNALS_TO_HANDLE for workers).
+  std::string signalsToHandle;
+  // --virtual_local_rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to
+  // the worker's own device.
+  bool virtualLocalRank = false;
+  // --numa_binding: "node", "socket", "exclusive", "core-complex" or empty.
+  std::string numaBinding;
+  EventLogConfig eventLog;
+  // The launcher's own TORCHELASTIC_ERROR_FILE (set by a scheduler): the
+  // root cause is written there in torchelastic's JSON format.
+  std::optional<std::filesystem::path> launcherErrorFile;
+  // The name under which NCCL async error handling is enabled for workers:
+  // TORCH_NCCL_ASYNC_ERROR_HANDLING (PyTorch >= 2.2) or the older
+  // NCCL_ASYNC_ERROR_HANDLING. Only one is set, never both.
+  std::string ncclAsyncErrorHandlingName = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 
   RendezvousConfig rendezvous;
 

@@ -27,6 +27,9 @@ inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";
 inline constexpr char kNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr char kNcclAsyncErrorHandlingOld[] = "NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+// The signals the launcher forwards (torchrun 2.x sets it on itself, so
+// workers inherit it): "SIGTERM,SIGINT,...".
+inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 
 // --- read by the launcher --------------------------------------------------
 inline constexpr char kPythonExec[] = "PYTHON_EXEC";

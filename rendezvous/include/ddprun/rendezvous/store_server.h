@@ -3,7 +3,9 @@
 // One io_context on one thread runs C++20 coroutines: a listener and one
 // coroutine per connection. The store data (StoreState) is touched only from
 // that thread, so it needs no locks. Clients authenticate with a shared
-// token in their HELLO; see docs/protocol.md.
+// token in their HELLO; see docs/protocol.md. With no token configured the
+// store is open (every HELLO is accepted), as PyTorch's TCPStore is: the
+// caller says so to the user.
 //
 // Example:
 //   StoreServerOptions options;
@@ -32,7 +34,7 @@ namespace ddprun::rendezvous {
 struct StoreServerOptions {
   std::string host = "127.0.0.1";  // address to bind ("0.0.0.0" for all)
   std::uint16_t port = 0;          // 0: the OS picks a free port
-  std::string token;               // required; never logged
+  std::string token;               // empty: open store; never logged
   std::string name = "ddprun-rendezvous";
   // Refuse PyTorch TCPStore clients (they cannot carry the token). When
   // false (the default) they are served on the same port, unauthenticated.
@@ -66,7 +68,7 @@ class StoreServer {
  public:
   // Binds and listens at once (so port() is valid and no other process can
   // take the port). Throws NetworkError if the address cannot be bound and
-  // ConfigError if the token is empty.
+  // ConfigError if strict and the token is empty.
   explicit StoreServer(StoreServerOptions options);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
