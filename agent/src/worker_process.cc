@@ -88,10 +88,20 @@ struct ChildSetup {
   }
 };
 
+// The fix for running out of descriptors; empty for other errors.
+std::string descriptorAdvice(int error) {
+  if (error != EMFILE && error != ENFILE) return "";
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  return fmt::format(
+      " (ddprun may hold {} descriptors: `ulimit -n`); raise the limit or start fewer workers",
+      limit.rlim_cur);
+}
+
 }  // namespace
 
 WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string>& argv,
-                             const std::vector<std::string>& env, const CpuPlacement& placement)
+                             const std::vector<std::string>& env, const CpuPlacement& placement) try
     : stdout_(io), stderr_(io), handle_(io) {
   asio::writable_pipe outWrite(io);
   asio::writable_pipe errWrite(io);
@@ -99,15 +109,8 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
   asio::connect_pipe(stdout_, outWrite, pipeError);
   if (!pipeError) asio::connect_pipe(stderr_, errWrite, pipeError);
   if (pipeError) {
-    rlimit limit{};
-    ::getrlimit(RLIMIT_NOFILE, &limit);
-    throw Error(fmt::format(
-        "cannot create the output pipes for '{}': {}{}", argv.at(0), pipeError.message(),
-        pipeError == boost::system::errc::too_many_files_open
-            ? fmt::format(" (ddprun may hold {} descriptors, `ulimit -n`); raise the limit or "
-                          "start fewer workers",
-                          limit.rlim_cur)
-            : ""));
+    throw Error(fmt::format("cannot create the output pipes for '{}': {}{}", argv.at(0),
+                            pipeError.message(), descriptorAdvice(pipeError.value())));
   }
   ChildSetup setup{::getpid()};
   if (!placement.cpus.empty()) {
@@ -134,11 +137,23 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
   auto process = launcher(spawnContext.get_executor(), ec, bp::filesystem::path(argv.at(0)), args,
                           bp::process_stdio{{}, outWrite, errWrite}, setup);
   if (ec) {
-    throw Error(fmt::format("cannot start '{}': {}", argv[0], ec.message()));
+    throw Error(fmt::format("cannot start '{}': {}{}", argv[0], ec.message(),
+                            descriptorAdvice(ec.value())));
   }
   pid_ = process.id();
   process.detach();
-  handle_ = bp::process_handle(io.get_executor(), pid_);
+  try {
+    handle_ = bp::process_handle(io.get_executor(), pid_);
+  } catch (const boost::system::system_error& e) {
+    ::kill(-pid_, SIGKILL);  // started, but cannot be watched: it must not run on
+    ::waitpid(pid_, nullptr, 0);
+    throw Error(fmt::format("cannot watch '{}' (pid {}): {}{}", argv[0], pid_, e.what(),
+                            descriptorAdvice(e.code().value())));
+  }
+} catch (const boost::system::system_error& e) {
+  // Asio's own descriptors (an epoll instance, pipes) ran out before the fork.
+  throw Error(fmt::format("cannot start '{}': {}{}", argv.at(0), e.what(),
+                          descriptorAdvice(e.code().value())));
 }
 
 void WorkerProcess::signalGroup(int sig) const {

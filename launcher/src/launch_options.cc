@@ -165,6 +165,10 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& options) {
     return 2;
   }
   for (const auto& rest : app.remaining()) options.program.push_back(rest);
+  // "--" ends ddprun's options (torchrun's argparse REMAINDER accepts it too).
+  if (!options.program.empty() && options.program.front() == "--") {
+    options.program.erase(options.program.begin());
+  }
   for (const CLI::Option* option : app.get_options()) {
     const auto& names = option->get_lnames();  // without dashes: "nproc_per_node", ...
     if (names.empty()) continue;

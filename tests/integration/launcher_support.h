@@ -1,6 +1,8 @@
 // Helpers for driving the real ddprun binary in integration tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <signal.h>
 
 #include <chrono>
@@ -59,6 +61,24 @@ inline bool processGone(pid_t pid) {
 }
 
 // Lines of `text` that start with `prefix`, with the prefix removed.
+// A fresh scratch directory per test.
+inline std::filesystem::path scratch() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "ddprun-it" / info->name();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+inline std::vector<std::string> args(std::vector<std::string> options,
+                                     const std::vector<std::string>& program) {
+  options.insert(options.end(), program.begin(), program.end());
+  return options;
+}
+
 // The directory one launch with run id `runId` created under `logDir`
 // (<runId>_<random>); empty when there is not exactly one.
 inline std::filesystem::path launchDir(const std::filesystem::path& logDir,

@@ -27,22 +27,9 @@ using test_support::processGone;
 using test_support::runDdprun;
 namespace fs = std::filesystem;
 
-// A fresh scratch directory per test.
-fs::path scratch() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) / "ddprun-it" / info->name();
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
-
-std::vector<std::string> args(std::vector<std::string> options,
-                              const std::vector<std::string>& program) {
-  options.insert(options.end(), program.begin(), program.end());
-  return options;
-}
+using test_support::args;
+using test_support::scratch;
+using test_support::sh;
 
 TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
   const auto r = runDdprun(
