@@ -1,5 +1,7 @@
-// Unmodified PyTorch training scripts (Debian's python3-torch 1.13.1) under
-// ddprun, with the workers' TCPStore clients on the agent's store.
+// Unmodified PyTorch training scripts under ddprun, with the workers'
+// TCPStore clients on the agent's store. The same tests run twice (CMake):
+// under Debian's python3-torch 1.13.1 and, with DDPRUN_TEST_PYTHON set to
+// scripts/torch2-python, under PyTorch 2.6 from the Debian trixie root.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,7 +24,12 @@ fs::path writeScript(const std::string& name, const std::string& text) {
   return path;
 }
 
-const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", "/usr/bin/python3"}};
+std::string testPython() {
+  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
+  return python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
+}
+
+const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()}};
 
 // A 2-rank DDP regression: loss must fall, and both ranks end identical.
 const char kTrain[] = R"(
@@ -109,6 +116,46 @@ TEST(PythonWorkers, Torch113BehaviourWithRank0Store) {
                 kPython, 120s);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(linesWith(r.out, "checksum ").size(), 2u);
+}
+
+TEST(PythonWorkers, NcclVariableMatchesTheWorkersPyTorch) {
+  // One name only, the one this PyTorch reads: no deprecation warning on 2.x.
+  const auto script = writeScript("nccl_env.py", R"(
+import os, torch
+major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+new, old = "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"
+want, other = (new, old) if (major, minor) >= (2, 2) else (old, new)
+print("nccl-env", torch.__version__, os.environ.get(want), os.environ.get(other))
+)");
+  const auto r = runDdprun({"--log_prefix=", script.string()}, kPython, 120s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto lines = linesWith(r.out, "nccl-env ");
+  ASSERT_EQ(lines.size(), 1u) << r.out;
+  EXPECT_TRUE(lines[0].ends_with(" 1 None")) << lines[0];
+}
+
+TEST(PythonWorkers, TorchrunTwoOptionsUnderPython) {
+  // torchrun 2.x's documented single-node c10d form, with its newer options.
+  const fs::path dir = fs::path(::testing::TempDir()) / "py-options";
+  fs::remove_all(dir);
+  const auto script = writeScript("options.py", R"(
+import os, torch.distributed as dist
+dist.init_process_group("gloo")
+print("hello from", dist.get_rank(), os.environ["LOCAL_RANK"], os.environ["CUDA_VISIBLE_DEVICES"],
+      os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"])
+dist.destroy_process_group()
+)");
+  const auto r = runDdprun(
+      {"--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", "--nproc-per-node=2",
+       "--start-method=spawn", "--virtual-local-rank", "--tee=3", "--log-dir=" + dir.string(),
+       "--duplicate-stdout-filters=hello", "--signals-to-handle=SIGTERM,SIGUSR1",
+       "--log-line-prefix-template=${role_name}${rank}| ", "--rdzv-id=opts", "--", script.string()},
+      kPython, 120s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("default0| hello from 0 0 0 SIGTERM,SIGUSR1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("default1| hello from 1 0 1 SIGTERM,SIGUSR1"), std::string::npos) << r.out;
+  const fs::path launch = test_support::launchDir(dir, "opts");
+  EXPECT_TRUE(fs::exists(launch / "attempt_0/filtered_stdout.log")) << r.err;
 }
 
 }  // namespace

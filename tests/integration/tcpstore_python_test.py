@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Real PyTorch 1.13.1 TCPStore clients (Debian's python3-torch) against
-ddprun-rendezvous, which detects their dialect from the first bytes.
+"""Real PyTorch TCPStore clients against ddprun-rendezvous, which detects
+their dialect from the first bytes: Debian's python3-torch 1.13.1, and
+PyTorch 2.6 when run with scripts/torch2-python (its 2.2+ dialect).
 
   tcpstore_python_test.py BUILD_BIN_DIR
 """
