@@ -18,7 +18,9 @@ void write(const fs::path& path, const std::string& text) {
 }
 
 fs::path fakeSys() {
-  const fs::path sys = fs::path(::testing::TempDir()) / "numa-fake-sys";
+  // One tree per test: ctest runs the tests of this file in parallel.
+  const fs::path sys = fs::path(::testing::TempDir()) / "numa-fake-sys" /
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name();
   fs::remove_all(sys);
   write(sys / "devices/system/node/possible", "0-1");
   write(sys / "devices/system/node/node0/cpulist", "0-3,8-11");
