@@ -40,7 +40,7 @@ ConsoleWriter::~ConsoleWriter() {
   }
 }
 
-void ConsoleWriter::write(int fd, std::string data) {
+void ConsoleWriter::write(int fd, std::string_view data) {
   std::unique_lock lock(mutex_);
   if (queue_.empty() && !writing_ && data.size() <= PIPE_BUF) {
     // Only this thread adds work, so the writer stays idle meanwhile.
@@ -56,7 +56,7 @@ void ConsoleWriter::write(int fd, std::string data) {
   }
   queuedBytes_ += data.size();
   if (queuedBytes_ >= kMaxQueuedBytes) wasFull_ = true;
-  queue_.push_back({fd, std::move(data)});
+  queue_.push_back({fd, std::string(data)});
   wake_.notify_one();
 }
 

@@ -25,6 +25,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace ddprun::agent {
@@ -40,7 +41,7 @@ class ConsoleWriter {
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
   // Writes or queues `data` for `fd` (never blocks). One producer thread.
-  void write(int fd, std::string data);
+  void write(int fd, std::string_view data);
   // Waits until everything queued is written, for at most `limit` (so the
   // agent's own messages follow the workers' lines they concern).
   void flush(std::chrono::milliseconds limit);

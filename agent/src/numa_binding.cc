@@ -87,17 +87,13 @@ struct Topology {
 
 std::vector<int> parseCpuList(const std::string& text) {
   std::vector<int> cpus;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string part = text.substr(start, comma - start);
+  for (std::string_view part : splitList(text)) {
     const std::size_t dash = part.find('-');
     const auto first = parseInteger(part.substr(0, dash));
-    const auto last = dash == std::string::npos ? first : parseInteger(part.substr(dash + 1));
+    const auto last = dash == std::string_view::npos ? first : parseInteger(part.substr(dash + 1));
     if (first && last && *first >= 0 && *last >= *first && *last < 65536) {
       for (long long cpu = *first; cpu <= *last; ++cpu) cpus.push_back(static_cast<int>(cpu));
     }
-    start = comma + 1;
   }
   return cpus;
 }
@@ -133,10 +129,8 @@ NumaPlan planNumaBinding(const std::string& mode, int nprocPerNode,
   // The physical GPU of each visible CUDA device.
   std::vector<int> visible;
   if (visibleDevices) {
-    std::size_t start = 0;
-    while (start <= visibleDevices->size()) {
-      const std::size_t comma = std::min(visibleDevices->find(',', start), visibleDevices->size());
-      const auto index = parseInteger(visibleDevices->substr(start, comma - start));
+    for (std::string_view entry : splitList(*visibleDevices)) {
+      const auto index = parseInteger(entry);
       if (!index || *index < 0 || *index >= static_cast<long long>(physical.size())) {
         plan.notice = fmt::format(
             "--numa_binding={} has no effect: CUDA_VISIBLE_DEVICES={} does not list GPUs by "
@@ -145,7 +139,6 @@ NumaPlan planNumaBinding(const std::string& mode, int nprocPerNode,
         return plan;
       }
       visible.push_back(static_cast<int>(*index));
-      start = comma + 1;
     }
   } else {
     for (int i = 0; i < static_cast<int>(physical.size()); ++i) visible.push_back(i);

@@ -125,12 +125,10 @@ void OutputRouter::line(int localRank, Stream stream, std::string_view text) {
     }
   }
   if (sink.console) {
-    std::string out;
-    out.reserve(sink.prefix.size() + text.size() + 1);
-    out += sink.prefix;
-    out += text;
-    out += '\n';
-    console_.write(stream == Stream::kStdout ? STDOUT_FILENO : STDERR_FILENO, std::move(out));
+    buffer_.assign(sink.prefix);
+    buffer_ += text;
+    buffer_ += '\n';
+    console_.write(stream == Stream::kStdout ? STDOUT_FILENO : STDERR_FILENO, buffer_);
   }
 }
 

@@ -42,10 +42,7 @@ RunDirectory::RunDirectory(const std::optional<fs::path>& logDir, const std::str
     }
   } else {
     base = makeUniqueDirectory(fs::temp_directory_path(ec), "ddprun_");
-    if (!keep) {
-      temporary_ = true;
-      removeAtExit_ = base;
-    }
+    if (!keep) removeAtExit_ = base;
   }
   root_ = makeUniqueDirectory(base, runId + "_");
 }

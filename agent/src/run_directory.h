@@ -33,12 +33,11 @@ class RunDirectory {
   std::filesystem::path workerDir(int attempt, int localRank) const;
   const std::filesystem::path& root() const { return root_; }
   // True when the files are removed at exit.
-  bool temporary() const { return temporary_; }
+  bool temporary() const { return !removeAtExit_.empty(); }
 
  private:
   std::filesystem::path root_;
-  std::filesystem::path removeAtExit_;
-  bool temporary_ = false;
+  std::filesystem::path removeAtExit_;  // empty: kept
 };
 
 }  // namespace ddprun::agent

@@ -4,6 +4,7 @@
 
 #include "ddprun/common/env.h"
 #include "ddprun/common/error.h"
+#include "ddprun/common/parse.h"
 
 namespace ddprun::agent {
 
@@ -41,21 +42,14 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
     // torchrun 2.x: every worker sees only its own device, as device 0.
     env[env::kLocalRank] = "0";
     if (auto visible = base.find(env::kCudaVisibleDevices); visible != base.end()) {
-      std::vector<std::string> devices;
-      std::size_t start = 0;
-      for (;;) {
-        const std::size_t comma = visible->second.find(',', start);
-        devices.push_back(visible->second.substr(start, comma - start));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
+      const auto devices = splitList(visible->second);
       if (id.localRank >= static_cast<int>(devices.size())) {
         throw Error(fmt::format(
             "--virtual_local_rank: local rank {} has no device in CUDA_VISIBLE_DEVICES={} ({} "
             "listed); list one device per worker or lower --nproc_per_node",
             id.localRank, visible->second, devices.size()));
       }
-      env[env::kCudaVisibleDevices] = devices[static_cast<std::size_t>(id.localRank)];
+      env[env::kCudaVisibleDevices] = std::string(devices[static_cast<std::size_t>(id.localRank)]);
     } else {
       env[env::kCudaVisibleDevices] = std::to_string(id.localRank);
     }

@@ -35,9 +35,6 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, const Shared& shared, int 
                          IdentityFn identity, DoneFn onDone)
     : io_(io),
       shared_(shared),
-      config_(shared.config),
-      guard_(shared.guard),
-      router_(shared.router),
       attempt_(attempt),
       identity_(std::move(identity)),
       onDone_(std::move(onDone)),
@@ -49,22 +46,22 @@ WorkerGroup::~WorkerGroup() {
   for (Slot& slot : slots_) {
     if (!slot.process) continue;
     slot.process->signalGroup(SIGKILL);
-    guard_.unwatch(slot.process->pid());
+    shared_.guard.unwatch(slot.process->pid());
   }
 }
 
 void WorkerGroup::start() {
-  router_.reset(config_.nprocPerNode);
-  slots_.resize(static_cast<std::size_t>(config_.nprocPerNode));
-  for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) {
+  shared_.router.reset(shared_.config.nprocPerNode);
+  slots_.resize(static_cast<std::size_t>(shared_.config.nprocPerNode));
+  for (int localRank = 0; localRank < shared_.config.nprocPerNode; ++localRank) {
     slots_[static_cast<std::size_t>(localRank)].localRank = localRank;
   }
   try {
     const auto dir = shared_.runDir.attemptDir(attempt_);
-    router_.setDuplicateFilter(Stream::kStdout, config_.duplicateStdoutFilters,
-                               dir / "filtered_stdout.log");
-    router_.setDuplicateFilter(Stream::kStderr, config_.duplicateStderrFilters,
-                               dir / "filtered_stderr.log");
+    shared_.router.setDuplicateFilter(Stream::kStdout, shared_.config.duplicateStdoutFilters,
+                                      dir / "filtered_stdout.log");
+    shared_.router.setDuplicateFilter(Stream::kStderr, shared_.config.duplicateStderrFilters,
+                                      dir / "filtered_stderr.log");
   } catch (const std::exception& e) {
     Slot& first = slots_.front();
     WorkerError error;
@@ -108,37 +105,39 @@ void WorkerGroup::startProcess(Slot& slot) {
   slot.rank = id.rank;
   slot.groupRank = id.groupRank;
 
-  const std::string prefix =
-      substitutePrefix(config_.logPrefixTemplate, config_, id.rank, localRank, id.groupRank);
-  const bool shown = !config_.localRanksFilter || config_.localRanksFilter->contains(localRank);
+  const std::string prefix = substitutePrefix(shared_.config.logPrefixTemplate, shared_.config,
+                                              id.rank, localRank, id.groupRank);
+  const bool shown =
+      !shared_.config.localRanksFilter || shared_.config.localRanksFilter->contains(localRank);
   for (Stream stream : {Stream::kStdout, Stream::kStderr}) {
     const Streams which = stream == Stream::kStdout ? Streams::kOut : Streams::kErr;
-    const bool redirected = includes(config_.redirects.forRank(localRank), which);
-    const bool teed = includes(config_.tee.forRank(localRank), which);
+    const bool redirected = includes(shared_.config.redirects.forRank(localRank), which);
+    const bool teed = includes(shared_.config.tee.forRank(localRank), which);
     StreamRoute route;
     route.console = shown && (!redirected || teed);
     route.filtered = shown && teed;
     if (redirected || teed)
       route.file = dir / (stream == Stream::kStdout ? "stdout.log" : "stderr.log");
-    router_.setRoute(localRank, stream, route, prefix);
+    shared_.router.setRoute(localRank, stream, route, prefix);
   }
 
-  const auto argv = substituteLocalRank(config_.command, localRank);
+  const auto argv = substituteLocalRank(shared_.config.command, localRank);
   const CpuPlacement placement = shared_.placements.empty()
                                      ? CpuPlacement{}
                                      : shared_.placements.at(static_cast<std::size_t>(localRank));
   slot.process = std::make_unique<WorkerProcess>(
-      io_, argv, buildWorkerEnv(shared_.baseEnv, config_, id), placement);
-  guard_.watch(slot.process->pid());
+      io_, argv, buildWorkerEnv(shared_.baseEnv, shared_.config, id), placement);
+  shared_.guard.watch(slot.process->pid());
   slot.exited = false;
   ++live_;
   for (Stream stream : {Stream::kStdout, Stream::kStderr}) {
     auto& pipe =
         stream == Stream::kStdout ? slot.process->stdoutPipe() : slot.process->stderrPipe();
-    auto pump = std::make_shared<LogPump>(std::move(pipe), router_, localRank, stream, [this] {
-      --openPumps_;
-      maybeFinish();
-    });
+    auto pump =
+        std::make_shared<LogPump>(std::move(pipe), shared_.router, localRank, stream, [this] {
+          --openPumps_;
+          maybeFinish();
+        });
     ++openPumps_;
     pumps_.push_back(pump);
     pump->start();
@@ -150,16 +149,17 @@ void WorkerGroup::startProcess(Slot& slot) {
 void WorkerGroup::recordEvent(const Slot& slot, const std::string& state,
                               const std::string& rawError) {
   if (!shared_.events.enabled()) return;
-  const char* backend = config_.rendezvous.mode == RendezvousMode::kDynamic ? "c10d" : "static";
+  const char* backend =
+      shared_.config.rendezvous.mode == RendezvousMode::kDynamic ? "c10d" : "static";
   shared_.events.record(
       "torchelastic.worker.status." + state, "WORKER",
-      {{"run_id", config_.runId},
+      {{"run_id", shared_.config.runId},
        {"global_rank", std::to_string(slot.rank)},
        {"group_rank", std::to_string(slot.groupRank)},
        {"local_rank", std::to_string(slot.localRank)},
        {"worker_id", std::to_string(slot.process ? slot.process->pid() : 0)},
-       {"role", config_.role},
-       {"hostname", config_.hostname},
+       {"role", shared_.config.role},
+       {"hostname", shared_.config.hostname},
        {"state", state},
        {"rdzv_backend", backend},
        {"raw_error", rawError},
@@ -172,7 +172,7 @@ WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const 
   f.rank = slot.rank;
   f.localRank = slot.localRank;
   f.nodeRank = slot.groupRank;
-  f.host = config_.hostname;
+  f.host = shared_.config.hostname;
   f.pid = slot.process ? slot.process->pid() : 0;
   f.attempt = attempt_;
   f.status = status;
@@ -227,15 +227,15 @@ void WorkerGroup::stop(int sig) {
   }
   if (live_ > 0) {
     DDPRUN_DEBUG("Sent {} to {} workers; SIGKILL follows in {} ms.", signalName(sig), live_,
-                 config_.shutdownTimeout.count());
+                 shared_.config.shutdownTimeout.count());
   }
-  graceTimer_.expires_after(config_.shutdownTimeout);
+  graceTimer_.expires_after(shared_.config.shutdownTimeout);
   graceTimer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;
     for (Slot& slot : slots_) {
       if (slot.exited) continue;
       DDPRUN_WARN("Worker rank {} (pid {}) did not exit within {} ms; sending SIGKILL.", slot.rank,
-                  slot.process->pid(), config_.shutdownTimeout.count());
+                  slot.process->pid(), shared_.config.shutdownTimeout.count());
       slot.process->signalGroup(SIGKILL);
     }
   });
@@ -254,7 +254,7 @@ void WorkerGroup::maybeFinish() {
     for (Slot& slot : slots_) {
       if (slot.process) slot.process->signalGroup(SIGKILL);
     }
-    armDrainTimer(router_.consoleWritten());
+    armDrainTimer(shared_.router.consoleWritten());
     return;
   }
   finish();
@@ -266,8 +266,8 @@ void WorkerGroup::armDrainTimer(std::uint64_t consoleWritten) {
     if (ec) return;
     // Pumps paused for a console that is still writing get more time; a
     // console that made no progress for kDrainLimit does not hold the exit.
-    const std::uint64_t now = router_.consoleWritten();
-    if (router_.consoleFull() && now != consoleWritten) {
+    const std::uint64_t now = shared_.router.consoleWritten();
+    if (shared_.router.consoleFull() && now != consoleWritten) {
       armDrainTimer(now);
       return;
     }
@@ -281,7 +281,7 @@ void WorkerGroup::finish() {
   for (Slot& slot : slots_) {
     if (!slot.process) continue;
     slot.process->signalGroup(SIGKILL);  // stragglers left in the group
-    guard_.unwatch(slot.process->pid());
+    shared_.guard.unwatch(slot.process->pid());
   }
   pumps_.clear();
   outcome_.succeeded = !stopping_ && !outcome_.rootCause;
@@ -289,7 +289,7 @@ void WorkerGroup::finish() {
   if (outcome_.rootCause) {
     WorkerFailure& root = *outcome_.rootCause;
     if (!root.error) root.error = readErrorFile(root.errorFile);
-    const auto& tail = router_.stderrTail(root.localRank);
+    const auto& tail = shared_.router.stderrTail(root.localRank);
     root.stderrTail.assign(tail.begin(), tail.end());
   }
   // The callback may destroy this group: hand it over from a fresh handler.

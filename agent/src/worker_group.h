@@ -93,9 +93,6 @@ class WorkerGroup {
 
   boost::asio::io_context& io_;
   Shared shared_;
-  const AgentConfig& config_;
-  OrphanGuard& guard_;
-  OutputRouter& router_;
   const int attempt_;
   IdentityFn identity_;
   DoneFn onDone_;

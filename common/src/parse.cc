@@ -1,5 +1,6 @@
 #include "ddprun/common/parse.h"
 
+#include <cctype>
 #include <charconv>
 #include <string>
 
@@ -10,6 +11,26 @@ std::optional<long long> parseInteger(std::string_view text) {
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
   return value;
+}
+
+std::vector<std::string_view> splitList(std::string_view text, char separator) {
+  std::vector<std::string_view> items;
+  for (;;) {
+    const std::size_t at = text.find(separator);
+    items.push_back(text.substr(0, at));
+    if (at == std::string_view::npos) return items;
+    text.remove_prefix(at + 1);
+  }
+}
+
+std::string_view trimSpaces(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  return text;
 }
 
 std::optional<double> parseSeconds(std::string_view text, double max) {

@@ -48,22 +48,13 @@ int cudaDriverDeviceCount() {
   return n;
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
 int countVisibleEntries(std::string_view value, int physical) {
   int count = 0;
   std::set<std::string> seen;
-  std::size_t start = 0;
-  while (start <= value.size()) {
-    const std::size_t comma = std::min(value.find(',', start), value.size());
-    const std::string_view entry = trim(value.substr(start, comma - start));
-    start = comma + 1;
+  for (std::string_view item : splitList(value)) {
+    const std::string_view entry = trimSpaces(item);
     if (entry.empty()) break;
     if (entry.starts_with("GPU-") || entry.starts_with("MIG-")) {
       if (!seen.insert(std::string(entry)).second) break;

@@ -27,12 +27,6 @@ std::size_t editDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-std::string trim(const std::string& text) {
-  const std::size_t first = text.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
-}
-
 }  // namespace
 
 const std::vector<std::string_view>& RdzvConf::knownKeys() {
@@ -67,18 +61,15 @@ std::string nearestKnownKey(std::string_view key) {
 RdzvConf RdzvConf::parse(const std::string& text) {
   RdzvConf conf;
   if (text.empty()) return conf;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
+  for (std::string_view item : splitList(text)) {
     const std::size_t eq = item.find('=');
-    if (eq == std::string::npos) {
+    if (eq == std::string_view::npos) {
       throw ConfigError(fmt::format(
           "--rdzv_conf={}: '{}' is not KEY=VALUE; give e.g. --rdzv_conf=join_timeout=600", text,
           item));
     }
-    const std::string key = trim(item.substr(0, eq));
-    const std::string value = trim(item.substr(eq + 1));
+    const std::string key(trimSpaces(item.substr(0, eq)));
+    const std::string value(trimSpaces(item.substr(eq + 1)));
     if (key.empty() || value.empty()) {
       throw ConfigError(fmt::format(
           "--rdzv_conf={}: '{}' has an empty {}; give e.g. --rdzv_conf=join_timeout=600", text,
@@ -92,7 +83,6 @@ RdzvConf RdzvConf::parse(const std::string& text) {
                       key, nearestKnownKey(key)));
     }
     conf.values_[key] = value;
-    start = comma + 1;
   }
   return conf;
 }

@@ -109,9 +109,8 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
       dynamic = false;
     }
   }
-  // Every key's value is checked, whichever mode uses it.
-  agent::RendezvousConfig checked = r;
-  applyConf(conf, dynamic, checked);
+  // Every key's value is checked, even where the mode does not use it.
+  applyConf(conf, dynamic, r);
   if (!dynamic && nodes.max == 1) {
     if (parseInteger(nodeRankText).value_or(-1) != 0) {
       throw ConfigError(
@@ -125,7 +124,6 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     }
     return;
   }
-  r = checked;
   r.localAddr = o.localAddr.empty() ? "" : parseHost("local_addr", o.localAddr);
   config.nnodes = nodes.max;
   // The workers' MASTER_PORT is a free port on the node that gets group rank

@@ -64,10 +64,7 @@ agent::StdSpec stdSpecOption(const std::string& name, const std::string& text) {
 
 std::set<int> parseRanksFilter(const std::string& text, int nproc) {
   std::set<int> ranks;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
+  for (std::string_view item : splitList(text)) {
     auto value = parseInteger(item);
     if (!value || *value < 0 || *value >= nproc) {
       throw ConfigError(
@@ -76,7 +73,6 @@ std::set<int> parseRanksFilter(const std::string& text, int nproc) {
                       text, item, nproc - 1));
     }
     ranks.insert(static_cast<int>(*value));
-    start = comma + 1;
   }
   return ranks;
 }
@@ -92,12 +88,8 @@ std::string randomRunId() { return randomToken().substr(0, 12); }
 // "SIGTERM,SIGUSR1" -> numbers; names any case, with or without SIG.
 std::vector<int> parseSignals(const std::string& text) {
   std::vector<int> signals;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    std::string name = text.substr(start, comma - start);
-    name.erase(0, name.find_first_not_of(' '));
-    name.erase(name.find_last_not_of(' ') + 1);
+  for (std::string_view item : splitList(text)) {
+    const std::string_view name = trimSpaces(item);
     const auto sig = signalNumber(name);
     if (!sig) {
       throw ConfigError(
@@ -112,7 +104,6 @@ std::vector<int> parseSignals(const std::string& text) {
           signalName(*sig), *sig == SIGKILL || *sig == SIGSTOP ? "cannot catch" : "needs"));
     }
     if (std::find(signals.begin(), signals.end(), *sig) == signals.end()) signals.push_back(*sig);
-    start = comma + 1;
   }
   return signals;
 }

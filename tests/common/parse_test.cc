@@ -23,3 +23,17 @@ TEST(Parse, SecondsAreNonNegativeAndBounded) {
 
 }  // namespace
 }  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+TEST(Parse, SplitListKeepsEmptyItems) {
+  EXPECT_EQ(splitList("a,b,,c"), (std::vector<std::string_view>{"a", "b", "", "c"}));
+  EXPECT_EQ(splitList(""), (std::vector<std::string_view>{""}));
+  EXPECT_EQ(splitList("0-3:8", ':'), (std::vector<std::string_view>{"0-3", "8"}));
+  EXPECT_EQ(trimSpaces("  SIGTERM\t"), "SIGTERM");
+  EXPECT_EQ(trimSpaces("   "), "");
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace ddprun {
 
@@ -14,5 +15,11 @@ std::optional<long long> parseInteger(std::string_view text);
 
 // A non-negative number of seconds ("30", "0.1") up to `max`.
 std::optional<double> parseSeconds(std::string_view text, double max);
+
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""}. Views into `text`.
+std::vector<std::string_view> splitList(std::string_view text, char separator = ',');
+
+// `text` without leading and trailing whitespace.
+std::string_view trimSpaces(std::string_view text);
 
 }  // namespace ddprun
