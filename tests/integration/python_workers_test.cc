@@ -2,6 +2,8 @@
 // TCPStore clients on the agent's store. The same tests run twice (CMake):
 // under Debian's python3-torch 1.13.1 and, with DDPRUN_TEST_PYTHON set to
 // scripts/torch2-python, under PyTorch 2.6 from the Debian trixie root.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -18,8 +20,17 @@ using test_support::linesWith;
 using test_support::runDdprun;
 namespace fs = std::filesystem;
 
+// Per test process: ctest runs the 1.13 and 2.6 copies of a test at the
+// same time, and one must never read a script the other is rewriting.
+fs::path scratchDir() {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("py-workers-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir;
+}
+
 fs::path writeScript(const std::string& name, const std::string& text) {
-  const fs::path path = fs::path(::testing::TempDir()) / name;
+  const fs::path path = scratchDir() / name;
   std::ofstream(path) << text;
   return path;
 }
@@ -142,7 +153,7 @@ print("nccl-env", torch.__version__, os.environ.get(want), os.environ.get(other)
 
 TEST(PythonWorkers, TorchrunTwoOptionsUnderPython) {
   // torchrun 2.x's documented single-node c10d form, with its newer options.
-  const fs::path dir = fs::path(::testing::TempDir()) / "py-options";
+  const fs::path dir = scratchDir() / "logs";
   fs::remove_all(dir);
   const auto script = writeScript("options.py", R"(
 import os, torch.distributed as dist
