@@ -58,13 +58,16 @@ def main():
         s.set_timeout(datetime.timedelta(seconds=10))
         check("client usable after a timeout", s.get("k") == b"w")
 
-        # Two clients wait on one key; a third sets it.
+        # Two clients wait on one key; a third sets it. The clients are built
+        # on this thread: PyTorch 2.x's TCPStore constructed from several
+        # threads at once corrupts pybind11's instance registry and aborts
+        # when deleted (pytorch/pytorch#143593, pybind/pybind11#5473).
         results = []
-        def waiter():
-            c = client(port)
+        waiters = [client(port) for _ in range(2)]
+        def waiter(c):
             c.wait(["go"])
             results.append(c.get("go"))
-        threads = [threading.Thread(target=waiter) for _ in range(2)]
+        threads = [threading.Thread(target=waiter, args=(c,)) for c in waiters]
         for t in threads:
             t.start()
         time.sleep(0.3)
