@@ -10,6 +10,7 @@
 
 #include <iostream>
 
+#include "attempt_store.h"
 #include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
@@ -81,8 +82,10 @@ struct Agent::Impl {
   EventLog events;
   std::vector<CpuPlacement> placements;  // --numa_binding, per local rank
 
-  // Standalone: the private store.
-  std::unique_ptr<rendezvous::StoreServer> store;
+  // The store the current attempt's workers use, new for each attempt. One
+  // node: the private store (native and TCPStore clients). Several nodes,
+  // with the agent store: the workers' TCPStore, served by group rank 0.
+  std::unique_ptr<AttemptStore> attemptStore;
   std::string token;
   std::uint16_t masterPort = 0;
   // Multi-node: this node's rendezvous and its current assignment.
@@ -114,12 +117,11 @@ void Agent::Impl::startLocalStore() {
   options.name = "ddprun-agent-store";
   options.quiet = true;
   options.strict = config.strictStore;
-  store = std::make_unique<rendezvous::StoreServer>(options);
-  store->start();
+  attemptStore = std::make_unique<AttemptStore>(options);
+  attemptStore->fresh();  // binds now: a taken --master_port fails before any worker starts
   if (config.useAgentStore) {
     // Workers' init_process_group uses the agent's store: no second port.
     assignment.masterAddr = "127.0.0.1";
-    assignment.masterPort = store->port();
   } else {
     masterPort =
         config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
@@ -133,6 +135,19 @@ void Agent::Impl::startLocalStore() {
 
 void Agent::Impl::startRendezvous() {
   rendezvous = std::make_unique<NodeRendezvous>(io, config);
+  if (config.useAgentStore) {
+    // Served by whichever node becomes group rank 0, on every address (the
+    // others reach it at the address the rendezvous knows that node by).
+    const auto& r = config.rendezvous;
+    const bool v6 =
+        (r.localAddr.empty() ? r.endpointHost : r.localAddr).find(':') != std::string::npos;
+    rendezvous::StoreServerOptions options;
+    options.host = v6 ? "::" : "0.0.0.0";
+    options.token = r.token;
+    options.name = "ddprun-worker-store";
+    options.quiet = true;
+    attemptStore = std::make_unique<AttemptStore>(options);
+  }
   rendezvous->start([this](const protocol::Event& e) { onEvent(e); },
                     [this](const std::string& reason) { onStoreLost(reason); });
   join();
@@ -141,6 +156,9 @@ void Agent::Impl::startRendezvous() {
 void Agent::Impl::join() {
   DDPRUN_INFO("Node {} is joining rendezvous '{}' ({} to {} nodes).", rendezvous->nodeId(),
               config.runId, config.rendezvous.minNodes, config.rendezvous.maxNodes);
+  // This node's offer of a store for the round's workers, used if it
+  // becomes group rank 0.
+  if (attemptStore) rendezvous->setMasterPort(attemptStore->fresh());
   rendezvous->asyncJoin([this](const JoinResult& result) { onJoined(result); });
 }
 
@@ -160,6 +178,7 @@ void Agent::Impl::onJoined(const JoinResult& result) {
   }
   assignment = *result.assignment;
   attempt = static_cast<int>(assignment.restarts);
+  if (attemptStore && assignment.groupRank == 0) attemptStore->markUsed();
   if (events.enabled()) {
     events.record("torchelastic.agent.RENDEZVOUS", "AGENT",
                   {{"run_id", config.runId},
@@ -221,11 +240,6 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
   id.masterAddr = assignment.masterAddr;
   id.masterPort = static_cast<int>(assignment.masterPort);
   id.useAgentStore = config.useAgentStore;
-  if (multiNode() && config.useAgentStore) {
-    // The job's store, which every node reaches.
-    id.masterAddr = config.rendezvous.endpointHost;
-    id.masterPort = config.rendezvous.endpointPort;
-  }
   if (multiNode()) {
     id.storeHost = config.rendezvous.endpointHost;
     id.storePort = config.rendezvous.endpointPort;
@@ -233,7 +247,7 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
     id.storePrefix = fmt::format("{}/round_{}/", config.runId, assignment.round);
   } else {
     id.storeHost = "127.0.0.1";
-    id.storePort = store->port();
+    id.storePort = attemptStore->port();
     id.token = token;
     id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt);
   }
@@ -243,6 +257,13 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
 
 void Agent::Impl::startAttempt() {
   group.reset();
+  if (!multiNode()) {
+    // Every attempt's workers start on an empty store (the previous
+    // attempt's workers have all exited by now).
+    const std::uint16_t port = attemptStore->fresh();
+    attemptStore->markUsed();
+    if (config.useAgentStore) assignment.masterPort = port;
+  }
   const int directory = multiNode() ? static_cast<int>(assignment.round) - 1 : attempt;
   const WorkerGroup::Shared shared{config, baseEnv, guard, router, runDir, events, placements};
   group = std::make_unique<WorkerGroup>(

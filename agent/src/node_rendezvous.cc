@@ -55,8 +55,10 @@ std::string numericAddress(const std::string& host) {
 NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
     : io_(io), config_(config), rdzv_(config.rendezvous) {
   nodeId_ = fmt::format("{}:{}:{}", config.hostname, ::getpid(), randomToken().substr(0, 6));
-  masterPort_ =
-      config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
+  if (!config.useAgentStore) {
+    masterPort_ =
+        config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
+  }
   const bool staticHost = rdzv_.mode == RendezvousMode::kStatic && rdzv_.nodeRank == 0;
   const bool host = rdzv_.isHost.value_or(
       rdzv_.mode == RendezvousMode::kStatic ? staticHost : isLocalAddress(rdzv_.endpointHost));

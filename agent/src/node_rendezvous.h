@@ -59,6 +59,10 @@ class NodeRendezvous {
 
   // Starts the heartbeat and event threads.
   void start(EventFn onEvent, LostFn onLost);
+  // The MASTER_PORT this node offers for the next round's workers (used if
+  // it becomes group rank 0). Default: a free port found at construction,
+  // for worker rank 0's own TCPStore.
+  void setMasterPort(std::uint16_t port) { masterPort_ = port; }
   void asyncJoin(std::function<void(JoinResult)> done);
   rendezvous::StoreClient::FailureDecision reportFailure(std::int64_t round, int exitCode,
                                                          const std::string& report);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "unused_port.h"
 
 namespace ddprun::test_support {
 

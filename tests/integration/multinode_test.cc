@@ -19,22 +19,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using test_support::ChildProcess;
+using test_support::freePort;
 using test_support::kBinDir;
 using test_support::kDdprun;
 
 constexpr char kToken[] = "multinode-secret";
-
-std::uint16_t freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // One agent ("node"): its process and everything it printed.
 struct Node {

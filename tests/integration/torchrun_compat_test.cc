@@ -22,6 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using test_support::args;
 using test_support::ChildProcess;
+using test_support::freePort;
 using test_support::kDdprun;
 using test_support::launchDir;
 using test_support::linesWith;
@@ -35,18 +36,6 @@ std::string readFile(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-std::uint16_t freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 TEST(TorchrunCompat, DoubleDashEndsTheOptions) {

@@ -17,11 +17,13 @@
 #include "ddprun/common/error.h"
 #include "ddprun/worker/spawn.h"
 #include "require.h"
+#include "unused_port.h"
 
 namespace ddprun::worker {
 namespace {
 
 using namespace std::chrono_literals;
+using test_support::freePort;
 
 TEST(ProcessGroup, CollectivesOnThreeRanks) {
   spawn(3, [](int rank) {
@@ -163,24 +165,6 @@ TEST(ProcessGroup, DebugModeNamesTheRankThatNeverArrived) {
     }
     throw Error("expected a TimeoutError");
   });
-}
-
-// A free port below the kernel's ephemeral range (32768+), so that no
-// outgoing connection of a test running in parallel takes it between this
-// check and the daemon's bind.
-std::uint16_t freePort() {
-  for (int i = 0; i < 12000; ++i) {
-    const auto port = static_cast<std::uint16_t>(20000 + (::getpid() * 7 + i) % 12000);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-    address.sin_port = htons(port);
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-    ::close(fd);
-    if (free) return port;
-  }
-  throw Error("no free port in 20000-31999");
 }
 
 // `srun ./train` without ddprun: only SLURM's variables and a shared token.

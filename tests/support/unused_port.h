@@ -1,0 +1,32 @@
+// freePort(): a TCP port free on every address now, for tests that must
+// name a port before a server binds it (--master_port, the daemon's --port).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <stdexcept>
+
+namespace ddprun::test_support {
+
+// Below the kernel's ephemeral range (32768+), so that no outgoing
+// connection of a test running in parallel takes it between this check and
+// the bind; spread by pid so parallel tests seldom try the same ports.
+inline std::uint16_t freePort() {
+  for (int i = 0; i < 12000; ++i) {
+    const auto port = static_cast<std::uint16_t>(20000 + (::getpid() * 7 + i) % 12000);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_ANY);
+    address.sin_port = htons(port);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  throw std::runtime_error("no free port in 20000-31999");
+}
+
+}  // namespace ddprun::test_support
