@@ -10,8 +10,10 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
+#include "ddprun/common/parse.h"
 #include "ddprun/common/secret.h"
 #include "free_port.h"
+#include "join_progress.h"
 
 namespace ddprun::agent {
 
@@ -195,14 +197,36 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   request.masterPort = masterPort_;
   joiner_ = std::thread([this, request, done = std::move(done)] {
     JoinResult result;
+    bool connected = false;
     try {
+      // Says what the wait is for until the round completes (or fails).
+      const JoinProgress progress(
+          [this]() -> std::optional<protocol::RendezvousStatus> {
+            rendezvous::StoreClient* client = nullptr;
+            {
+              std::lock_guard lock(mutex_);
+              client = client_.get();
+            }
+            if (client == nullptr) return std::nullopt;
+            return client->rendezvousStatus(config_.runId);
+          },
+          hostPort(rdzv_.endpointHost, rdzv_.endpointPort), JoinProgress::stderrIsTerminal(),
+          rdzv_.progressInterval);
       connect();
+      connected = true;
       result.assignment = client_->join(request, rdzv_.joinTimeout);
     } catch (const rendezvous::RendezvousClosedError& e) {
       result.closed = true;
       result.exitCode = e.exitCode();
       result.report = e.report();
       result.error = e.what();
+    } catch (const TimeoutError& e) {
+      // Connecting explains itself; a round that never formed gets advice.
+      result.error = !connected ? std::string(e.what())
+                                : fmt::format(
+                                      "{}; check that every node runs with the same --rdzv_id and "
+                                      "--nnodes and can reach {}",
+                                      e.what(), hostPort(rdzv_.endpointHost, rdzv_.endpointPort));
     } catch (const Error& e) {
       result.error = e.what();
     }

@@ -45,4 +45,13 @@ std::optional<double> parseSeconds(std::string_view text, double max) {
   }
 }
 
+std::string hostPort(std::string_view host, int port) {
+  const bool v6 = host.find(':') != std::string_view::npos;
+  std::string text;
+  if (v6) text += '[';
+  text += host;
+  if (v6) text += ']';
+  return text + ':' + std::to_string(port);
+}
+
 }  // namespace ddprun

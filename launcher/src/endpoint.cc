@@ -85,11 +85,9 @@ Endpoint parseEndpoint(const std::string& option, const std::string& text,
   const auto value = parseInteger(port);
   const long long min = allowPortZero ? 0 : 1;
   if (port.empty() || !value || *value < min || *value > 65535) {
-    throw ConfigError(fmt::format(
-        "--{}={}: '{}' is not a port from {} to 65535; give e.g. --{}={}:{}", option, text, port,
-        min, option,
-        endpoint.host.find(':') != std::string::npos ? "[" + endpoint.host + "]" : endpoint.host,
-        defaultPort));
+    throw ConfigError(fmt::format("--{}={}: '{}' is not a port from {} to 65535; give e.g. --{}={}",
+                                  option, text, port, min, option,
+                                  hostPort(endpoint.host, defaultPort)));
   }
   endpoint.port = static_cast<std::uint16_t>(*value);
   return endpoint;

@@ -81,6 +81,16 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
       if (!o.isGiven("master_port")) masterPortText = std::to_string(slurmMasterPort(job->jobId));
     }
   }
+  if (const auto it = env.find(env::kProgressInterval); it != env.end()) {
+    const auto seconds = parseSeconds(it->second, 86400);
+    if (!seconds) {
+      throw ConfigError(fmt::format(
+          "{}={} is not a number of seconds from 0 to 86400; give e.g. {}=30 (0: no rendezvous "
+          "progress lines)",
+          env::kProgressInterval, it->second, env::kProgressInterval));
+    }
+    r.progressInterval = std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
+  }
   const NodeRange nodes = parseNnodes(nnodesText);
   r.minNodes = nodes.min;
   r.maxNodes = nodes.max;
@@ -173,10 +183,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     }
     r.endpointPort = static_cast<std::uint16_t>(*port);
   }
-  const bool v6 = r.endpointHost.find(':') != std::string::npos;
-  r.token = sharedToken(
-      conf, fmt::format("{}{}{}:{}", v6 ? "[" : "", r.endpointHost, v6 ? "]" : "", r.endpointPort),
-      notices);
+  r.token = sharedToken(conf, hostPort(r.endpointHost, r.endpointPort), notices);
   // Node 0 is reachable at MASTER_ADDR by definition.
   if (r.nodeRank == 0 && r.localAddr.empty()) r.localAddr = r.endpointHost;
   r.lastCallTimeout = std::chrono::milliseconds(0);

@@ -40,6 +40,8 @@ const char* opName(Op op) {
       return "LEAVE";
     case Op::kReportFailure:
       return "REPORT_FAILURE";
+    case Op::kRendezvousStatus:
+      return "RENDEZVOUS_STATUS";
   }
   return "UNKNOWN";
 }
@@ -74,7 +76,7 @@ const char* statusName(Status status) {
 
 bool isKnownOp(std::uint8_t code) {
   return code >= static_cast<std::uint8_t>(Op::kHello) &&
-         code <= static_cast<std::uint8_t>(Op::kReportFailure);
+         code <= static_cast<std::uint8_t>(Op::kRendezvousStatus);
 }
 
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout) {
@@ -269,6 +271,9 @@ void encodeRequest(std::string& out, std::uint32_t requestId, const Request& r) 
         putString(out, n.report);
         break;
       }
+      case Op::kRendezvousStatus:
+        putString(out, r.rdzvId);
+        break;
     }
   });
 }
@@ -351,6 +356,12 @@ DecodeError decodeRequest(std::uint8_t code, std::string_view body, const Limits
       }
       break;
     }
+    case Op::kRendezvousStatus: {
+      std::vector<std::string> strings;
+      ok = d.key(strings);
+      if (ok) r.rdzvId = std::move(strings[0]);
+      break;
+    }
   }
   return d.finish(ok, r.op);
 }
@@ -395,6 +406,19 @@ void encodeReply(std::string& out, std::uint32_t requestId, Op op, const Reply& 
         putI64(out, r.integer);
         putU8(out, r.flag ? 1 : 0);
         break;
+      case Op::kRendezvousStatus: {
+        const RendezvousStatus& st = r.rendezvous;
+        putU8(out, st.exists ? 1 : 0);
+        putI64(out, st.round);
+        putU8(out, st.running ? 1 : 0);
+        putU32(out, st.joined);
+        putU32(out, st.minNodes);
+        putU32(out, st.maxNodes);
+        putI64(out, st.lastCallMs);
+        putU32(out, st.missingCount);
+        putKeyList(out, st.missing);
+        break;
+      }
       case Op::kSet:
       case Op::kAppend:
       case Op::kWait:
@@ -489,6 +513,22 @@ bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& r, std:
         std::uint8_t flag = 0;
         ok = in.i64(r.integer) && in.u8(flag);
         r.flag = flag != 0;
+        break;
+      }
+      case Op::kRendezvousStatus: {
+        RendezvousStatus& st = r.rendezvous;
+        std::uint8_t exists = 0, running = 0;
+        std::uint32_t n = 0;
+        ok = in.u8(exists) && in.i64(st.round) && in.u8(running) && in.u32(st.joined) &&
+             in.u32(st.minNodes) && in.u32(st.maxNodes) && in.i64(st.lastCallMs) &&
+             in.u32(st.missingCount) && in.u32(n) && n <= kMaxMissingShown &&
+             n <= in.remaining() / 4;
+        for (std::uint32_t i = 0; ok && i < n; ++i) {
+          ok = in.string(value, kAny, tooLarge);
+          st.missing.push_back(std::move(value));
+        }
+        st.exists = exists != 0;
+        st.running = running != 0;
         break;
       }
       case Op::kSet:

@@ -1,6 +1,7 @@
 #include "rendezvous_manager.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <limits>
@@ -130,22 +131,29 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
   if (timeoutMs != protocol::kNoTimeout) {
     node.timeout = std::make_unique<boost::asio::steady_timer>(
         executor_, std::chrono::milliseconds(timeoutMs));
-    node.timeout->async_wait(
-        [this, id = r.id, nodeId = request.nodeId](boost::system::error_code ec) {
-          if (ec) return;
-          Rendezvous* rdzv = find(id);
-          if (rdzv == nullptr) return;
-          auto it = rdzv->joining.find(nodeId);
-          if (it == rdzv->joining.end()) return;
-          Peer* waiting = it->second.peer;
-          const std::uint32_t pendingId = it->second.requestId;
-          dropJoiner(*rdzv, nodeId);
-          waiting->answerJoin(pendingId, Status::kTimeout, {},
-                              fmt::format("rendezvous '{}' did not complete: {} of at least {} "
-                                          "nodes joined; check that every node runs with the "
-                                          "same --rdzv_id and --nnodes",
-                                          id, rdzv->joining.size() + 1, rdzv->minNodes));
-        });
+    node.timeout->async_wait([this, id = r.id,
+                              nodeId = request.nodeId](boost::system::error_code ec) {
+      if (ec) return;
+      Rendezvous* rdzv = find(id);
+      if (rdzv == nullptr) return;
+      auto it = rdzv->joining.find(nodeId);
+      if (it == rdzv->joining.end()) return;
+      Peer* waiting = it->second.peer;
+      const std::uint32_t pendingId = it->second.requestId;
+      const protocol::RendezvousStatus st = status(id);
+      dropJoiner(*rdzv, nodeId);
+      std::string missing;
+      if (st.missingCount > 0) {
+        missing = fmt::format("; missing: {}{}", fmt::join(st.missing, ", "),
+                              st.missingCount > st.missing.size()
+                                  ? fmt::format(" and {} more", st.missingCount - st.missing.size())
+                                  : "");
+      }
+      waiting->answerJoin(
+          pendingId, Status::kTimeout, {},
+          fmt::format("rendezvous '{}' did not complete: {} of {}{} nodes joined{}", id, st.joined,
+                      st.minNodes == st.maxNodes ? "" : "at least ", st.minNodes, missing));
+    });
   }
   byPeer_[&peer].insert({r.id, request.nodeId});
   r.joining[request.nodeId] = std::move(node);
@@ -330,6 +338,54 @@ Status RendezvousManager::reportFailure(Peer&, const protocol::NodeReport& repor
   restarts = r->restarts;
   allowed = !r->closed;
   return Status::kOk;
+}
+
+protocol::RendezvousStatus RendezvousManager::status(const std::string& rdzvId) const {
+  protocol::RendezvousStatus st;
+  const auto it = rendezvous_.find(rdzvId);
+  if (it == rendezvous_.end()) return st;
+  const Rendezvous& r = *it->second;
+  st.exists = true;
+  st.round = r.round;
+  st.running = r.running;
+  st.joined = static_cast<std::uint32_t>(r.joining.size());
+  st.minNodes = r.minNodes;
+  st.maxNodes = r.maxNodes;
+  if (r.lastCallArmed) {
+    st.lastCallMs = std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(
+               r.lastCall.expiry() - boost::asio::steady_timer::clock_type::now())
+               .count());
+  }
+  describeMissing(r, st);
+  return st;
+}
+
+void RendezvousManager::describeMissing(const Rendezvous& r, protocol::RendezvousStatus& st) {
+  const auto add = [&st](std::string text) {
+    ++st.missingCount;
+    if (st.missing.size() < protocol::kMaxMissingShown) st.missing.push_back(std::move(text));
+  };
+  if (!r.expected.empty()) {
+    for (const auto& id : r.expected) {
+      if (r.joining.contains(id)) continue;
+      const auto node = r.participants.find(id);
+      add(node == r.participants.end() ? "node " + id
+                                       : fmt::format("node {} ({})", id, node->second.address));
+    }
+    return;
+  }
+  // Static jobs: every node asks for its rank, so the untaken ranks are the
+  // missing nodes.
+  if (r.joining.empty()) return;
+  std::set<std::int64_t> taken;
+  for (const auto& [id, node] : r.joining) {
+    if (node.requestedRank < 0) return;
+    taken.insert(node.requestedRank);
+  }
+  for (std::int64_t rank = 0; rank < static_cast<std::int64_t>(r.maxNodes); ++rank) {
+    if (!taken.contains(rank)) add(fmt::format("node rank {}", rank));
+  }
 }
 
 void RendezvousManager::peerLost(Peer& peer, const std::string& reason) {

@@ -63,6 +63,9 @@ class RendezvousManager {
   // far) and `allowed` (false: the budget is spent and the job has failed).
   protocol::Status reportFailure(Peer& peer, const protocol::NodeReport& report,
                                  std::int64_t& restarts, bool& allowed, std::string& message);
+  // Who has joined the round being formed, and who is known to be missing
+  // (for a waiting node's progress line).
+  protocol::RendezvousStatus status(const std::string& rdzvId) const;
   // The peer's connection closed or its heartbeats stopped.
   void peerLost(Peer& peer, const std::string& reason);
 
@@ -74,6 +77,10 @@ class RendezvousManager {
 
   Rendezvous& getOrCreate(const protocol::JoinRequest& request);
   Rendezvous* find(const std::string& id);
+  // Fills status.missing (at most kMaxMissingShown) and missingCount: the
+  // ended round's nodes that have not rejoined, else the requested node
+  // ranks nobody has taken; none when neither is known (elastic growth).
+  static void describeMissing(const Rendezvous& r, protocol::RendezvousStatus& status);
   void tryComplete(Rendezvous& r);
   void complete(Rendezvous& r);
   void endRound(Rendezvous& r, const std::string& reason, const std::string& exceptNode);

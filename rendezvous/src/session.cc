@@ -403,6 +403,7 @@ void Session::handleRequest(std::uint32_t id, Request& r) {
     case Op::kJoin:
     case Op::kLeave:
     case Op::kReportFailure:
+    case Op::kRendezvousStatus:
       handleRendezvous(id, r);
       return;
   }
@@ -432,6 +433,9 @@ void Session::handleRendezvous(std::uint32_t id, Request& r) {
       break;
     case Op::kReportFailure:
       status = rendezvous->reportFailure(*this, r.node, reply.integer, reply.flag, message);
+      break;
+    case Op::kRendezvousStatus:
+      reply.rendezvous = rendezvous->status(r.rdzvId);
       break;
     default:
       return;

@@ -6,6 +6,7 @@
 
 #include "connection.h"
 #include "ddprun/common/error.h"
+#include "ddprun/common/parse.h"
 
 namespace ddprun::rendezvous {
 
@@ -70,7 +71,7 @@ std::string describeKeys(const std::vector<std::string>& keys) {
 }  // namespace
 
 StoreClient::StoreClient(StoreClientOptions options)
-    : options_(std::move(options)), endpoint_(fmt::format("{}:{}", options_.host, options_.port)) {
+    : options_(std::move(options)), endpoint_(hostPort(options_.host, options_.port)) {
   connection_ = Connection::open(options_, Clock::now() + options_.connectTimeout);
 }
 
@@ -105,8 +106,8 @@ Reply StoreClient::call(Request& request, std::chrono::milliseconds waitTimeout)
     case Status::kOk:
       return reply;
     case Status::kTimeout:
-      throw TimeoutError(
-          fmt::format("store {}: {} after {} ms", endpoint_, reply.message, waitTimeout.count()));
+      throw TimeoutError(fmt::format("store {}: {} (waited {} ms)", endpoint_, reply.message,
+                                     waitTimeout.count()));
     case Status::kAuthFailed:
       throw AuthError(fmt::format("store {}: {}", endpoint_, reply.message));
     case Status::kClosed: {
@@ -222,6 +223,12 @@ StoreClient::FailureDecision StoreClient::reportFailure(const protocol::NodeRepo
   r.node = report;
   const Reply reply = call(r, {});
   return {reply.integer, reply.flag};
+}
+
+protocol::RendezvousStatus StoreClient::rendezvousStatus(const std::string& rdzvId) {
+  Request r = makeRequest(Op::kRendezvousStatus);
+  r.rdzvId = rdzvId;
+  return call(r, {}).rendezvous;
 }
 
 std::optional<protocol::Event> StoreClient::waitEvent(std::chrono::milliseconds timeout) {

@@ -201,6 +201,42 @@ TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
             (std::vector<std::string>{"0", "1", "2"}));
 }
 
+TEST(MultiNode, AWaitingNodeSaysWhatItWaitsForAndTimesOutNamingTheMissingNodes) {
+  const std::uint16_t port = freePort();
+  Node node = startNode({"--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1",
+                         fmt::format("--master_port={}", port), "--rdzv_conf=join_timeout=2"},
+                        "true", {{"DDPRUN_TOKEN", kToken}, {"DDPRUN_PROGRESS_INTERVAL", "0.5"}});
+  EXPECT_EQ(node.finish(), 1) << node.err;
+  // stderr is a pipe here: whole lines, one per interval.
+  const auto lines = test_support::linesWith(node.err, "ddprun: waiting for nodes: ");
+  EXPECT_GE(lines.size(), 2u) << node.err;
+  for (const auto& line : lines) {
+    EXPECT_TRUE(
+        std::regex_match(line, std::regex("1 of 2 joined; missing: node rank 1 \\([0-9] s\\)")))
+        << line;
+  }
+  const auto errors = test_support::linesWith(node.err, "ddprun: error: ");
+  ASSERT_EQ(errors.size(), 1u) << node.err;
+  EXPECT_NE(errors[0].find(fmt::format("127.0.0.1:{}", port)), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("1 of 2 nodes joined; missing: node rank 1"), std::string::npos)
+      << errors[0];
+}
+
+TEST(MultiNode, ProgressLinesCanBeTurnedOffAndABadIntervalIsRefused) {
+  const std::uint16_t port = freePort();
+  const std::vector<std::string> options = {
+      "--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1",
+      fmt::format("--master_port={}", port), "--rdzv_conf=join_timeout=1"};
+  Node quiet = startNode(options, "true", {{"DDPRUN_PROGRESS_INTERVAL", "0"}});
+  EXPECT_EQ(quiet.finish(), 1);
+  EXPECT_EQ(quiet.err.find("waiting for"), std::string::npos) << quiet.err;
+  Node bad = startNode(options, "true", {{"DDPRUN_PROGRESS_INTERVAL", "soon"}});
+  EXPECT_EQ(bad.finish(), 2);
+  EXPECT_NE(bad.err.find("DDPRUN_PROGRESS_INTERVAL=soon is not a number of seconds"),
+            std::string::npos)
+      << bad.err;
+}
+
 TEST(MultiNode, EveryNodePointsAtTheStandaloneDaemon) {
   ChildProcess daemon({kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0"},
                       {{"DDPRUN_TOKEN", kToken}});

@@ -43,6 +43,9 @@ std::vector<Request> everyRequest() {
     node.node = {"job", "node-a", 4, 3, 137, "rank 5 was killed by SIGKILL"};
     all.push_back(node);
   }
+  Request status = make(Op::kRendezvousStatus, {}, {});
+  status.rdzvId = "job";
+  all.push_back(status);
   return all;
 }
 
@@ -64,6 +67,7 @@ void expectSame(const Request& a, const Request& b) {
   EXPECT_EQ(a.node.maxRestarts, b.node.maxRestarts);
   EXPECT_EQ(a.node.exitCode, b.node.exitCode);
   EXPECT_EQ(a.node.report, b.node.report);
+  EXPECT_EQ(a.rdzvId, b.rdzvId);
   EXPECT_EQ(a.keys, b.keys);
   EXPECT_EQ(a.values, b.values);
   EXPECT_EQ(a.delta, b.delta);
@@ -203,7 +207,7 @@ TEST(Protocol, ClaimedLengthsNeverAllocateFirst) {
 
 TEST(Protocol, UnknownOpsAreRefused) {
   Request decoded;
-  for (int code : {0, 17, 100, 255}) {
+  for (int code : {0, 18, 100, 255}) {
     const auto error = decodeRequest(static_cast<std::uint8_t>(code), "", Limits{}, decoded);
     EXPECT_EQ(error.status, Status::kBadRequest);
     EXPECT_NE(error.message.find("unknown operation"), std::string::npos);
@@ -216,14 +220,14 @@ TEST(Protocol, GarbageNeverCrashesTheDecoder) {
     std::string body(random() % 64, '\0');
     for (char& c : body) c = static_cast<char>(random());
     Request request;
-    const auto code = static_cast<std::uint8_t>(random() % 16);
+    const auto code = static_cast<std::uint8_t>(random() % 19);
     const auto error = decodeRequest(code, body, Limits{}, request);
     if (!error.ok()) {
       EXPECT_FALSE(error.message.empty());
     }
     Reply reply;
     std::string message;
-    decodeReply(static_cast<Op>(1 + random() % 13), static_cast<std::uint8_t>(random() % 10), body,
+    decodeReply(static_cast<Op>(1 + random() % 17), static_cast<std::uint8_t>(random() % 11), body,
                 reply, message);
   }
 }
@@ -266,6 +270,9 @@ TEST(Protocol, EveryReplyRoundTrips) {
   decision.integer = 2;
   decision.flag = true;
   cases.push_back({Op::kReportFailure, decision});
+  Reply status;
+  status.rendezvous = {true, 4, false, 3, 2, 8, 12345, 20, {"node rank 1", "node n7 (10.0.0.7)"}};
+  cases.push_back({Op::kRendezvousStatus, status});
   for (const Case& c : cases) {
     SCOPED_TRACE(opName(c.op));
     std::string bytes;
@@ -282,6 +289,12 @@ TEST(Protocol, EveryReplyRoundTrips) {
     EXPECT_EQ(decoded.assignment.rankOffset, c.reply.assignment.rankOffset);
     EXPECT_EQ(decoded.assignment.masterAddr, c.reply.assignment.masterAddr);
     EXPECT_EQ(decoded.assignment.masterPort, c.reply.assignment.masterPort);
+    const auto& st = decoded.rendezvous;
+    const auto& want = c.reply.rendezvous;
+    EXPECT_EQ(std::tie(st.exists, st.round, st.running, st.joined, st.minNodes, st.maxNodes,
+                       st.lastCallMs, st.missingCount, st.missing),
+              std::tie(want.exists, want.round, want.running, want.joined, want.minNodes,
+                       want.maxNodes, want.lastCallMs, want.missingCount, want.missing));
     // A reply cut short is refused.
     if (!body.empty()) {
       EXPECT_FALSE(decodeReply(c.op, header.code, body.substr(0, body.size() - 1), decoded, error));

@@ -114,6 +114,94 @@ TEST_F(RendezvousTest, JoinTimesOut) {
   EXPECT_THROW(a->join(request("node1", 2, 2), 200ms), TimeoutError);
 }
 
+TEST_F(RendezvousTest, StatusSaysWhoHasJoinedAndWhoIsMissing) {
+  auto a = client("a"), b = client("b"), watcher = client("watcher");
+  EXPECT_FALSE(watcher->rendezvousStatus("job").exists);
+  // A static job of 3 nodes: node ranks 0 and 2 wait, so rank 1 is missing.
+  auto fa =
+      std::async(std::launch::async, [&] { return a->join(request("node1", 3, 3, 1, 0), 2s); });
+  auto fb =
+      std::async(std::launch::async, [&] { return b->join(request("node2", 3, 3, 1, 2), 2500ms); });
+  protocol::RendezvousStatus st;
+  for (int i = 0; i < 100 && st.joined < 2; ++i) {
+    std::this_thread::sleep_for(10ms);
+    st = watcher->rendezvousStatus("job");
+  }
+  EXPECT_TRUE(st.exists);
+  EXPECT_FALSE(st.running);
+  EXPECT_EQ(st.round, 0);
+  EXPECT_EQ(st.joined, 2u);
+  EXPECT_EQ(st.minNodes, 3u);
+  EXPECT_EQ(st.maxNodes, 3u);
+  EXPECT_EQ(st.lastCallMs, -1);
+  EXPECT_EQ(st.missingCount, 1u);
+  EXPECT_EQ(st.missing, (std::vector<std::string>{"node rank 1"}));
+  // The timeouts say the same (the second one after the first node left).
+  const auto timeoutMessage = [](std::future<Assignment>& join) {
+    try {
+      join.get();
+    } catch (const TimeoutError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no timeout");
+  };
+  const std::string first = timeoutMessage(fa), second = timeoutMessage(fb);
+  EXPECT_NE(first.find("2 of 3 nodes joined; missing: node rank 1"), std::string::npos) << first;
+  EXPECT_NE(second.find("1 of 3 nodes joined; missing: node rank 0, node rank 1"),
+            std::string::npos)
+      << second;
+}
+
+TEST_F(RendezvousTest, StatusCountsDownTheLastCallAndNamesNodesNotBack) {
+  auto a = client("a"), b = client("b"), c = client("c"), watcher = client("watcher");
+  auto slow = [](JoinRequest j) {
+    j.lastCallMs = 3000;
+    return j;
+  };
+  auto fa =
+      std::async(std::launch::async, [&] { return a->join(slow(request("node1", 2, 3)), 10s); });
+  std::this_thread::sleep_for(50ms);
+  auto fb =
+      std::async(std::launch::async, [&] { return b->join(slow(request("node2", 2, 3)), 10s); });
+  protocol::RendezvousStatus st;
+  for (int i = 0; i < 100 && st.joined < 2; ++i) {
+    std::this_thread::sleep_for(10ms);
+    st = watcher->rendezvousStatus("job");
+  }
+  EXPECT_EQ(st.joined, 2u);
+  EXPECT_GT(st.lastCallMs, 2000);  // min joined: the last call runs
+  EXPECT_LE(st.lastCallMs, 3000);
+  EXPECT_EQ(st.missingCount, 0u);              // elastic growth: nobody is known to be missing
+  c->join(slow(request("node3", 2, 3)), 10s);  // max: complete at once
+  fa.get();
+  fb.get();
+  EXPECT_TRUE(watcher->rendezvousStatus("job").running);
+  // node3 fails: the round ends and node1 and node2 are expected back.
+  protocol::NodeReport report;
+  report.rdzvId = "job";
+  report.nodeId = "node3";
+  report.round = 1;
+  report.maxRestarts = 1;
+  EXPECT_EQ(c->reportFailure(report).restarts, 1);
+  auto fc =
+      std::async(std::launch::async, [&] { return c->join(slow(request("node3", 2, 3)), 10s); });
+  st = watcher->rendezvousStatus("job");
+  for (int i = 0; i < 100 && st.joined < 1; ++i) {
+    std::this_thread::sleep_for(10ms);
+    st = watcher->rendezvousStatus("job");
+  }
+  EXPECT_FALSE(st.running);
+  EXPECT_EQ(st.joined, 1u);
+  EXPECT_EQ(st.missingCount, 2u);
+  EXPECT_EQ(st.missing,
+            (std::vector<std::string>{"node node1 (10.0.0.1)", "node node2 (10.0.0.2)"}));
+  auto fa2 =
+      std::async(std::launch::async, [&] { return a->join(slow(request("node1", 2, 3)), 10s); });
+  b->join(slow(request("node2", 2, 3)), 10s);
+  fa2.get();
+  fc.get();
+}
+
 TEST_F(RendezvousTest, LateJoinerEndsTheRoundAndSurvivorsKeepTheirOrder) {
   auto a = client("a"), b = client("b"), c = client("c");
   auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 3), 10s); });

@@ -41,6 +41,10 @@ struct RendezvousConfig {
   int keepAliveMaxAttempts = 3;
   // Deadline of one store request of the agent (rdzv_conf read_timeout).
   std::chrono::milliseconds requestTimeout{std::chrono::seconds(60)};
+  // While waiting for a round: a progress line this often when stderr is
+  // not a terminal (a terminal's status line is redrawn every second).
+  // Zero: no progress output at all.
+  std::chrono::milliseconds progressInterval{std::chrono::seconds(10)};
 };
 
 // --event_log_handler: where the agent's events go (docs/cli.md).

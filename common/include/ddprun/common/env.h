@@ -49,5 +49,8 @@ inline constexpr char kStorePort[] = "DDPRUN_STORE_PORT";
 inline constexpr char kStorePrefix[] = "DDPRUN_STORE_PREFIX";
 // The node's hostname as the agent reports it (for logs and reports).
 inline constexpr char kHostname[] = "DDPRUN_HOSTNAME";
+// Seconds between rendezvous progress lines when stderr is not a terminal
+// (default 10; 0: none).
+inline constexpr char kProgressInterval[] = "DDPRUN_PROGRESS_INTERVAL";
 
 }  // namespace ddprun::env

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -21,5 +22,9 @@ std::vector<std::string_view> splitList(std::string_view text, char separator = 
 
 // `text` without leading and trailing whitespace.
 std::string_view trimSpaces(std::string_view text);
+
+// "HOST:PORT" for messages and options, with an IPv6 address in brackets
+// ("[::1]:29400"), as users type endpoints.
+std::string hostPort(std::string_view host, int port);
 
 }  // namespace ddprun

@@ -50,9 +50,10 @@ enum class Op : std::uint8_t {
   kAppend = 12,
   kPing = 13,
   // Rendezvous (docs/protocol.md, "Rendezvous"): computed in the server.
-  kJoin = 14,           // blocks until the node's round is complete
-  kLeave = 15,          // the node is done; the round goes on for the others
-  kReportFailure = 16,  // a worker failed: end the round, or fail the job
+  kJoin = 14,              // blocks until the node's round is complete
+  kLeave = 15,             // the node is done; the round goes on for the others
+  kReportFailure = 16,     // a worker failed: end the round, or fail the job
+  kRendezvousStatus = 17,  // who has joined the round being formed (progress)
 };
 
 // Reply codes. Anything but kOk carries a human-readable message as body.
@@ -131,6 +132,21 @@ struct Assignment {
   std::uint32_t masterPort = 0;
 };
 
+// The kRendezvousStatus reply: the round being formed, for a waiting node's
+// progress line and timeout message.
+struct RendezvousStatus {
+  bool exists = false;     // false: no node has joined rendezvous `rdzvId` yet
+  std::int64_t round = 0;  // rounds completed so far
+  bool running = false;    // a round is complete and its workers run
+  std::uint32_t joined = 0;
+  std::uint32_t minNodes = 0;
+  std::uint32_t maxNodes = 0;
+  std::int64_t lastCallMs = -1;      // until the last call ends; -1: not counting
+  std::uint32_t missingCount = 0;    // nodes known to be missing (0: unknown)
+  std::vector<std::string> missing;  // the first kMaxMissingShown of them, described
+};
+inline constexpr std::size_t kMaxMissingShown = 16;
+
 // kLeave and kReportFailure.
 struct NodeReport {
   std::string rdzvId;
@@ -163,8 +179,9 @@ struct Request {
   std::int64_t delta = 0;
   std::uint32_t timeoutMs = 0;
   std::uint16_t version = kVersion;
-  JoinRequest join;  // kJoin
-  NodeReport node;   // kLeave, kReportFailure
+  JoinRequest join;    // kJoin
+  NodeReport node;     // kLeave, kReportFailure
+  std::string rdzvId;  // kRendezvousStatus
 };
 
 // One reply, flat: which fields are used depends on the request's op.
@@ -179,7 +196,8 @@ struct Reply {
   std::int64_t integer = 0;
   bool flag = false;
   std::uint16_t version = kVersion;
-  Assignment assignment;  // kJoin
+  Assignment assignment;        // kJoin
+  RendezvousStatus rendezvous;  // kRendezvousStatus
 };
 
 // Converts a duration to the wire's timeout field (clamped; negative -> 0).

@@ -104,6 +104,8 @@ class StoreClient : public Store {
     bool restartAllowed = false;
   };
   FailureDecision reportFailure(const protocol::NodeReport& report);
+  // Who has joined rendezvous `rdzvId`'s round being formed (one round trip).
+  protocol::RendezvousStatus rendezvousStatus(const std::string& rdzvId);
   // The next event the server pushed, or nullopt after `timeout`.
   std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout);
 
