@@ -4,7 +4,8 @@
 //
 // Serves until SIGINT or SIGTERM, then exits 0. With --port 0 the OS picks
 // the port; the first line on stdout is always "listening on HOST:PORT".
-// The token comes from DDPRUN_TOKEN or --token-file, never from argv.
+// The token comes from DDPRUN_TOKEN or --token-file, never from argv;
+// --open serves without one (as torchrun's store does), saying so once.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -33,12 +34,13 @@ void raiseDescriptorLimit() {
   }
 }
 
-std::string loadToken(const std::string& tokenFile) {
+std::string loadToken(const std::string& tokenFile, bool open) {
   if (!tokenFile.empty()) return ddprun::readTokenFile(tokenFile);
   if (auto token = ddprun::tokenFromEnv(ddprun::env::kToken)) return *token;
+  if (open) return "";
   throw ddprun::ConfigError(
       "no token: set DDPRUN_TOKEN in the environment or pass --token-file FILE (the token is "
-      "never taken from the command line)");
+      "never taken from the command line), or pass --open to serve every client without one");
 }
 
 }  // namespace
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
   StoreServerOptions options;
   options.host = "0.0.0.0";
   std::string tokenFile;
+  bool open = false;
   double idleSeconds = 3600;
   double handshakeSeconds = 10;
   app.add_option("--host", options.host, "IP address to listen on")->capture_default_str();
@@ -57,6 +60,9 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", tokenFile,
                  "file holding the shared token (default: the DDPRUN_TOKEN variable)")
       ->check(CLI::ExistingFile);
+  app.add_flag("--open", open,
+               "without DDPRUN_TOKEN or --token-file: serve every client unauthenticated, as "
+               "torchrun's store does (for agents run without a token)");
   app.add_option("--idle-timeout", idleSeconds,
                  "seconds before an idle connection is closed (0: never)")
       ->check(CLI::NonNegativeNumber)
@@ -99,8 +105,13 @@ int main(int argc, char** argv) {
   raiseDescriptorLimit();
 
   try {
-    options.token = loadToken(tokenFile);
+    options.token = loadToken(tokenFile, open);
     StoreServer server(options);
+    if (options.token.empty()) {
+      std::cerr << "ddprun-rendezvous: notice: the store is open (--open, no DDPRUN_TOKEN or "
+                   "--token-file): any process that reaches it can read and change every job's "
+                   "keys; export DDPRUN_TOKEN on it and on every agent to protect it\n";
+    }
     std::cout << "listening on " << options.host << ":" << server.port() << std::endl;
     server.start();
     int signal = 0;

@@ -262,5 +262,30 @@ TEST(MultiNode, EveryNodePointsAtTheStandaloneDaemon) {
   EXPECT_EQ(daemon.wait(10s), 0);
 }
 
+TEST(MultiNode, AnOpenDaemonServesNodesWithoutAToken) {
+  // Without a token the daemon refuses to start unless told --open.
+  ChildProcess refused({kBinDir + "/ddprun-rendezvous", "--port", "0"}, {{"DDPRUN_TOKEN", ""}});
+  EXPECT_EQ(refused.wait(10s), 2);
+  EXPECT_NE(refused.stderrText().find("or pass --open"), std::string::npos);
+  ChildProcess daemon(
+      {kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0", "--open"},
+      {{"DDPRUN_TOKEN", ""}});
+  const auto line = daemon.readStdoutLine(10s);
+  ASSERT_TRUE(line);
+  const auto port = static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(startNode(dynamicOptions(port, i + 1, "2", ",is_host=0"),
+                              "echo world $WORLD_SIZE", {{"DDPRUN_TOKEN", ""}}));
+  }
+  for (auto& node : nodes) {
+    EXPECT_EQ(node.finish(), 0) << node.err;
+    EXPECT_NE(node.out.find("world 4"), std::string::npos) << node.out;
+  }
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(10s), 0);
+  EXPECT_NE(daemon.stderrText().find("the store is open (--open"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun
