@@ -9,20 +9,19 @@ install(TARGETS ddprun ddprun-rendezvous RUNTIME DESTINATION ${CMAKE_INSTALL_BIN
 
 if(TARGET ddprun_worker)
   # The exported names: ddprun::worker, ddprun::worker_env, ...
-  foreach(target common rendezvous_protocol rendezvous_client worker_env worker_gloo worker)
+  foreach(target common rendezvous_wire rendezvous_client worker_env worker_gloo worker)
     set_target_properties(ddprun_${target} PROPERTIES EXPORT_NAME ${target})
   endforeach()
-  install(TARGETS ddprun_common ddprun_rendezvous_protocol ddprun_rendezvous_client
+  install(TARGETS ddprun_common ddprun_rendezvous_wire ddprun_rendezvous_client
                   ddprun_worker_env ddprun_worker_gloo ddprun_worker
           EXPORT ddprunTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   install(DIRECTORY common/include/ worker_lib/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-  # Workers need only the client side of the rendezvous headers.
-  install(FILES rendezvous/include/ddprun/rendezvous/store.h
-                rendezvous/include/ddprun/rendezvous/store_client.h
-                rendezvous/include/ddprun/rendezvous/protocol.h
-          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun/rendezvous)
+  # Workers need only the client side of the rendezvous headers (and the
+  # wire types the client's API uses).
+  install(DIRECTORY rendezvous/client/include/ rendezvous/wire/include/
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   install(EXPORT ddprunTargets NAMESPACE ddprun::
           DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddprun)
   configure_package_config_file(cmake/ddprunConfig.cmake.in

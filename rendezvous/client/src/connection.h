@@ -23,8 +23,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "ddprun/rendezvous/input_buffer.h"
 #include "ddprun/rendezvous/protocol.h"
-#include "input_buffer.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "tcpstore_codec.h"
+#include "ddprun/rendezvous/tcpstore_codec.h"
 
 #include <fmt/format.h>
 

@@ -23,10 +23,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "input_buffer.h"
+#include "ddprun/rendezvous/input_buffer.h"
+#include "ddprun/rendezvous/tcpstore_codec.h"
 #include "rendezvous_manager.h"
 #include "server_context.h"
-#include "tcpstore_codec.h"
 
 namespace ddprun::rendezvous {
 
