@@ -1,5 +1,6 @@
 // The store server and client together, in one process, over loopback.
 #include "ddprun/rendezvous/store_server.h"
+#include "ddprun/rendezvous/store_state.h"
 
 #include <gtest/gtest.h>
 
@@ -284,7 +285,7 @@ TEST_F(StoreServerTest, AddOnTextIsAServerError) {
 
 TEST_F(StoreServerTest, StoreSizeLimitIsEnforced) {
   StoreServerOptions options;
-  options.maxTotalBytes = 100;
+  options.maxTotalBytes = 100 + 2 * kKeyOverheadBytes;  // the limit counts each key's overhead
   startServer(options);
   auto c = client();
   c->set("a", std::string(90, 'x'));

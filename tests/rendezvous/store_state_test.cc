@@ -5,15 +5,24 @@
 namespace ddprun::rendezvous {
 namespace {
 
-using protocol::Status;
+// The size an entry is charged: its text plus the per-key overhead.
+std::size_t entry(std::size_t keyAndValueBytes) { return keyAndValueBytes + kKeyOverheadBytes; }
+
+// Registers a waiter and returns its id (nullopt: the keys were all there).
+std::optional<StoreState::WaiterId> waitFor(StoreState& state, const std::vector<std::string>& keys,
+                                            std::function<void()> onReady) {
+  std::optional<StoreState::WaiterId> id;
+  EXPECT_EQ(state.addWaiter(keys, std::move(onReady), id), StoreResult::kOk);
+  return id;
+}
 
 TEST(StoreState, SetFindDeleteAndCount) {
   StoreState state;
   EXPECT_EQ(state.find("k"), nullptr);
-  EXPECT_EQ(state.set("k", "v"), Status::kOk);
+  EXPECT_EQ(state.set("k", "v"), StoreResult::kOk);
   ASSERT_NE(state.find("k"), nullptr);
   EXPECT_EQ(*state.find("k"), "v");
-  EXPECT_EQ(state.set("k", "w"), Status::kOk);
+  EXPECT_EQ(state.set("k", "w"), StoreResult::kOk);
   EXPECT_EQ(*state.find("k"), "w");
   EXPECT_EQ(state.numKeys(), 1);
   EXPECT_TRUE(state.deleteKey("k"));
@@ -25,19 +34,19 @@ TEST(StoreState, SetFindDeleteAndCount) {
 TEST(StoreState, AddCountsFromZeroAndRefusesNonIntegers) {
   StoreState state;
   std::int64_t result = 0;
-  EXPECT_EQ(state.add("c", 5, result), Status::kOk);
+  EXPECT_EQ(state.add("c", 5, result), StoreResult::kOk);
   EXPECT_EQ(result, 5);
-  EXPECT_EQ(state.add("c", -7, result), Status::kOk);
+  EXPECT_EQ(state.add("c", -7, result), StoreResult::kOk);
   EXPECT_EQ(result, -2);
   EXPECT_EQ(*state.find("c"), "-2");  // stored as decimal text, like TCPStore
   state.set("text", "abc");
-  EXPECT_EQ(state.add("text", 1, result), Status::kNotInteger);
+  EXPECT_EQ(state.add("text", 1, result), StoreResult::kNotInteger);
   EXPECT_EQ(*state.find("text"), "abc");
   state.set("empty", "");
-  EXPECT_EQ(state.add("empty", 1, result), Status::kNotInteger);
+  EXPECT_EQ(state.add("empty", 1, result), StoreResult::kNotInteger);
   state.set("max", std::to_string(INT64_MAX));
-  EXPECT_EQ(state.add("max", 1, result), Status::kNotInteger);
-  EXPECT_EQ(state.add("max", 0, result), Status::kOk);
+  EXPECT_EQ(state.add("max", 1, result), StoreResult::kNotInteger);
+  EXPECT_EQ(state.add("max", 0, result), StoreResult::kOk);
 }
 
 TEST(StoreState, AppendCreatesThenConcatenates) {
@@ -45,7 +54,7 @@ TEST(StoreState, AppendCreatesThenConcatenates) {
   state.append("log", "a");
   state.append("log", "b");
   EXPECT_EQ(*state.find("log"), "ab");
-  EXPECT_EQ(state.totalBytes(), 5u);
+  EXPECT_EQ(state.totalBytes(), entry(5));
 }
 
 // The COMPARE_SET truth table (docs/protocol.md), matching TCPStore.
@@ -70,7 +79,7 @@ TEST(StoreState, CompareSetTruthTable) {
     StoreState state;
     if (row.before) state.set("k", *row.before);
     std::string reply;
-    EXPECT_EQ(state.compareSet("k", row.expected, row.desired, reply), Status::kOk);
+    EXPECT_EQ(state.compareSet("k", row.expected, row.desired, reply), StoreResult::kOk);
     EXPECT_EQ(reply, row.reply);
     const std::string* after = state.find("k");
     EXPECT_EQ(after != nullptr, row.after.has_value());
@@ -95,7 +104,7 @@ TEST(StoreState, WaiterOnPresentKeysIsNotRegistered) {
   StoreState state;
   state.set("a", "1");
   const std::vector<std::string> keys = {"a"};
-  EXPECT_FALSE(state.addWaiter(keys, [] { FAIL(); }).has_value());
+  EXPECT_FALSE(waitFor(state, keys, [] { FAIL(); }).has_value());
   EXPECT_EQ(state.numWaiters(), 0u);
 }
 
@@ -127,7 +136,7 @@ TEST(StoreState, WaitersAreWokenByEveryCreatingWrite) {
     StoreState state;
     int woken = 0;
     const std::vector<std::string> keys = {"k"};
-    ASSERT_TRUE(state.addWaiter(keys, [&] { ++woken; }).has_value());
+    ASSERT_TRUE(waitFor(state, keys, [&] { ++woken; }).has_value());
     EXPECT_EQ(woken, 0);
     write(state);
     EXPECT_EQ(woken, 1);
@@ -141,7 +150,7 @@ TEST(StoreState, WaiterNeedsAllItsKeys) {
   StoreState state;
   int woken = 0;
   const std::vector<std::string> keys = {"a", "b", "a"};  // duplicates are fine
-  ASSERT_TRUE(state.addWaiter(keys, [&] { ++woken; }).has_value());
+  ASSERT_TRUE(waitFor(state, keys, [&] { ++woken; }).has_value());
   state.set("a", "1");
   EXPECT_EQ(woken, 0);
   state.set("b", "1");
@@ -152,7 +161,7 @@ TEST(StoreState, KeyDeletedBeforeTheLastArrivesKeepsWaiting) {
   StoreState state;
   int woken = 0;
   const std::vector<std::string> keys = {"a", "b"};
-  ASSERT_TRUE(state.addWaiter(keys, [&] { ++woken; }).has_value());
+  ASSERT_TRUE(waitFor(state, keys, [&] { ++woken; }).has_value());
   state.set("a", "1");
   state.deleteKey("a");
   state.set("b", "1");
@@ -164,7 +173,7 @@ TEST(StoreState, KeyDeletedBeforeTheLastArrivesKeepsWaiting) {
 TEST(StoreState, RemovedWaiterNeverFires) {
   StoreState state;
   const std::vector<std::string> keys = {"k"};
-  auto id = state.addWaiter(keys, [] { FAIL(); });
+  auto id = waitFor(state, keys, [] { FAIL(); });
   ASSERT_TRUE(id.has_value());
   state.removeWaiter(*id);
   state.removeWaiter(*id);  // twice is harmless
@@ -176,23 +185,74 @@ TEST(StoreState, ManyWaitersOnOneKeyAllWake) {
   StoreState state;
   int woken = 0;
   const std::vector<std::string> keys = {"go"};
-  for (int i = 0; i < 1000; ++i) state.addWaiter(keys, [&] { ++woken; });
+  for (int i = 0; i < 1000; ++i) waitFor(state, keys, [&] { ++woken; });
   state.set("go", "1");
   EXPECT_EQ(woken, 1000);
 }
 
 TEST(StoreState, SizeLimitRefusesWritesWithoutChangingState) {
-  StoreState state(10);
-  EXPECT_EQ(state.set("k", "12345678"), Status::kOk);  // 9 bytes
-  EXPECT_EQ(state.set("k2", "123"), Status::kStoreFull);
+  StoreState state({.maxTotalBytes = entry(10), .maxValueBytes = 1024});
+  EXPECT_EQ(state.set("k", "12345678"), StoreResult::kOk);  // 9 bytes + overhead
+  EXPECT_EQ(state.set("k2", "123"), StoreResult::kFull);
   EXPECT_EQ(state.find("k2"), nullptr);
-  EXPECT_EQ(state.append("k", "12"), Status::kStoreFull);
+  EXPECT_EQ(state.append("k", "12"), StoreResult::kFull);
   EXPECT_EQ(*state.find("k"), "12345678");
-  EXPECT_EQ(state.set("k", "123456789"), Status::kOk);  // replacing frees the old value
+  EXPECT_EQ(state.set("k", "123456789"), StoreResult::kOk);  // replacing frees the old value
   std::vector<std::string> keys = {"x", "y"};
   std::vector<std::string> values = {"1", "2"};
-  EXPECT_EQ(state.multiSet(keys, values), Status::kStoreFull);
+  EXPECT_EQ(state.multiSet(keys, values), StoreResult::kFull);
   EXPECT_EQ(state.find("x"), nullptr);  // all or nothing
+}
+
+// Many tiny keys cost their overhead: a flood of empty keys fills the store
+// at maxTotalBytes / kKeyOverheadBytes keys, not never.
+TEST(StoreState, EmptyKeysAndValuesStillCountTheirOverhead) {
+  StoreState state({.maxTotalBytes = 100 * kKeyOverheadBytes, .maxValueBytes = 1024});
+  int stored = 0;
+  while (state.set(std::to_string(stored), "") == StoreResult::kOk) ++stored;
+  EXPECT_LE(stored, 100);
+  EXPECT_GE(stored, 50);
+  EXPECT_LE(state.totalBytes(), 100 * kKeyOverheadBytes);
+}
+
+TEST(StoreState, AppendStopsAtTheLargestValue) {
+  StoreState state({.maxTotalBytes = 1 << 20, .maxValueBytes = 10});
+  EXPECT_EQ(state.append("k", "12345678"), StoreResult::kOk);
+  EXPECT_EQ(state.append("k", "90"), StoreResult::kOk);  // exactly 10
+  EXPECT_EQ(state.append("k", "x"), StoreResult::kValueTooLarge);
+  EXPECT_EQ(*state.find("k"), "1234567890");
+  EXPECT_EQ(state.append("new", std::string(11, 'v')), StoreResult::kValueTooLarge);
+  EXPECT_EQ(state.find("new"), nullptr);
+}
+
+// Waiters and their keys are charged while they wait, and refused when the
+// store is full, so a client cannot hold unbounded memory with WAITs.
+TEST(StoreState, WaitersAreChargedAndRefusedWhenFull) {
+  StoreState state({.maxTotalBytes = 4096, .maxValueBytes = 1024});
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i) keys.push_back("key" + std::to_string(i));
+  std::optional<StoreState::WaiterId> id;
+  ASSERT_EQ(state.addWaiter(
+                keys, [] {}, id),
+            StoreResult::kOk);
+  ASSERT_TRUE(id);
+  const std::size_t charged = state.totalBytes();
+  EXPECT_GE(charged, kWaiterOverheadBytes + 10 * kKeyOverheadBytes);
+  std::vector<std::string> many;
+  for (int i = 0; i < 100; ++i) many.push_back("other" + std::to_string(i));
+  std::optional<StoreState::WaiterId> refused;
+  EXPECT_EQ(state.addWaiter(
+                many, [] {}, refused),
+            StoreResult::kFull);
+  EXPECT_FALSE(refused);
+  EXPECT_EQ(state.totalBytes(), charged);
+  state.removeWaiter(*id);
+  EXPECT_EQ(state.totalBytes(), 0u);
+  // A waiter that fires gives its charge back too.
+  const std::vector<std::string> one = {"k"};
+  ASSERT_TRUE(waitFor(state, one, [] {}));
+  state.set("k", "v");
+  EXPECT_EQ(state.totalBytes(), entry(2));
 }
 
 }  // namespace
@@ -202,13 +262,13 @@ namespace ddprun::rendezvous {
 namespace {
 
 TEST(StoreState, MultiSetWithARepeatedKeyCountsItsSizeOnce) {
-  StoreState state(1000);
+  StoreState state({.maxTotalBytes = 1000, .maxValueBytes = 1024});
   state.set("k", std::string(10, 'v'));
   std::vector<std::string> keys = {"k", "k"};
   std::vector<std::string> values = {"x", "y"};
-  EXPECT_EQ(state.multiSet(keys, values), protocol::Status::kOk);
+  EXPECT_EQ(state.multiSet(keys, values), StoreResult::kOk);
   EXPECT_EQ(*state.find("k"), "y");
-  EXPECT_EQ(state.totalBytes(), 2u);
+  EXPECT_EQ(state.totalBytes(), entry(2));
 }
 
 }  // namespace

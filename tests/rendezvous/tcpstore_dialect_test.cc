@@ -143,5 +143,33 @@ TEST_F(TcpStoreDialectTest, OversizedOrUnknownRequestsCloseOnlyThatConnection) {
   EXPECT_EQ(fine.readExactly(4, 2s), u32(1));
 }
 
+// A write the store refuses is never dropped silently: the protocol has no
+// error reply, so the connection closes and the client's next call fails.
+TEST_F(TcpStoreDialectTest, ARefusedWriteClosesTheConnection) {
+  server_.reset();
+  StoreServerOptions options;
+  options.token = "t";
+  options.maxTotalBytes = 4096;  // smaller than the largest value: "full" comes first
+  options.limits.maxValueBytes = 8192;
+  server_ = std::make_unique<StoreServer>(options);
+  server_->start();
+  RawSocket full("127.0.0.1", server_->port());
+  full.send(kValidate + "\x01" + str("/big") + str(std::string(5000, 'x')));
+  bool closed = false;
+  full.readUntilClosed(2s, closed);
+  EXPECT_TRUE(closed);
+  RawSocket append("127.0.0.1", server_->port());
+  append.send(kValidate + "\x09" + str("/log") + str(std::string(1000, 'x')));  // APPEND
+  append.send("\x09" + str("/log") + str(std::string(7500, 'x')));  // past maxValueBytes
+  append.readUntilClosed(2s, closed);
+  EXPECT_TRUE(closed);
+  StoreClientOptions client;
+  client.port = server_->port();
+  client.token = "t";
+  StoreClient native(client);
+  EXPECT_FALSE(native.check({"/big"}));
+  EXPECT_EQ(native.get("/log", 2s).size(), 1000u);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

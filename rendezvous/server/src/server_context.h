@@ -24,7 +24,8 @@ struct ServerCounters {
 
 struct ServerContext {
   explicit ServerContext(StoreServerOptions opts)
-      : options(std::move(opts)), state(options.maxTotalBytes) {}
+      : options(std::move(opts)),
+        state(StoreLimits{options.maxTotalBytes, options.limits.maxValueBytes}) {}
 
   const StoreServerOptions options;
   StoreState state;

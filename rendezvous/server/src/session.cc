@@ -30,6 +30,34 @@ constexpr std::size_t kMaxHandshakeFrame = 64 * 1024;
 constexpr std::size_t kMaxBufferedOutput = 128 * 1024 * 1024;
 constexpr std::size_t kIdleInputCapacity = 64 * 1024;
 
+Status toStatus(StoreResult result) {
+  switch (result) {
+    case StoreResult::kOk:
+      return Status::kOk;
+    case StoreResult::kFull:
+      return Status::kStoreFull;
+    case StoreResult::kNotInteger:
+      return Status::kNotInteger;
+    case StoreResult::kValueTooLarge:
+      return Status::kTooLarge;
+  }
+  return Status::kBadRequest;
+}
+
+const char* describe(StoreResult result) {
+  switch (result) {
+    case StoreResult::kOk:
+      return "done";
+    case StoreResult::kFull:
+      return "the store is full";
+    case StoreResult::kNotInteger:
+      return "the value is not a decimal integer, or the sum leaves the 64-bit range";
+    case StoreResult::kValueTooLarge:
+      return "the value would pass the largest value allowed";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 Session::Session(asio::ip::tcp::socket socket, ServerContext& context)
@@ -160,6 +188,15 @@ void Session::handleTcpStore(tcpstore::Request& r) {
   using tcpstore::Op;
   StoreState& state = context_.state;
   std::string& out = output_;
+  // This protocol has no error reply: a write the store refuses closes the
+  // connection, so the client sees an error instead of a lost write.
+  const auto refused = [&](StoreResult result) {
+    if (result == StoreResult::kOk) return false;
+    DDPRUN_WARN("Closing the TCPStore connection of {}: a write was refused ({}).", peer_,
+                describe(result));
+    close();
+    return true;
+  };
   switch (r.op) {
     case Op::kValidate:
       break;  // only valid first; a repeat is harmless
@@ -167,14 +204,16 @@ void Session::handleTcpStore(tcpstore::Request& r) {
       tcpstore::putU32(out, r.word);
       break;
     case Op::kSet:
-      state.set(r.keys[0], std::move(r.values[0]));
+      if (refused(state.set(r.keys[0], std::move(r.values[0])))) return;
       break;
     case Op::kAppend:
-      state.append(r.keys[0], r.values[0]);
+      if (refused(state.append(r.keys[0], r.values[0]))) return;
       break;
     case Op::kCompareSet: {
       std::string result;
-      state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), result);
+      if (refused(state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), result))) {
+        return;
+      }
       tcpstore::putString(out, result);
       break;
     }
@@ -185,14 +224,7 @@ void Session::handleTcpStore(tcpstore::Request& r) {
     }
     case Op::kAdd: {
       std::int64_t result = 0;
-      if (state.add(r.keys[0], r.delta, result) != Status::kOk) {
-        DDPRUN_WARN(
-            "Closing the TCPStore connection of {}: ADD on key '{}' which does not hold "
-            "an integer.",
-            peer_, r.keys[0]);
-        close();  // the only error signal this protocol has
-        return;
-      }
+      if (refused(state.add(r.keys[0], r.delta, result))) return;
       tcpstore::putI64(out, result);
       break;
     }
@@ -200,12 +232,17 @@ void Session::handleTcpStore(tcpstore::Request& r) {
       tcpstore::putU8(out, state.check(r.keys) ? tcpstore::kReady : tcpstore::kNotReady);
       break;
     case Op::kWait: {
-      auto waiter = state.addWaiter(r.keys, [this] {
-        tcpWait_.reset();
-        context_.syncWaiters();
-        tcpstore::putU8(output_, tcpstore::kStopWaiting);
-        flush();
-      });
+      std::optional<StoreState::WaiterId> waiter;
+      const StoreResult added = state.addWaiter(
+          r.keys,
+          [this] {
+            tcpWait_.reset();
+            context_.syncWaiters();
+            tcpstore::putU8(output_, tcpstore::kStopWaiting);
+            flush();
+          },
+          waiter);
+      if (refused(added)) return;
       if (waiter) {
         tcpWait_ = *waiter;
         context_.syncWaiters();
@@ -232,7 +269,7 @@ void Session::handleTcpStore(tcpstore::Request& r) {
       }
       break;
     case Op::kMultiSet:
-      state.multiSet(r.keys, r.values);
+      if (refused(state.multiSet(r.keys, r.values))) return;
       break;
     case Op::kListKeys:
       tcpstore::putI64(out, state.numKeys());
@@ -361,13 +398,13 @@ void Session::handleRequest(std::uint32_t id, Request& r) {
       sendError(id, Status::kBadRequest, "HELLO was already sent on this connection");
       return;
     case Op::kSet:
-      status = state.set(r.keys[0], std::move(r.values[0]));
+      status = toStatus(state.set(r.keys[0], std::move(r.values[0])));
       break;
     case Op::kAppend:
-      status = state.append(r.keys[0], r.values[0]);
+      status = toStatus(state.append(r.keys[0], r.values[0]));
       break;
     case Op::kAdd:
-      status = state.add(r.keys[0], r.delta, reply.integer);
+      status = toStatus(state.add(r.keys[0], r.delta, reply.integer));
       if (status == Status::kNotInteger) {
         sendError(id, status,
                   fmt::format("ADD on key '{}' failed: its value is not a decimal integer, or "
@@ -378,7 +415,8 @@ void Session::handleRequest(std::uint32_t id, Request& r) {
       break;
     case Op::kCompareSet:
       reply.values.emplace_back();
-      status = state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), reply.values[0]);
+      status = toStatus(
+          state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), reply.values[0]));
       break;
     case Op::kCheck:
       reply.flag = state.check(r.keys);
@@ -390,7 +428,7 @@ void Session::handleRequest(std::uint32_t id, Request& r) {
       reply.integer = state.numKeys();
       break;
     case Op::kMultiSet:
-      status = state.multiSet(r.keys, r.values);
+      status = toStatus(state.multiSet(r.keys, r.values));
       break;
     case Op::kPing:
       reply.values.push_back(std::move(r.values[0]));
@@ -477,7 +515,12 @@ void Session::startWait(std::uint32_t id, Request& r) {
   PendingWait wait;
   wait.op = r.op;
   wait.keys = std::move(r.keys);
-  auto waiter = context_.state.addWaiter(wait.keys, [this, id] { completeWait(id); });
+  std::optional<StoreState::WaiterId> waiter;
+  if (context_.state.addWaiter(
+          wait.keys, [this, id] { completeWait(id); }, waiter) != StoreResult::kOk) {
+    sendStatus(id, r.op, Status::kStoreFull, {});
+    return;
+  }
   if (!waiter) {
     waits_.emplace(id, std::move(wait));
     completeWait(id);
@@ -500,7 +543,10 @@ void Session::completeWait(std::uint32_t id) {
   if (it == waits_.end()) return;
   if (!context_.state.check(it->second.keys)) {
     // A key that existed when the wait began was deleted since: wait on.
-    auto waiter = context_.state.addWaiter(it->second.keys, [this, id] { completeWait(id); });
+    // (A full store ends the wait now: the caller sees the key missing.)
+    std::optional<StoreState::WaiterId> waiter;
+    context_.state.addWaiter(
+        it->second.keys, [this, id] { completeWait(id); }, waiter);
     if (waiter) {
       it->second.waiter = *waiter;
       return;
@@ -550,9 +596,16 @@ void Session::sendStatus(std::uint32_t id, Op op, Status status, const Reply& re
       sendOk(id, op, reply);
       return;
     case Status::kStoreFull:
+      sendError(
+          id, status,
+          fmt::format("{} refused: the store would exceed its limit of {} bytes (keys, "
+                      "values, a {}-byte overhead per key, and waiters)",
+                      protocol::opName(op), context_.options.maxTotalBytes, kKeyOverheadBytes));
+      return;
+    case Status::kTooLarge:
       sendError(id, status,
-                fmt::format("{} refused: the store would exceed its limit of {} bytes",
-                            protocol::opName(op), context_.options.maxTotalBytes));
+                fmt::format("{} refused: the value would exceed the limit of {} bytes",
+                            protocol::opName(op), context_.options.limits.maxValueBytes));
       return;
     default:
       sendError(id, status,

@@ -6,6 +6,11 @@
 // calls the callback (synchronously, after the waiter has been removed).
 // Nothing here polls or sleeps.
 //
+// Everything a client can make it hold counts against one limit
+// (StoreLimits::maxTotalBytes): each key's and value's bytes plus a fixed
+// overhead per key (the hash node and string headers), and each waiter with
+// its keys. No value grows past maxValueBytes, APPEND included.
+//
 // Thread-safety: not thread-safe; confine an instance to one thread.
 // Ownership: callbacks are owned by the state until they fire or are removed.
 #pragma once
@@ -23,38 +28,59 @@
 
 namespace ddprun::rendezvous {
 
+struct StoreLimits {
+  std::size_t maxTotalBytes = std::size_t{4} << 30;
+  std::size_t maxValueBytes = 32 * 1024 * 1024;
+};
+
+// What a write or a new waiter came to. The server maps it to the reply of
+// the client's dialect.
+enum class StoreResult {
+  kOk,
+  kFull,           // over maxTotalBytes: nothing was changed
+  kNotInteger,     // ADD on a value that is not a decimal integer (or overflow)
+  kValueTooLarge,  // the value would exceed maxValueBytes (APPEND)
+};
+
+// The bytes charged for one key beyond its text (hash node, string headers).
+inline constexpr std::size_t kKeyOverheadBytes = 64;
+// The bytes charged for one waiter beyond its keys' text.
+inline constexpr std::size_t kWaiterOverheadBytes = 128;
+
 class StoreState {
  public:
   using WaiterId = std::uint64_t;
 
-  // `maxTotalBytes` caps the sum of key and value sizes held.
-  explicit StoreState(std::size_t maxTotalBytes = std::size_t{4} << 30);
+  explicit StoreState(StoreLimits limits = {});
   StoreState(const StoreState&) = delete;
   StoreState& operator=(const StoreState&) = delete;
 
-  // Writes. Each returns kOk, or kStoreFull / kNotInteger without changing
-  // anything. Writes that create a key wake the waiters that needed it.
-  protocol::Status set(const std::string& key, std::string value);
-  protocol::Status append(const std::string& key, std::string_view value);
+  // Writes. Each returns kOk, or an error without changing anything. Writes
+  // that create a key wake the waiters that needed it.
+  StoreResult set(const std::string& key, std::string value);
+  StoreResult append(const std::string& key, std::string_view value);
   // Adds `delta` to the decimal integer at `key` (missing counts as 0).
-  protocol::Status add(const std::string& key, std::int64_t delta, std::int64_t& result);
+  StoreResult add(const std::string& key, std::int64_t delta, std::int64_t& result);
   // TCPStore semantics: see docs/protocol.md (COMPARE_SET truth table).
-  protocol::Status compareSet(const std::string& key, std::string_view expected,
-                              std::string desired, std::string& result);
-  protocol::Status multiSet(std::span<const std::string> keys, std::span<std::string> values);
+  StoreResult compareSet(const std::string& key, std::string_view expected, std::string desired,
+                         std::string& result);
+  StoreResult multiSet(std::span<const std::string> keys, std::span<std::string> values);
   bool deleteKey(const std::string& key);
 
   // Reads.
   const std::string* find(const std::string& key) const;
   bool check(std::span<const std::string> keys) const;
   std::int64_t numKeys() const { return static_cast<std::int64_t>(data_.size()); }
+  // Everything charged: keys, values, overheads and waiters.
   std::size_t totalBytes() const { return totalBytes_; }
+  const StoreLimits& limits() const { return limits_; }
   std::vector<std::string> keys() const;
 
-  // Waiters. Registers `onReady` to run once every key in `keys` exists.
-  // Returns nullopt (and does not register) when they all exist already.
-  std::optional<WaiterId> addWaiter(std::span<const std::string> keys,
-                                    std::function<void()> onReady);
+  // Waiters. Registers `onReady` to run once every key in `keys` exists and
+  // sets `id`; leaves `id` empty (and registers nothing) when they all exist
+  // already. kFull: the waiter would pass maxTotalBytes.
+  StoreResult addWaiter(std::span<const std::string> keys, std::function<void()> onReady,
+                        std::optional<WaiterId>& id);
   // Drops a waiter that has not fired (timeout, disconnect). No-op if unknown.
   void removeWaiter(WaiterId id);
   std::size_t numWaiters() const { return waiters_.size(); }
@@ -64,6 +90,7 @@ class StoreState {
     std::vector<std::string> keys;  // distinct keys it waits for
     std::size_t missing = 0;        // how many of them were missing
     std::function<void()> onReady;
+    std::size_t chargedBytes = 0;
   };
 
   bool fits(std::size_t added, std::size_t removed) const;
@@ -77,7 +104,7 @@ class StoreState {
   std::unordered_map<WaiterId, Waiter> waiters_;
   WaiterId nextWaiterId_ = 1;
   std::size_t totalBytes_ = 0;
-  std::size_t maxTotalBytes_;
+  StoreLimits limits_;
 };
 
 }  // namespace ddprun::rendezvous
