@@ -144,6 +144,11 @@ bool Session::detectDialect() {
   } else {
     dialect_ = Dialect::kTcpStoreV1;
   }
+  const auto& limits = context_.options.limits;
+  tcpDecoder_.emplace(
+      dialect_ == Dialect::kTcpStoreV1 ? tcpstore::Dialect::kV1 : tcpstore::Dialect::kV2,
+      tcpstore::DecoderLimits{limits.maxKeyBytes, limits.maxValueBytes, limits.maxKeysPerRequest,
+                              limits.maxFrameBytes});
   authenticated_ = true;  // these dialects carry no token (see strict mode)
   watchdogTimer_.cancel();
   DDPRUN_DEBUG("Client {} speaks TCPStore {}.", peer_,
@@ -152,16 +157,15 @@ bool Session::detectDialect() {
 }
 
 bool Session::processTcpStore() {
-  using tcpstore::Op;
-  const auto dialect =
-      dialect_ == Dialect::kTcpStoreV1 ? tcpstore::Dialect::kV1 : tcpstore::Dialect::kV2;
   for (;;) {
     tcpstore::Request r;
     std::size_t used = 0;
     std::string error;
-    switch (tcpstore::decode(input_.readable(), dialect, context_.options.limits.maxValueBytes, r,
-                             used, error)) {
+    const tcpstore::Parse parse = tcpDecoder_->feed(input_.readable(), used, r, error);
+    input_.consume(used);
+    switch (parse) {
       case tcpstore::Parse::kNeedMore:
+        if (input_.readable().empty()) input_.shrinkTo(kIdleInputCapacity);
         return true;
       case tcpstore::Parse::kError:
         DDPRUN_WARN("Closing the TCPStore connection of {}: {}.", peer_, error);
@@ -170,7 +174,6 @@ bool Session::processTcpStore() {
       case tcpstore::Parse::kRequest:
         break;
     }
-    input_.consume(used);
     context_.counters.requests++;
     if (tcpWait_) {
       // The client serialises its calls: a new request means the pending

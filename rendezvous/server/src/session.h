@@ -100,6 +100,7 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
   bool authenticated_ = false;
   enum class Dialect { kUnknown, kNative, kTcpStoreV1, kTcpStoreV2 };
   Dialect dialect_ = Dialect::kUnknown;
+  std::optional<tcpstore::Decoder> tcpDecoder_;  // TCPStore dialects only
   std::optional<StoreState::WaiterId> tcpWait_;  // a TCPStore WAIT in progress
   std::unordered_map<std::uint32_t, PendingWait> waits_;
   std::size_t pendingJoins_ = 0;

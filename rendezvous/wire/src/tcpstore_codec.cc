@@ -30,123 +30,129 @@ bool opFor(Dialect dialect, std::uint8_t code, Op& op) {
   return true;
 }
 
-class Reader {
- public:
-  Reader(std::string_view in, std::size_t maxBytes) : in_(in), maxBytes_(maxBytes) {}
-  bool u8(std::uint8_t& v) { return fixed(v); }
-  bool u32(std::uint32_t& v) { return fixed(v); }
-  bool i64(std::int64_t& v) { return fixed(v); }
-  bool u64(std::uint64_t& v) { return fixed(v); }
-  // false: need more bytes (or tooLarge_ set).
-  bool string(std::string& out) {
-    std::uint64_t size = 0;
-    const std::size_t start = pos_;
-    if (!u64(size)) return false;
-    if (size > maxBytes_) {
-      tooLarge_ = true;
-      return false;
-    }
-    if (in_.size() - pos_ < size) {
-      pos_ = start;
-      return false;
-    }
-    out.assign(in_.data() + pos_, size);
-    pos_ += size;
-    return true;
-  }
-  bool count(std::uint64_t& n) {
-    if (!u64(n)) return false;
-    if (n > maxBytes_ / 8) {  // each element takes at least its 8-byte length
-      tooLarge_ = true;
-      return false;
-    }
-    return true;
-  }
-  std::size_t pos() const { return pos_; }
-  bool tooLarge() const { return tooLarge_; }
-
- private:
-  template <typename T>
-  bool fixed(T& v) {
-    if (in_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(&v, in_.data() + pos_, sizeof(T));  // host order, like the client
-    pos_ += sizeof(T);
-    return true;
-  }
-  std::string_view in_;
-  std::size_t maxBytes_;
-  std::size_t pos_ = 0;
-  bool tooLarge_ = false;
-};
+template <typename T>
+bool readFixed(std::string_view in, std::size_t& pos, T& v) {
+  if (in.size() - pos < sizeof(T)) return false;
+  std::memcpy(&v, in.data() + pos, sizeof(T));  // host order, like the client
+  pos += sizeof(T);
+  return true;
+}
 
 }  // namespace
 
-Parse decode(std::string_view input, Dialect dialect, std::size_t maxBytes, Request& r,
-             std::size_t& consumed, std::string& error) {
-  if (input.empty()) return Parse::kNeedMore;
-  const auto code = static_cast<std::uint8_t>(input[0]);
-  r = Request{};
-  if (!opFor(dialect, code, r.op)) {
-    error = fmt::format("unknown TCPStore opcode {} ({} dialect)", code,
-                        dialect == Dialect::kV1 ? "1.13" : "2.x");
-    return Parse::kError;
-  }
-  Reader in(input.substr(1), maxBytes);
-  std::string a, b, c;
-  std::uint64_t n = 0;
-  bool ok = true;
+void Decoder::reset() {
+  haveOp_ = false;
+  request_ = Request{};
+  haveWord_ = haveDelta_ = haveCount_ = false;
+  count_ = 0;
+  held_ = 0;
+  pendingField_ = 0;
+}
+
+// The field the request under construction needs next (reference:
+// tcpstore-wire-protocol.md §3 for each op's layout).
+Decoder::Field Decoder::next() const {
+  const Request& r = request_;
   switch (r.op) {
     case Op::kValidate:
     case Op::kPing:
-      ok = in.u32(r.word);
-      break;
+      return haveWord_ ? Field::kDone : Field::kWord;
     case Op::kSet:
     case Op::kAppend:
-      ok = in.string(a) && in.string(b);
-      if (ok) r.keys = {a}, r.values = {b};
-      break;
+      if (r.keys.empty()) return Field::kKey;
+      return r.values.empty() ? Field::kValue : Field::kDone;
     case Op::kCompareSet:
-      ok = in.string(a) && in.string(b) && in.string(c);
-      if (ok) r.keys = {a}, r.values = {b, c};
-      break;
+      if (r.keys.empty()) return Field::kKey;
+      return r.values.size() < 2 ? Field::kValue : Field::kDone;
     case Op::kGet:
     case Op::kDeleteKey:
     case Op::kWatchKey:
-      ok = in.string(a);
-      if (ok) r.keys = {a};
-      break;
+      return r.keys.empty() ? Field::kKey : Field::kDone;
     case Op::kAdd:
-      ok = in.string(a) && in.i64(r.delta);
-      if (ok) r.keys = {a};
-      break;
+      if (r.keys.empty()) return Field::kKey;
+      return haveDelta_ ? Field::kDone : Field::kDelta;
     case Op::kCheck:
     case Op::kWait:
     case Op::kMultiGet:
-      ok = in.count(n);
-      for (std::uint64_t i = 0; ok && i < n; ++i) {
-        ok = in.string(a);
-        if (ok) r.keys.push_back(a);
-      }
-      break;
+      if (!haveCount_) return Field::kCount;
+      return r.keys.size() < count_ ? Field::kKey : Field::kDone;
     case Op::kMultiSet:
-      ok = in.count(n);
-      for (std::uint64_t i = 0; ok && i < n; ++i) {
-        ok = in.string(a) && in.string(b);
-        if (ok) r.keys.push_back(a), r.values.push_back(b);
-      }
-      break;
+      if (!haveCount_) return Field::kCount;
+      if (r.values.size() < r.keys.size()) return Field::kValue;
+      return r.keys.size() < count_ ? Field::kKey : Field::kDone;
     case Op::kGetNumKeys:
     case Op::kCancelWait:
     case Op::kListKeys:
-      break;
+      return Field::kDone;
   }
-  if (in.tooLarge()) {
-    error = fmt::format("a TCPStore request field is over the limit of {} bytes", maxBytes);
+  return Field::kDone;
+}
+
+Parse Decoder::feed(std::string_view in, std::size_t& consumed, Request& out, std::string& error) {
+  std::size_t pos = 0;
+  const auto fail = [&](std::string message) {
+    consumed = pos;
+    error = std::move(message);
     return Parse::kError;
+  };
+  for (;;) {
+    if (!haveOp_) {
+      if (pos == in.size()) break;
+      const auto code = static_cast<std::uint8_t>(in[pos]);
+      if (!opFor(dialect_, code, request_.op)) {
+        return fail(fmt::format("unknown TCPStore opcode {} ({} dialect)", code,
+                                dialect_ == Dialect::kV1 ? "1.13" : "2.x"));
+      }
+      ++pos;
+      haveOp_ = true;
+    }
+    const Field field = next();
+    pendingField_ = 0;
+    if (field == Field::kDone) {
+      consumed = pos;
+      out = std::move(request_);
+      reset();
+      return Parse::kRequest;
+    }
+    if (field == Field::kWord) {
+      if (!readFixed(in, pos, request_.word)) break;
+      haveWord_ = true;
+    } else if (field == Field::kDelta) {
+      if (!readFixed(in, pos, request_.delta)) break;
+      haveDelta_ = true;
+    } else if (field == Field::kCount) {
+      if (!readFixed(in, pos, count_)) break;
+      if (count_ > limits_.maxKeysPerRequest) {
+        return fail(fmt::format("a TCPStore request names {} keys, over the limit of {}", count_,
+                                limits_.maxKeysPerRequest));
+      }
+      haveCount_ = true;
+    } else {
+      // A length-prefixed string: checked before a byte of it is kept.
+      std::uint64_t size = 0;
+      std::size_t at = pos;
+      if (!readFixed(in, at, size)) break;
+      const bool key = field == Field::kKey;
+      const std::size_t limit = key ? limits_.maxKeyBytes : limits_.maxValueBytes;
+      if (size > limit) {
+        return fail(fmt::format("a TCPStore {} of {} bytes is over the limit of {} bytes",
+                                key ? "key" : "value", size, limit));
+      }
+      if (held_ + size + kFieldOverheadBytes > limits_.maxRequestBytes) {
+        return fail(fmt::format("a TCPStore request is over the limit of {} bytes",
+                                limits_.maxRequestBytes));
+      }
+      pendingField_ = sizeof(size) + size;
+      if (in.size() - at < size) break;
+      auto& list = key ? request_.keys : request_.values;
+      list.emplace_back(in.data() + at, size);
+      pos = at + size;
+      held_ += size + kFieldOverheadBytes;
+      pendingField_ = 0;
+    }
   }
-  if (!ok) return Parse::kNeedMore;
-  consumed = 1 + in.pos();
-  return Parse::kRequest;
+  consumed = pos;
+  return Parse::kNeedMore;
 }
 
 void putU8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }

@@ -51,11 +51,58 @@ struct Request {
 
 enum class Parse { kNeedMore, kRequest, kError };
 
-// Decodes one request from the front of `input`; on kRequest `consumed`
-// bytes belong to it. On kError, `error` says why (unknown opcode, a size
-// over `maxBytes`); the connection must then be closed.
-Parse decode(std::string_view input, Dialect dialect, std::size_t maxBytes, Request& request,
-             std::size_t& consumed, std::string& error);
+// What one request may hold. Checked as the fields arrive, before anything
+// is allocated for them.
+struct DecoderLimits {
+  std::size_t maxKeyBytes = 64 * 1024;
+  std::size_t maxValueBytes = 32 * 1024 * 1024;
+  std::size_t maxKeysPerRequest = 1 << 20;
+  // All of one request's fields together, with a per-field overhead.
+  std::size_t maxRequestBytes = 64 * 1024 * 1024;
+};
+
+// The bytes charged per key or value in a request beyond its text.
+inline constexpr std::size_t kFieldOverheadBytes = 32;
+
+// One connection's request parser. It is resumable: each complete field is
+// moved into the request under construction and its bytes are consumed at
+// once, so a request that arrives over many reads is parsed exactly once
+// (linear time) and the input only ever holds one partial field.
+//
+// Thread-safety: one connection's; not thread-safe.
+class Decoder {
+ public:
+  Decoder(Dialect dialect, DecoderLimits limits) : dialect_(dialect), limits_(limits) {}
+
+  // Parses from the front of `input`; `consumed` bytes of it were used
+  // (also on kNeedMore: drop them from the input). On kRequest `request`
+  // holds the next request and the decoder starts afresh. On kError
+  // `error` says why (unknown opcode, a field or request over the limits):
+  // close the connection.
+  Parse feed(std::string_view input, std::size_t& consumed, Request& request, std::string& error);
+
+  // Bytes held by the request under construction (fields + overheads).
+  std::size_t heldBytes() const { return held_; }
+  // The most input bytes the next field can need (its length prefix and
+  // text): how large the input buffer must be allowed to grow.
+  std::size_t pendingFieldBytes() const { return pendingField_; }
+
+ private:
+  enum class Field { kNone, kWord, kDelta, kCount, kKey, kValue, kDone };
+  Field next() const;
+  void reset();
+
+  Dialect dialect_;
+  DecoderLimits limits_;
+  bool haveOp_ = false;
+  Request request_;
+  bool haveWord_ = false;
+  bool haveDelta_ = false;
+  bool haveCount_ = false;
+  std::uint64_t count_ = 0;
+  std::size_t held_ = 0;
+  std::size_t pendingField_ = 0;
+};
 
 // Reply pieces.
 void putU8(std::string& out, std::uint8_t v);
