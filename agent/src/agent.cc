@@ -117,6 +117,9 @@ void Agent::Impl::startLocalStore() {
   options.name = "ddprun-agent-store";
   options.quiet = true;
   options.strict = config.strictStore;
+  // Only this node's processes reach 127.0.0.1: PyTorch 1.13's silent
+  // callback sockets from there may stay open.
+  options.trustedAddresses = {"127.0.0.1"};
   attemptStore = std::make_unique<AttemptStore>(options);
   attemptStore->fresh();  // binds now: a taken --master_port fails before any worker starts
   if (config.useAgentStore) {
@@ -143,7 +146,8 @@ void Agent::Impl::startRendezvous() {
         (r.localAddr.empty() ? r.endpointHost : r.localAddr).find(':') != std::string::npos;
     rendezvous::StoreServerOptions options;
     options.host = v6 ? "::" : "0.0.0.0";
-    options.token = r.token;
+    // Only PyTorch's TCPStore clients (which cannot send a token) use it,
+    // so it is open like torchrun's own store; the limits still hold.
     options.name = "ddprun-worker-store";
     options.quiet = true;
     attemptStore = std::make_unique<AttemptStore>(options);

@@ -101,11 +101,51 @@ TEST_F(TcpStoreDialectTest, V1AddInitMatchesTheCapturedBytes) {
   EXPECT_EQ(s.readExactly(8, 2s), u64(1));
 }
 
-TEST_F(TcpStoreDialectTest, SilentCallbackConnectionStaysOpen) {
-  RawSocket silent("127.0.0.1", server_->port());
+// A PyTorch 1.13 client's callback socket never speaks, and closing it
+// makes the client spin: it stays open from an address the server trusts
+// (configured, or one an authenticated client connects from) and on an
+// open store; from anyone else silence is a slowloris and is closed.
+TEST_F(TcpStoreDialectTest, SilentConnectionsStayOpenOnlyFromTrustedAddresses) {
   bool closed = false;
-  silent.readUntilClosed(600ms, closed);  // three times the handshake timeout
-  EXPECT_FALSE(closed);
+  {
+    RawSocket untrusted("127.0.0.1", server_->port());
+    untrusted.readUntilClosed(600ms, closed);  // three times the handshake timeout
+    EXPECT_TRUE(closed);
+  }
+  {
+    StoreClientOptions options;
+    options.port = server_->port();
+    options.token = "t";
+    StoreClient agent(options);  // authenticated from 127.0.0.1
+    agent.ping();
+    RawSocket callback("127.0.0.1", server_->port());
+    callback.readUntilClosed(600ms, closed);
+    EXPECT_FALSE(closed);
+  }
+  for (const bool open : {false, true}) {
+    server_.reset();
+    StoreServerOptions options;
+    options.token = open ? "" : "t";
+    options.trustedAddresses =
+        open ? std::vector<std::string>{} : std::vector<std::string>{"127.0.0.1"};
+    options.handshakeTimeout = 200ms;
+    server_ = std::make_unique<StoreServer>(options);
+    server_->start();
+    RawSocket callback("127.0.0.1", server_->port());
+    callback.readUntilClosed(600ms, closed);
+    EXPECT_FALSE(closed) << (open ? "open store" : "trusted address");
+  }
+}
+
+// Bytes that never make a request are not a callback socket: a partial
+// TCPStore request must complete within the handshake timeout, trusted or
+// not.
+TEST_F(TcpStoreDialectTest, APartialFirstRequestIsClosedAtTheHandshakeDeadline) {
+  RawSocket slow("127.0.0.1", server_->port());
+  slow.send(kValidate.substr(0, 3));
+  bool closed = false;
+  slow.readUntilClosed(600ms, closed);
+  EXPECT_TRUE(closed);
 }
 
 TEST_F(TcpStoreDialectTest, StrictServerRefusesTcpStoreClients) {

@@ -6,6 +6,7 @@
 // the port; the first line on stdout is always "listening on HOST:PORT".
 // The token comes from DDPRUN_TOKEN or --token-file, never from argv;
 // --open serves without one (as torchrun's store does), saying so once.
+#include <arpa/inet.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   bool open = false;
   double idleSeconds = 3600;
   double handshakeSeconds = 10;
+  double maxWaitSeconds = 7200;
   app.add_option("--host", options.host, "IP address to listen on")->capture_default_str();
   app.add_option("--port", options.port, "TCP port (0: pick a free port and print it)")
       ->check(CLI::Range(0, 65535))
@@ -60,25 +62,59 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", tokenFile,
                  "file holding the shared token (default: the DDPRUN_TOKEN variable)")
       ->check(CLI::ExistingFile);
+  app.add_option("--trusted-address", options.trustedAddresses,
+                 "an address whose silent connections (PyTorch 1.13's callback sockets) may stay "
+                 "open without a handshake; repeat for more (addresses with an authenticated "
+                 "client connected are trusted anyway)")
+      ->check(
+          [](const std::string& address) -> std::string {
+            unsigned char bytes[16];
+            return ::inet_pton(AF_INET, address.c_str(), bytes) == 1 ||
+                           ::inet_pton(AF_INET6, address.c_str(), bytes) == 1
+                       ? ""
+                       : "'" + address + "' is not an IP address (give e.g. 10.0.0.7)";
+          },
+          "IP address");
   app.add_flag("--open", open,
                "without DDPRUN_TOKEN or --token-file: serve every client unauthenticated, as "
                "torchrun's store does (for agents run without a token)");
+  // Every number has a range, so no duration overflows and none is zero
+  // where zero would mean a busy loop.
   app.add_option("--idle-timeout", idleSeconds,
                  "seconds before an idle connection is closed (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0.0, 30.0 * 86400))
       ->capture_default_str();
   app.add_option("--handshake-timeout", handshakeSeconds,
-                 "seconds a new connection has to authenticate")
-      ->check(CLI::PositiveNumber)
+                 "seconds a new connection has to prove itself (authenticate, or a first "
+                 "TCPStore request)")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app.add_option("--max-wait", maxWaitSeconds,
+                 "the longest any GET/WAIT lasts, whatever timeout the client asked for")
+      ->check(CLI::Range(1.0, 7.0 * 86400))
       ->capture_default_str();
   app.add_flag("--strict", options.strict,
                "refuse PyTorch TCPStore clients (they cannot send the token); by default they "
                "are served on the same port without authentication");
+  // A value must fit a reply frame (32-bit sizes) with room to spare.
   app.add_option("--max-value-bytes", options.limits.maxValueBytes, "largest value accepted")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
       ->capture_default_str();
-  app.add_option("--max-store-bytes", options.maxTotalBytes, "total bytes of keys and values held")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--max-store-bytes", options.maxTotalBytes,
+                 "total bytes held: keys, values (plus 64 bytes per key) and waiters")
+      ->check(CLI::Range(std::size_t{1} << 20, std::size_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-buffered-bytes", options.maxBufferedBytes,
+                 "total bytes all connections may buffer beyond the stored data (input, "
+                 "requests being received, replies, pending waits)")
+      ->check(CLI::Range(std::size_t{1} << 20, std::size_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-connections", options.maxConnections, "connections held at once")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--max-connections-per-address", options.maxConnectionsPerAddress,
+                 "connections held at once from one address")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24))
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -91,8 +127,10 @@ int main(int argc, char** argv) {
   options.idleTimeout = std::chrono::milliseconds(static_cast<std::int64_t>(idleSeconds * 1000));
   options.handshakeTimeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(handshakeSeconds * 1000));
+  options.maxWaitTime = std::chrono::milliseconds(static_cast<std::int64_t>(maxWaitSeconds * 1000));
   options.limits.maxFrameBytes =
       std::max(options.limits.maxFrameBytes, options.limits.maxValueBytes + 4096);
+  options.maxUnproven = std::min(options.maxUnproven, options.maxConnections);
 
   // Signals are taken synchronously by this thread; block them first so the
   // server's thread never receives them.

@@ -83,7 +83,7 @@ RendezvousManager::Rendezvous& RendezvousManager::getOrCreate(const protocol::Jo
     slot->minNodes = std::max<std::uint32_t>(1, j.minNodes);
     slot->maxNodes = std::max(slot->minNodes, j.maxNodes);
     slot->lastCallMs = j.lastCallMs;
-    DDPRUN_INFO("Rendezvous '{}' opened for {} to {} nodes.", j.rdzvId, slot->minNodes,
+    DDPRUN_INFO("Rendezvous '{}' opened for {} to {} nodes.", printable(j.rdzvId), slot->minNodes,
                 slot->maxNodes);
   }
   return *slot;
@@ -237,8 +237,9 @@ void RendezvousManager::complete(Rendezvous& r) {
   }
   r.running = true;
   r.expected.clear();
-  DDPRUN_INFO("Rendezvous '{}' round {} is complete: {} nodes, {} workers, master {}:{}.", r.id,
-              r.round, a.groupWorldSize, worldSize, a.masterAddr, a.masterPort);
+  DDPRUN_INFO("Rendezvous '{}' round {} is complete: {} nodes, {} workers, master {}:{}.",
+              printable(r.id), r.round, a.groupWorldSize, worldSize, printable(a.masterAddr),
+              a.masterPort);
   for (auto& [peer, answer] : answers)
     peer->answerJoin(answer.first, Status::kOk, answer.second, "");
 }
@@ -257,7 +258,8 @@ void RendezvousManager::endRound(Rendezvous& r, const std::string& reason,
     r.expected.insert(id);
     if (id != exceptNode) node.peer->pushEvent(event);
   }
-  DDPRUN_INFO("Rendezvous '{}' round {} ended: {}.", r.id, r.round, reason);
+  DDPRUN_INFO("Rendezvous '{}' round {} ended: {}.", printable(r.id), r.round,
+              printable(reason, 512));
 }
 
 void RendezvousManager::failJob(Rendezvous& r, std::int64_t exitCode, const std::string& report,
@@ -287,7 +289,7 @@ void RendezvousManager::failJob(Rendezvous& r, std::int64_t exitCode, const std:
   DDPRUN_WARN(
       "Rendezvous '{}' is closed: the job failed with exit code {} and no restarts "
       "left.",
-      r.id, exitCode);
+      printable(r.id), exitCode);
 }
 
 void RendezvousManager::dropJoiner(Rendezvous& r, const std::string& nodeId) {
@@ -309,7 +311,7 @@ Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
   r->expected.erase(report.nodeId);
   auto byPeer = byPeer_.find(&peer);
   if (byPeer != byPeer_.end()) byPeer->second.erase({report.rdzvId, report.nodeId});
-  DDPRUN_INFO("Node {} left rendezvous '{}'.", report.nodeId, report.rdzvId);
+  DDPRUN_INFO("Node {} left rendezvous '{}'.", printable(report.nodeId), printable(report.rdzvId));
   markFinishedIfEmpty(*r);
   return Status::kOk;
 }

@@ -2,13 +2,18 @@
 // the set of open sessions and counters. Lives on the server's loop thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <unordered_set>
 
+#include "ddprun/common/logging.h"
 #include "ddprun/rendezvous/store_server.h"
 #include "ddprun/rendezvous/store_state.h"
 #include "rendezvous_manager.h"
+#include "resource_budget.h"
 
 namespace ddprun::rendezvous {
 
@@ -25,10 +30,19 @@ struct ServerCounters {
 struct ServerContext {
   explicit ServerContext(StoreServerOptions opts)
       : options(std::move(opts)),
-        state(StoreLimits{options.maxTotalBytes, options.limits.maxValueBytes}) {}
+        state(StoreLimits{options.maxTotalBytes, options.limits.maxValueBytes}),
+        budget({options.maxBufferedBytes, options.maxConnections, options.maxConnectionsPerAddress,
+                options.maxUnproven}) {}
 
   const StoreServerOptions options;
   StoreState state;
+  ResourceBudget budget;
+  // One limiter per kind of line a flood of clients could repeat.
+  LogLimiter rejectedLog;
+  LogLimiter closedLog;
+  std::size_t unproven = 0;  // sessions still under the handshake deadline
+  // Addresses with an authenticated native connection open, and how many.
+  std::map<std::string, int> authenticatedAddresses;
   std::unordered_set<Session*> sessions;
   ServerCounters counters;
   // Owned by the server; null once it is being destroyed.
@@ -36,6 +50,15 @@ struct ServerContext {
 
   // Publishes the waiter count for stats() readers on other threads.
   void syncWaiters() { counters.waiters = state.numWaiters(); }
+
+  // May a silent connection from `address` stay open without proving itself
+  // (a PyTorch 1.13 callback socket)?
+  bool trusts(const std::string& address) const {
+    if (options.token.empty()) return true;  // open store: as torchrun's
+    const auto& trusted = options.trustedAddresses;
+    return authenticatedAddresses.contains(address) ||
+           std::find(trusted.begin(), trusted.end(), address) != trusted.end();
+  }
 };
 
 }  // namespace ddprun::rendezvous

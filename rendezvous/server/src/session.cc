@@ -29,6 +29,9 @@ constexpr std::size_t kMaxHandshakeFrame = 64 * 1024;
 // Stop reading from a client that does not read its replies.
 constexpr std::size_t kMaxBufferedOutput = 128 * 1024 * 1024;
 constexpr std::size_t kIdleInputCapacity = 64 * 1024;
+// What a pending native wait costs beyond its keys' text.
+constexpr std::size_t kPendingWaitBytes = 256;
+constexpr std::size_t kPendingKeyBytes = 64;
 
 Status toStatus(StoreResult result) {
   switch (result) {
@@ -64,6 +67,7 @@ Session::Session(asio::ip::tcp::socket socket, ServerContext& context)
     : socket_(std::move(socket)),
       context_(context),
       peer_("unknown peer"),
+      charge_(context.budget),
       started_(std::chrono::steady_clock::now()),
       lastActivity_(started_),
       watchdogTimer_(socket_.get_executor()),
@@ -77,6 +81,7 @@ Session::Session(asio::ip::tcp::socket socket, ServerContext& context)
   context_.sessions.insert(this);
   context_.counters.accepted++;
   context_.counters.active++;
+  context_.unproven++;
 }
 
 Session::~Session() { close(); }
@@ -104,10 +109,60 @@ asio::awaitable<void> Session::run() {
     }
     input_.commit(n);
     lastActivity_ = std::chrono::steady_clock::now();
-    if (!processInput()) break;
+    if (!bytesSeen_) {
+      bytesSeen_ = true;
+      if (!proven_) watchdogTimer_.cancel();  // a silent socket spoke: re-arm the deadline
+    }
+    try {
+      if (!processInput()) break;
+    } catch (const std::bad_alloc&) {
+      // Out of memory while handling this client's bytes: this connection
+      // goes, with everything it held; the others carry on.
+      warnLimited(context_.closedLog,
+                  fmt::format("Closing the connection of {}: out of memory while handling its "
+                              "request.",
+                              peer_));
+      close();
+      break;
+    }
     flush();
+    if (!updateCharge()) break;
   }
   if (!closing_) close();
+}
+
+void Session::markProven() {
+  if (proven_) return;
+  proven_ = true;
+  context_.unproven--;
+  watchdogTimer_.cancel();  // re-arm for the idle limit
+}
+
+bool Session::updateCharge() {
+  if (closed_) return false;
+  const std::size_t held = input_.capacity() + (tcpDecoder_ ? tcpDecoder_->heldBytes() : 0) +
+                           output_.capacity() + inFlight_.capacity() + waitBytes_;
+  if (charge_.resize(held)) return true;
+  warnLimited(context_.closedLog,
+              fmt::format("Closing the connection of {}: it holds {} bytes and the server's "
+                          "buffer budget of {} bytes is spent.",
+                          peer_, held, context_.options.maxBufferedBytes));
+  close();
+  return false;
+}
+
+bool Session::replyFits(std::size_t bytes) const {
+  return bytes <= context_.options.limits.maxFrameBytes && charge_.canGrow(bytes);
+}
+
+void Session::warnLimited(LogLimiter& limiter, const std::string& message) {
+  std::uint64_t suppressed = 0;
+  if (!limiter.allow(suppressed)) return;
+  if (suppressed > 0) {
+    DDPRUN_WARN("{} ({} more like it were not logged.)", message, suppressed);
+  } else {
+    DDPRUN_WARN("{}", message);
+  }
 }
 
 bool Session::detectDialect() {
@@ -150,7 +205,6 @@ bool Session::detectDialect() {
       tcpstore::DecoderLimits{limits.maxKeyBytes, limits.maxValueBytes, limits.maxKeysPerRequest,
                               limits.maxFrameBytes});
   authenticated_ = true;  // these dialects carry no token (see strict mode)
-  watchdogTimer_.cancel();
   DDPRUN_DEBUG("Client {} speaks TCPStore {}.", peer_,
                dialect_ == Dialect::kTcpStoreV1 ? "1.13" : "2.x");
   return true;
@@ -168,18 +222,21 @@ bool Session::processTcpStore() {
         if (input_.readable().empty()) input_.shrinkTo(kIdleInputCapacity);
         return true;
       case tcpstore::Parse::kError:
-        DDPRUN_WARN("Closing the TCPStore connection of {}: {}.", peer_, error);
+        warnLimited(context_.closedLog,
+                    fmt::format("Closing the TCPStore connection of {}: {}.", peer_, error));
         close();
         return false;
       case tcpstore::Parse::kRequest:
         break;
     }
+    markProven();
     context_.counters.requests++;
     if (tcpWait_) {
       // The client serialises its calls: a new request means the pending
       // wait was abandoned (1.13 times out silently) or is being cancelled.
       context_.state.removeWaiter(*tcpWait_);
       tcpWait_.reset();
+      tcpWaitTimer_.reset();
       context_.syncWaiters();
     }
     handleTcpStore(r);
@@ -195,10 +252,26 @@ void Session::handleTcpStore(tcpstore::Request& r) {
   // connection, so the client sees an error instead of a lost write.
   const auto refused = [&](StoreResult result) {
     if (result == StoreResult::kOk) return false;
-    DDPRUN_WARN("Closing the TCPStore connection of {}: a write was refused ({}).", peer_,
-                describe(result));
+    warnLimited(context_.closedLog,
+                fmt::format("Closing the TCPStore connection of {}: a write was refused ({}).",
+                            peer_, describe(result)));
     close();
     return true;
+  };
+  // Replies are sized before they are built: one too large for the frame
+  // limit or the server's budget closes the connection (no error reply).
+  const auto tooLarge = [&](std::size_t bytes) {
+    if (replyFits(bytes)) return false;
+    warnLimited(context_.closedLog,
+                fmt::format("Closing the TCPStore connection of {}: its reply would be {} "
+                            "bytes, over the frame limit or the server's buffer budget.",
+                            peer_, bytes));
+    close();
+    return true;
+  };
+  const auto valueBytes = [&](const std::string& key) {
+    const std::string* value = state.find(key);
+    return 8 + (value ? value->size() : 0);
   };
   switch (r.op) {
     case Op::kValidate:
@@ -221,6 +294,7 @@ void Session::handleTcpStore(tcpstore::Request& r) {
       break;
     }
     case Op::kGet: {
+      if (tooLarge(valueBytes(r.keys[0]))) return;
       const std::string* value = state.find(r.keys[0]);
       tcpstore::putString(out, value ? *value : std::string());
       break;
@@ -240,6 +314,7 @@ void Session::handleTcpStore(tcpstore::Request& r) {
           r.keys,
           [this] {
             tcpWait_.reset();
+            tcpWaitTimer_.reset();
             context_.syncWaiters();
             tcpstore::putU8(output_, tcpstore::kStopWaiting);
             flush();
@@ -249,6 +324,7 @@ void Session::handleTcpStore(tcpstore::Request& r) {
       if (waiter) {
         tcpWait_ = *waiter;
         context_.syncWaiters();
+        startTcpStoreWaitTimer();
       } else {
         tcpstore::putU8(out, tcpstore::kStopWaiting);
       }
@@ -265,21 +341,32 @@ void Session::handleTcpStore(tcpstore::Request& r) {
     case Op::kDeleteKey:
       tcpstore::putI64(out, state.deleteKey(r.keys[0]) ? 1 : 0);
       break;
-    case Op::kMultiGet:
+    case Op::kMultiGet: {
+      std::size_t bytes = 0;
+      for (const auto& key : r.keys) bytes += valueBytes(key);
+      if (tooLarge(bytes)) return;
       for (const auto& key : r.keys) {
         const std::string* value = state.find(key);
         tcpstore::putString(out, value ? *value : std::string());
       }
       break;
+    }
     case Op::kMultiSet:
       if (refused(state.multiSet(r.keys, r.values))) return;
       break;
-    case Op::kListKeys:
+    case Op::kListKeys: {
+      const std::vector<std::string> keys = state.keys();
+      std::size_t bytes = 8;
+      for (const auto& key : keys) bytes += 8 + key.size();
+      if (tooLarge(bytes)) return;
       tcpstore::putI64(out, state.numKeys());
-      for (const auto& key : state.keys()) tcpstore::putString(out, key);
+      for (const auto& key : keys) tcpstore::putString(out, key);
       break;
+    }
     case Op::kWatchKey:
-      DDPRUN_WARN("Closing the TCPStore connection of {}: WATCH_KEY is not supported.", peer_);
+      warnLimited(
+          context_.closedLog,
+          fmt::format("Closing the TCPStore connection of {}: WATCH_KEY is not supported.", peer_));
       close();
       return;
   }
@@ -312,8 +399,19 @@ bool Session::processInput() {
     switch (protocol::parseFrameHeader(data, maxFrame, header)) {
       case protocol::ParseResult::kNeedMore:
         if (data.size() >= protocol::kHeaderSize) {
+          const std::size_t frame = protocol::kHeaderSize + header.bodySize;
+          if (frame > input_.capacity() && !charge_.canGrow(frame - input_.capacity())) {
+            warnLimited(context_.closedLog,
+                        fmt::format("Closing the connection of {}: its frame of {} bytes does "
+                                    "not fit the server's buffer budget now.",
+                                    peer_, frame));
+            sendError(header.requestId, Status::kTooLarge,
+                      "the server's buffer budget is spent; retry later");
+            closeAfterFlush();
+            return false;
+          }
           std::size_t space = 0;
-          input_.writable(protocol::kHeaderSize + header.bodySize, space);
+          input_.writable(frame, space);
         }
         return true;
       case protocol::ParseResult::kTooLarge: {
@@ -322,7 +420,8 @@ bool Session::processInput() {
         if (!authenticated_) {
           reject(Status::kTooLarge, message);
         } else {
-          DDPRUN_WARN("Closing the connection of {}: {}.", peer_, message);
+          warnLimited(context_.closedLog,
+                      fmt::format("Closing the connection of {}: {}.", peer_, message));
           sendError(header.requestId, Status::kTooLarge, message);
           closeAfterFlush();
         }
@@ -384,12 +483,13 @@ void Session::handleHello(std::uint32_t id, const Request& request) {
     return;
   }
   authenticated_ = true;
-  watchdogTimer_.cancel();  // re-arm for the idle limit
+  context_.authenticatedAddresses[peerHost_]++;
+  markProven();
   Reply reply;
   reply.version = request.version;
   reply.values.push_back(context_.options.name);
   sendOk(id, Op::kHello, reply);
-  DDPRUN_DEBUG("Client {} ({}) connected.", request.keys.at(0), peer_);
+  DDPRUN_DEBUG("Client {} ({}) connected.", printable(request.keys.at(0)), peer_);
 }
 
 void Session::handleRequest(std::uint32_t id, Request& r) {
@@ -518,12 +618,21 @@ void Session::startWait(std::uint32_t id, Request& r) {
   PendingWait wait;
   wait.op = r.op;
   wait.keys = std::move(r.keys);
+  wait.bytes = kPendingWaitBytes;
+  for (const auto& key : wait.keys) wait.bytes += key.size() + kPendingKeyBytes;
+  if (!charge_.canGrow(wait.bytes)) {
+    sendError(id, Status::kStoreFull,
+              fmt::format("{} refused: the server's buffer budget of {} bytes is spent",
+                          protocol::opName(r.op), context_.options.maxBufferedBytes));
+    return;
+  }
   std::optional<StoreState::WaiterId> waiter;
   if (context_.state.addWaiter(
           wait.keys, [this, id] { completeWait(id); }, waiter) != StoreResult::kOk) {
     sendStatus(id, r.op, Status::kStoreFull, {});
     return;
   }
+  waitBytes_ += wait.bytes;
   if (!waiter) {
     waits_.emplace(id, std::move(wait));
     completeWait(id);
@@ -531,13 +640,16 @@ void Session::startWait(std::uint32_t id, Request& r) {
   }
   wait.waiter = *waiter;
   context_.syncWaiters();
-  if (r.timeoutMs != protocol::kNoTimeout) {
-    wait.timer = std::make_unique<asio::steady_timer>(socket_.get_executor(),
-                                                      std::chrono::milliseconds(r.timeoutMs));
-    wait.timer->async_wait([self = shared_from_this(), id](boost::system::error_code ec) {
-      if (!ec) self->timeoutWait(id);
-    });
-  }
+  // Every wait ends: "no timeout" and long timeouts stop at maxWaitTime.
+  const auto maxWait = context_.options.maxWaitTime;
+  const auto timeout =
+      r.timeoutMs == protocol::kNoTimeout
+          ? maxWait
+          : std::min<std::chrono::milliseconds>(maxWait, std::chrono::milliseconds(r.timeoutMs));
+  wait.timer = std::make_unique<asio::steady_timer>(socket_.get_executor(), timeout);
+  wait.timer->async_wait([self = shared_from_this(), id](boost::system::error_code ec) {
+    if (!ec) self->timeoutWait(id);
+  });
   waits_.emplace(id, std::move(wait));
 }
 
@@ -557,11 +669,29 @@ void Session::completeWait(std::uint32_t id) {
   }
   PendingWait wait = std::move(it->second);
   waits_.erase(it);
+  waitBytes_ -= wait.bytes;
   context_.syncWaiters();
   if (wait.timer) wait.timer->cancel();
   lastActivity_ = std::chrono::steady_clock::now();
   Reply reply;
   if (wait.op != Op::kWait) {
+    // Sized before it is built: a reply over the frame limit or the
+    // server's budget (say, one large key named a thousand times) is an
+    // error, never gigabytes of memory.
+    std::size_t bytes = protocol::kHeaderSize + 4;
+    for (const auto& key : wait.keys) {
+      const std::string* value = context_.state.find(key);
+      bytes += 4 + (value ? value->size() : 0);
+    }
+    if (!replyFits(bytes)) {
+      sendError(
+          id, Status::kTooLarge,
+          fmt::format("the {} reply would be {} bytes, over the frame limit of {} bytes or "
+                      "what the server can buffer now; ask for fewer keys at a time",
+                      protocol::opName(wait.op), bytes, context_.options.limits.maxFrameBytes));
+      flush();
+      return;
+    }
     for (const auto& key : wait.keys) {
       const std::string* value = context_.state.find(key);
       reply.values.push_back(value ? *value : std::string());
@@ -582,6 +712,7 @@ void Session::timeoutWait(std::uint32_t id) {
     missing += key;
   }
   const Op op = it->second.op;
+  waitBytes_ -= it->second.bytes;
   waits_.erase(it);
   context_.syncWaiters();
   sendError(id, Status::kTimeout,
@@ -623,7 +754,7 @@ void Session::sendError(std::uint32_t id, Status status, std::string_view messag
 
 void Session::reject(Status status, const std::string& reason) {
   context_.counters.rejected++;
-  DDPRUN_WARN("Rejected client {}: {}.", peer_, reason);
+  warnLimited(context_.rejectedLog, fmt::format("Rejected client {}: {}.", peer_, reason));
   // Only a ddprun client can read an error frame; anyone else is just closed.
   if (dialect_ == Dialect::kNative) sendError(0, status, reason);
   closeAfterFlush();
@@ -681,6 +812,7 @@ void Session::close(const std::string& reason) {
   if (context_.rendezvous != nullptr) context_.rendezvous->peerLost(*this, reason);
   if (tcpWait_) context_.state.removeWaiter(*tcpWait_);
   tcpWait_.reset();
+  tcpWaitTimer_.reset();
   for (auto& [id, wait] : waits_) {
     context_.state.removeWaiter(wait.waiter);
     if (wait.timer) wait.timer->cancel();
@@ -694,16 +826,47 @@ void Session::close(const std::string& reason) {
   drained_.cancel();
   context_.sessions.erase(this);
   context_.counters.active--;
+  if (!proven_) context_.unproven--;
+  if (authenticated_ && dialect_ == Dialect::kNative) {
+    auto it = context_.authenticatedAddresses.find(peerHost_);
+    if (it != context_.authenticatedAddresses.end() && --it->second == 0) {
+      context_.authenticatedAddresses.erase(it);
+    }
+  }
+  context_.budget.leave(peerHost_);
+  // Everything it held goes now, not when the last handler lets go.
+  input_.release();
+  if (!writing_) std::string().swap(inFlight_);
+  std::string().swap(output_);
+  waitBytes_ = 0;
+  charge_.resize(0);
+}
+
+void Session::startTcpStoreWaitTimer() {
+  tcpWaitTimer_ =
+      std::make_unique<asio::steady_timer>(socket_.get_executor(), context_.options.maxWaitTime);
+  tcpWaitTimer_->async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->closed_ || !self->tcpWait_) return;
+    self->warnLimited(self->context_.closedLog,
+                      fmt::format("Closing the TCPStore connection of {}: its WAIT passed the "
+                                  "server's longest wait of {} ms.",
+                                  self->peer_, self->context_.options.maxWaitTime.count()));
+    self->close();
+  });
 }
 
 asio::awaitable<void> Session::watchdog() {
   auto self = shared_from_this();
   const auto& options = context_.options;
   const auto deadline = [&] {
-    // A silent connection may be a 1.13 TCPStore client's callback socket,
-    // which must stay open; only strict servers and native clients that
-    // began their handshake get the handshake deadline.
-    if (!authenticated_ && (options.strict || dialect_ == Dialect::kNative)) {
+    if (!proven_) {
+      // A silent connection may be a 1.13 TCPStore client's callback
+      // socket, which must stay open (closing it makes the client spin):
+      // from an address the server trusts it may. Everything else proves
+      // itself within the handshake timeout.
+      if (!bytesSeen_ && !options.strict && context_.trusts(peerHost_)) {
+        return std::chrono::steady_clock::time_point::max();
+      }
       return started_ + options.handshakeTimeout;
     }
     auto when = std::chrono::steady_clock::time_point::max();
@@ -718,9 +881,12 @@ asio::awaitable<void> Session::watchdog() {
     if (closed_ || closing_) co_return;
     // Activity since the timer was armed moves the deadline: look again.
     if (std::chrono::steady_clock::now() < deadline()) continue;
-    if (!authenticated_) {
-      reject(Status::kBadRequest, fmt::format("it did not complete the handshake within {} ms",
-                                              options.handshakeTimeout.count()));
+    if (!proven_) {
+      reject(Status::kBadRequest,
+             fmt::format("it did not {} within {} ms",
+                         bytesSeen_ ? "complete the handshake (or a first request)"
+                                    : "send anything, and it is not from a trusted address",
+                         options.handshakeTimeout.count()));
       co_return;
     }
     if (keepAlive_.count() > 0) {

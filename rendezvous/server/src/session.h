@@ -7,7 +7,10 @@
 // write that completes them, or the timer, sends the reply. A watchdog timer
 // enforces the handshake deadline and the idle limit.
 //
-// Anything wrong with the peer's bytes closes this connection only.
+// Anything wrong with the peer's bytes closes this connection only. What the
+// connection buffers (input, a request being received, queued replies,
+// pending waits) is charged to the server's ResourceBudget after every step;
+// a reply that would pass it is refused before it is built.
 //
 // Thread-safety: lives on the server's loop thread only.
 // Ownership: shared_ptr; the read coroutine, timers and writes hold it.
@@ -49,12 +52,16 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
                   const protocol::Assignment& assignment, const std::string& message) override;
   const std::string& peerAddress() const override { return peerHost_; }
 
+  bool proven() const { return proven_; }
+  std::chrono::steady_clock::time_point started() const { return started_; }
+
  private:
   struct PendingWait {
     StoreState::WaiterId waiter = 0;
     protocol::Op op = protocol::Op::kWait;
     std::vector<std::string> keys;
     std::unique_ptr<boost::asio::steady_timer> timer;
+    std::size_t bytes = 0;  // charged to the session while it waits
   };
 
   // Tells a native client from a PyTorch TCPStore client by its first
@@ -85,6 +92,17 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
 
   boost::asio::awaitable<void> watchdog();
   std::size_t bufferedOutput() const { return output_.size() + inFlight_.size(); }
+  // The connection has shown it is a real client (authenticated, or a valid
+  // first TCPStore request).
+  void markProven();
+  // Resizes this connection's budget charge to what it holds; false (and
+  // the connection closed) when the server's budget is spent.
+  bool updateCharge();
+  // Whether a reply of `bytes` may be queued (frame limit and budget).
+  bool replyFits(std::size_t bytes) const;
+  // One warning for the server's log, limited per kind of event.
+  void warnLimited(LogLimiter& limiter, const std::string& message);
+  void startTcpStoreWaitTimer();
 
   boost::asio::ip::tcp::socket socket_;
   ServerContext& context_;
@@ -98,10 +116,15 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
   bool closed_ = false;
   bool preambleSeen_ = false;
   bool authenticated_ = false;
+  bool proven_ = false;
+  bool bytesSeen_ = false;
+  ResourceBudget::Charge charge_;
+  std::size_t waitBytes_ = 0;  // keys of pending waits, charged
   enum class Dialect { kUnknown, kNative, kTcpStoreV1, kTcpStoreV2 };
   Dialect dialect_ = Dialect::kUnknown;
-  std::optional<tcpstore::Decoder> tcpDecoder_;  // TCPStore dialects only
-  std::optional<StoreState::WaiterId> tcpWait_;  // a TCPStore WAIT in progress
+  std::optional<tcpstore::Decoder> tcpDecoder_;              // TCPStore dialects only
+  std::optional<StoreState::WaiterId> tcpWait_;              // a TCPStore WAIT in progress
+  std::unique_ptr<boost::asio::steady_timer> tcpWaitTimer_;  // ends it at maxWaitTime
   std::unordered_map<std::uint32_t, PendingWait> waits_;
   std::size_t pendingJoins_ = 0;
   // Heartbeat limit of a rendezvous member: silence this long means dead.

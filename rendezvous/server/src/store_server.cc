@@ -82,18 +82,72 @@ struct StoreServer::Impl {
   std::atomic<bool> stopped{false};
 };
 
+namespace {
+
+// Closes the connection that has waited longest without proving itself, so
+// that a flood of idle or half-open connections cannot starve real clients.
+// Returns false when every connection has proven itself.
+bool shedOldestUnproven(ServerContext& context, const char* why) {
+  Session* oldest = nullptr;
+  for (Session* session : context.sessions) {
+    if (!session->proven() && (oldest == nullptr || session->started() < oldest->started())) {
+      oldest = session;
+    }
+  }
+  if (oldest == nullptr) return false;
+  std::uint64_t suppressed = 0;
+  if (context.rejectedLog.allow(suppressed)) {
+    DDPRUN_WARN("Closing the connection of {}, which has not proven itself, to make room ({}).{}",
+                oldest->peerAddress(), why,
+                suppressed > 0 ? fmt::format(" ({} more like it were not logged.)", suppressed)
+                               : std::string());
+  }
+  oldest->close("the server made room for other clients");
+  return true;
+}
+
+}  // namespace
+
 asio::awaitable<void> StoreServer::Impl::listen() {
   constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
   while (!stopped) {
     auto [ec, socket] = co_await acceptor.async_accept(kAwait);
     if (ec) {
       if (ec == asio::error::operation_aborted || stopped) co_return;
-      // Out of descriptors (EMFILE/ENFILE) or a transient error: back off a
-      // little instead of spinning on a listener that stays readable.
-      DDPRUN_WARN("The store server could not accept a connection: {}.", ec.message());
+      if ((ec == asio::error::no_descriptors || ec.value() == ENFILE) &&
+          shedOldestUnproven(context, "out of file descriptors")) {
+        continue;  // a descriptor is free again: accept at once
+      }
+      // Out of descriptors with nothing to shed, or a transient error: back
+      // off a little instead of spinning on a listener that stays readable.
+      std::uint64_t suppressed = 0;
+      if (context.rejectedLog.allow(suppressed)) {
+        DDPRUN_WARN("The store server could not accept a connection: {}.", ec.message());
+      }
       retryTimer.expires_after(std::chrono::milliseconds(50));
       co_await retryTimer.async_wait(kAwait);
       continue;
+    }
+    boost::system::error_code ignored;
+    const auto remote = socket.remote_endpoint(ignored);
+    const std::string address = ignored ? std::string() : remote.address().to_string();
+    if (!context.budget.admit(address)) {
+      context.counters.rejected++;
+      std::uint64_t suppressed = 0;
+      if (context.rejectedLog.allow(suppressed)) {
+        DDPRUN_WARN(
+            "Refused a connection from {}: the server holds {} connections (limit {}), at most "
+            "{} from one address.{}",
+            address, context.budget.connections(), context.options.maxConnections,
+            context.options.maxConnectionsPerAddress,
+            suppressed > 0 ? fmt::format(" ({} more like it were not logged.)", suppressed)
+                           : std::string());
+      }
+      socket.close(ignored);
+      continue;
+    }
+    if (context.unproven >= context.options.maxUnproven) {
+      shedOldestUnproven(context, "too many connections have not proven themselves");
     }
     configureAccepted(socket, context.options);
     auto session = std::make_shared<Session>(std::move(socket), context);

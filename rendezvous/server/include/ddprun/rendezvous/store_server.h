@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddprun/rendezvous/protocol.h"
 
@@ -43,9 +44,28 @@ struct StoreServerOptions {
   // store is an implementation detail; the daemon's is not).
   bool quiet = false;
   protocol::Limits limits;
-  std::size_t maxTotalBytes = std::size_t{4} << 30;  // keys + values held
-  // A connection must complete its handshake within this time.
+  // Keys, values (plus a fixed overhead per key) and waiters held.
+  std::size_t maxTotalBytes = std::size_t{4} << 30;
+  // Everything the connections together may buffer beyond the stored data:
+  // input, requests being received, queued replies, pending waits. A reply
+  // that would pass it is refused (an error, or a closed TCPStore
+  // connection) instead of built.
+  std::size_t maxBufferedBytes = std::size_t{512} << 20;
+  std::size_t maxConnections = 65536;
+  std::size_t maxConnectionsPerAddress = 4096;
+  // Connections that have not proven themselves yet (no valid handshake or
+  // first request); beyond this the oldest of them is closed.
+  std::size_t maxUnproven = 1024;
+  // A connection must prove itself within this time: a native client by
+  // authenticating, a TCPStore client by a valid first request. A silent
+  // connection (PyTorch 1.13's callback socket) may stay open only when the
+  // store is open (no token) or it comes from a trusted address or one from
+  // which an authenticated client is connected.
   std::chrono::milliseconds handshakeTimeout{std::chrono::seconds(10)};
+  std::vector<std::string> trustedAddresses;
+  // The longest any wait lasts (GET/WAIT/MULTI_GET of both dialects); a
+  // native wait then times out, a TCPStore connection is closed.
+  std::chrono::milliseconds maxWaitTime{std::chrono::hours(2)};
   // An authenticated connection with no traffic and no pending request for
   // this long is told goodbye and closed (the client reconnects on its next
   // call). Zero disables the limit.

@@ -5,6 +5,7 @@
 // Thread-safety: none; owned by one session.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string_view>
@@ -31,7 +32,7 @@ class InputBuffer {
       if (capacity_ >= want) {
         std::memmove(data_.get(), data_.get() + begin_, size);
       } else {
-        std::size_t grown = capacity_ * 2;
+        std::size_t grown = std::max<std::size_t>(capacity_ * 2, 4096);
         while (grown < want) grown *= 2;
         std::unique_ptr<char[]> bigger(new char[grown]);
         std::memcpy(bigger.get(), data_.get() + begin_, size);
@@ -45,6 +46,13 @@ class InputBuffer {
     return data_.get() + end_;
   }
   void commit(std::size_t n) { end_ += n; }
+  std::size_t capacity() const { return capacity_; }
+
+  // Frees the memory (a closed connection's buffer).
+  void release() {
+    data_.reset();
+    capacity_ = begin_ = end_ = 0;
+  }
 
   // Returns memory after a large frame has been consumed.
   void shrinkTo(std::size_t capacity) {
