@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "daemon_process.h"
 #include "ddprun/common/error.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "raw_socket.h"
@@ -24,42 +25,9 @@ using rendezvous::StoreClientOptions;
 using test_support::ChildProcess;
 using test_support::RawSocket;
 
-constexpr char kToken[] = "integration-secret";
-const std::string kDaemon = std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous";
-
-// A running daemon on a free port.
-class Daemon {
- public:
-  explicit Daemon(std::vector<std::string> extraArgs = {},
-                  std::map<std::string, std::string> env = {{"DDPRUN_TOKEN", kToken}}) {
-    std::vector<std::string> argv = {kDaemon, "--host", "127.0.0.1", "--port", "0"};
-    argv.insert(argv.end(), extraArgs.begin(), extraArgs.end());
-    process_ = std::make_unique<ChildProcess>(argv, env);
-    const auto line = process_->readStdoutLine(10s);
-    if (!line || line->rfind("listening on 127.0.0.1:", 0) != 0) {
-      throw std::runtime_error("the daemon did not print its address: " + line.value_or("") +
-                               process_->stderrText());
-    }
-    port_ = static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
-  }
-
-  std::uint16_t port() const { return port_; }
-  ChildProcess& process() { return *process_; }
-
-  StoreClientOptions clientOptions(const std::string& name = "test") const {
-    StoreClientOptions options;
-    options.port = port_;
-    options.token = kToken;
-    options.name = name;
-    options.connectTimeout = 10s;
-    options.requestTimeout = 10s;
-    return options;
-  }
-
- private:
-  std::unique_ptr<ChildProcess> process_;
-  std::uint16_t port_ = 0;
-};
+using test_support::Daemon;
+using test_support::kDaemon;
+using test_support::kToken;
 
 TEST(Daemon, PrintsItsAddressFirstAndServes) {
   Daemon daemon;

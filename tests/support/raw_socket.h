@@ -23,8 +23,19 @@ namespace protocol = ::ddprun::rendezvous::protocol;
 
 class RawSocket {
  public:
-  RawSocket(const std::string& host, std::uint16_t port) {
+  // Connects to host:port; from `source` (an address of this machine, e.g.
+  // 127.0.0.2 to act as another host) when given.
+  RawSocket(const std::string& host, std::uint16_t port, const std::string& source = "") {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (!source.empty()) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+        ::close(fd_);
+        throw std::runtime_error("RawSocket: cannot bind the source address " + source);
+      }
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);

@@ -151,8 +151,10 @@ bool Session::updateCharge() {
   return false;
 }
 
-bool Session::replyFits(std::size_t bytes) const {
-  return bytes <= context_.options.limits.maxFrameBytes && charge_.canGrow(bytes);
+bool Session::reserveReply(std::size_t bytes) {
+  // Reserved at once, so a batch of pipelined requests cannot each see the
+  // budget as it was before the others' replies.
+  return bytes <= context_.options.limits.maxFrameBytes && charge_.resize(charge_.bytes() + bytes);
 }
 
 void Session::warnLimited(LogLimiter& limiter, const std::string& message) {
@@ -261,7 +263,7 @@ void Session::handleTcpStore(tcpstore::Request& r) {
   // Replies are sized before they are built: one too large for the frame
   // limit or the server's budget closes the connection (no error reply).
   const auto tooLarge = [&](std::size_t bytes) {
-    if (replyFits(bytes)) return false;
+    if (reserveReply(bytes)) return false;
     warnLimited(context_.closedLog,
                 fmt::format("Closing the TCPStore connection of {}: its reply would be {} "
                             "bytes, over the frame limit or the server's buffer budget.",
@@ -683,7 +685,7 @@ void Session::completeWait(std::uint32_t id) {
       const std::string* value = context_.state.find(key);
       bytes += 4 + (value ? value->size() : 0);
     }
-    if (!replyFits(bytes)) {
+    if (!reserveReply(bytes)) {
       sendError(
           id, Status::kTooLarge,
           fmt::format("the {} reply would be {} bytes, over the frame limit of {} bytes or "
@@ -883,10 +885,12 @@ asio::awaitable<void> Session::watchdog() {
     if (std::chrono::steady_clock::now() < deadline()) continue;
     if (!proven_) {
       reject(Status::kBadRequest,
-             fmt::format("it did not {} within {} ms",
-                         bytesSeen_ ? "complete the handshake (or a first request)"
-                                    : "send anything, and it is not from a trusted address",
-                         options.handshakeTimeout.count()));
+             bytesSeen_ ? fmt::format("it did not complete the handshake (or a first request) "
+                                      "within {} ms",
+                                      options.handshakeTimeout.count())
+                        : fmt::format("it sent nothing within {} ms and is not from a trusted "
+                                      "address",
+                                      options.handshakeTimeout.count()));
       co_return;
     }
     if (keepAlive_.count() > 0) {

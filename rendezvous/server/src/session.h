@@ -98,8 +98,9 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
   // Resizes this connection's budget charge to what it holds; false (and
   // the connection closed) when the server's budget is spent.
   bool updateCharge();
-  // Whether a reply of `bytes` may be queued (frame limit and budget).
-  bool replyFits(std::size_t bytes) const;
+  // Reserves budget for a reply of `bytes`; false when it passes the frame
+  // limit or the server's budget (then it must not be built).
+  bool reserveReply(std::size_t bytes);
   // One warning for the server's log, limited per kind of event.
   void warnLimited(LogLimiter& limiter, const std::string& message);
   void startTcpStoreWaitTimer();
