@@ -247,12 +247,13 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
   if (multiNode()) {
     id.storeHost = config.rendezvous.endpointHost;
     id.storePort = config.rendezvous.endpointPort;
-    id.token = config.rendezvous.token;
+    // Never the agents' token: a credential for this job's keys only.
+    id.token = workerCredential(config.rendezvous.token, config.runId);
     id.storePrefix = fmt::format("{}/round_{}/", config.runId, assignment.round);
   } else {
     id.storeHost = "127.0.0.1";
     id.storePort = attemptStore->port();
-    id.token = token;
+    id.token = workerCredential(token, config.runId);
     id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt);
   }
   id.errorFile = errorFile;

@@ -195,6 +195,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
       static_cast<std::uint32_t>(rdzv_.keepAliveInterval.count() * rdzv_.keepAliveMaxAttempts);
   request.address = rdzv_.localAddr;
   request.masterPort = masterPort_;
+  request.maxRestarts = config_.maxRestarts;
   joiner_ = std::thread([this, request, done = std::move(done)] {
     JoinResult result;
     bool connected = false;

@@ -1,5 +1,8 @@
 #include "ddprun/common/secret.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -51,6 +54,40 @@ std::string randomToken() {
   std::string token;
   for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", device());
   return token;
+}
+
+namespace {
+
+constexpr std::string_view kWorkerPrefix = "worker:";
+
+std::string hmacHex(std::string_view key, std::string_view message) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  ::HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+         reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &length);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+}  // namespace
+
+std::string workerCredential(std::string_view token, std::string_view job) {
+  if (token.empty()) return "";
+  return std::string(kWorkerPrefix) + std::string(job) + ":" + hmacHex(token, job);
+}
+
+std::optional<std::string> workerCredentialJob(std::string_view credential,
+                                               std::string_view token) {
+  if (token.empty() || credential.substr(0, kWorkerPrefix.size()) != kWorkerPrefix) {
+    return std::nullopt;
+  }
+  const std::string_view rest = credential.substr(kWorkerPrefix.size());
+  const std::size_t colon = rest.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  const std::string_view job = rest.substr(0, colon);
+  if (!constantTimeEquals(rest.substr(colon + 1), hmacHex(token, job))) return std::nullopt;
+  return std::string(job);
 }
 
 }  // namespace ddprun

@@ -40,3 +40,32 @@ TEST(RandomToken, IsLongAndFresh) {
 
 }  // namespace
 }  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+TEST(WorkerCredential, NamesItsJobAndOnlyTheTokenMakesIt) {
+  const std::string credential = workerCredential("agents-token", "job7");
+  EXPECT_EQ(credential.rfind("worker:job7:", 0), 0u);
+  EXPECT_EQ(credential.find("agents-token"), std::string::npos);
+  EXPECT_EQ(workerCredentialJob(credential, "agents-token"), "job7");
+  EXPECT_EQ(workerCredentialJob(credential, "another-token"), std::nullopt);
+  // Another job's name on this job's MAC, a cut MAC, garbage: refused.
+  std::string forged = credential;
+  forged.replace(7, 4, "job8");
+  EXPECT_EQ(workerCredentialJob(forged, "agents-token"), std::nullopt);
+  EXPECT_EQ(workerCredentialJob(credential.substr(0, credential.size() - 1), "agents-token"),
+            std::nullopt);
+  EXPECT_EQ(workerCredentialJob("worker:", "agents-token"), std::nullopt);
+  EXPECT_EQ(workerCredentialJob("agents-token", "agents-token"), std::nullopt);
+  // Job names may hold colons.
+  EXPECT_EQ(workerCredentialJob(workerCredential("t", "a:b"), "t"), "a:b");
+}
+
+TEST(WorkerCredential, AnOpenStoreHasNone) {
+  EXPECT_EQ(workerCredential("", "job"), "");
+  EXPECT_EQ(workerCredentialJob("", ""), std::nullopt);
+}
+
+}  // namespace
+}  // namespace ddprun

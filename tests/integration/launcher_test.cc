@@ -41,6 +41,7 @@ TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
               "$TORCHELASTIC_MAX_RESTARTS $TORCHELASTIC_RUN_ID $TORCHELASTIC_USE_AGENT_STORE "
               "$OMP_NUM_THREADS $TORCH_NCCL_ASYNC_ERROR_HANDLING $DDPRUN_STORE_HOST "
               "$DDPRUN_STORE_PREFIX; echo PORTS $MASTER_PORT $DDPRUN_STORE_PORT ${#DDPRUN_TOKEN}; "
+              "echo CRED ${DDPRUN_TOKEN%:*}; "
               "echo ERRFILE $TORCHELASTIC_ERROR_FILE")),
       {{"OMP_NUM_THREADS", ""}});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -58,8 +59,10 @@ TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
     in >> master >> store >> tokenLength;
     EXPECT_GT(master, 0);
     EXPECT_EQ(master, store);  // workers' TCPStore clients use the agent's store
-    EXPECT_EQ(tokenLength, 32);
+    EXPECT_EQ(tokenLength, std::string("worker:envjob:").size() + 64);  // HMAC-SHA256 in hex
   }
+  // Workers hold a credential for their job's keys, never the agent's token.
+  for (const auto& credential : linesWith(r.out, "CRED ")) EXPECT_EQ(credential, "worker:envjob");
   std::set<std::string> errorFiles;
   for (const auto& file : linesWith(r.out, "ERRFILE ")) errorFiles.insert(file);
   EXPECT_EQ(errorFiles.size(), 3u);

@@ -262,6 +262,52 @@ TEST(MultiNode, EveryNodePointsAtTheStandaloneDaemon) {
   EXPECT_EQ(daemon.wait(10s), 0);
 }
 
+// docs/security.md on a real two-node job with a token: a worker (holding
+// only its credential) tries to end the job; TCPStore clients (no token)
+// from a member address and from a foreign one overwrite and delete what
+// they can reach and set the control key that used to end a job. The job
+// finishes with exit 0 on both nodes.
+TEST(MultiNode, AttacksFromWorkersAndTcpStoreClientsCannotEndTheJob) {
+  const std::uint16_t port = freePort();
+  const std::string attacker =
+      std::string(DDPRUN_SOURCE_DIR) + "/tests/integration/scripts/store_attacker.py";
+  std::vector<Node> nodes;
+  for (int r = 0; r < 2; ++r) {
+    nodes.push_back(startNode(
+        {"--nnodes=2", fmt::format("--node_rank={}", r), "--master_addr=127.0.0.1",
+         fmt::format("--master_port={}", port), "--nproc_per_node=2", "--rdzv_id=job",
+         fmt::format("--local_addr=127.0.0.{}", r + 1), "--log_prefix=", "--max_restarts=0"},
+        "if [ $RANK = 0 ]; then /usr/bin/python3 " + attacker +
+            " native $DDPRUN_STORE_HOST $DDPRUN_STORE_PORT \"$DDPRUN_TOKEN\" job; fi; "
+            "echo ready $RANK; sleep 3; echo done $RANK"));
+  }
+  ASSERT_TRUE(nodes[0].waitFor("ready 0")) << nodes[0].err;
+  for (const char* source : {"127.0.0.1", "127.0.0.9"}) {
+    ChildProcess tcp({"/usr/bin/python3", attacker, "tcpstore", "127.0.0.1", std::to_string(port),
+                      source, "job"});
+    ASSERT_EQ(tcp.wait(20s), 0) << tcp.stderrText();
+    const std::string seen = tcp.stdoutText();
+    if (std::string(source) == "127.0.0.9") {
+      EXPECT_EQ(seen.rfind("closed", 0), 0u) << "a foreign TCPStore client is refused: " << seen;
+    } else {
+      EXPECT_EQ(seen.substr(0, seen.find('\n')).find("control"), std::string::npos)
+          << "control keys are not listed: " << seen;
+      EXPECT_NE(seen.find("after control key closed"), std::string::npos) << seen;
+    }
+  }
+  for (auto& node : nodes) EXPECT_EQ(node.finish(), 0) << node.err;
+  const std::string& out = nodes[0].out;
+  for (const char* line :
+       {"hello 0", "report_failure 2", "leave 2", "set_control 2", "set_other_job 2"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << " in\n" << out;
+  }
+  EXPECT_EQ(out.find("report_failure 0"), std::string::npos) << out;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(nodes[rank / 2].out.find(fmt::format("done {}", rank)), std::string::npos)
+        << nodes[rank / 2].out;
+  }
+}
+
 TEST(MultiNode, AnOpenDaemonServesNodesWithoutAToken) {
   // Without a token the daemon refuses to start unless told --open.
   ChildProcess refused({kBinDir + "/ddprun-rendezvous", "--port", "0"}, {{"DDPRUN_TOKEN", ""}});

@@ -31,8 +31,10 @@ def client(port, timeout=10.0):
 
 def main():
     env = dict(os.environ, DDPRUN_TOKEN="python-test")
+    # With a token, TCPStore clients (which carry none) are served only from
+    # trusted addresses or those where an agent joined: this host is trusted.
     daemon = subprocess.Popen([os.path.join(BIN, "ddprun-rendezvous"), "--host", "127.0.0.1",
-                               "--port", "0"], env=env, stdout=subprocess.PIPE,
+                               "--port", "0", "--trusted-address", "127.0.0.1"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
         line = daemon.stdout.readline().strip()

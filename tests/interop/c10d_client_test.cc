@@ -21,7 +21,7 @@ class C10dClientTest : public ::testing::Test {
   void SetUp() override {
     daemon_ = std::make_unique<test_support::ChildProcess>(
         std::vector<std::string>{std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous", "--host",
-                                 "127.0.0.1", "--port", "0"},
+                                 "127.0.0.1", "--port", "0", "--trusted-address", "127.0.0.1"},
         std::map<std::string, std::string>{{"DDPRUN_TOKEN", "c10d-test"}});
     const auto line = daemon_->readStdoutLine(10s);
     ASSERT_TRUE(line);

@@ -45,6 +45,7 @@ class RendezvousTest : public ::testing::Test {
     j.lastCallMs = 200;
     j.address = "10.0.0." + node.substr(node.size() - 1);
     j.masterPort = 20000 + static_cast<std::uint32_t>(node.back());
+    j.maxRestarts = 1;
     return j;
   }
 
@@ -308,6 +309,36 @@ TEST_F(RendezvousTest, JobWideRestartBudget) {
     EXPECT_EQ(e.exitCode(), 7);
     EXPECT_EQ(e.report(), "rank 3 exited with code 7");
   }
+}
+
+// A connection acts only for the node it joined as, and the budget is the
+// one the job was created with: neither a stranger's report for a real node,
+// a report for a node that does not exist, nor a report asking for more
+// restarts can end (or prolong) the job.
+TEST_F(RendezvousTest, OnlyTheJoinedNodeReportsAndTheBudgetIsFixed) {
+  auto a = client("a"), b = client("b"), stranger = client("stranger");
+  auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2), 10s); });
+  const Assignment rb = b->join(request("node2", 2, 2), 10s);
+  fa.get();
+  protocol::NodeReport forged{"job", "node1", rb.round, 1000, 9, "forged"};
+  EXPECT_THROW(stranger->reportFailure(forged), Error);
+  forged.nodeId = "node-that-does-not-exist";
+  EXPECT_THROW(stranger->reportFailure(forged), Error);
+  EXPECT_THROW(b->reportFailure(forged), Error);  // b joined as node2 only
+  EXPECT_THROW(stranger->leave({"job", "node1", rb.round, 0, 0, ""}), Error);
+  EXPECT_FALSE(a->waitEvent(300ms)) << "the round must still run";
+  // A node asking for another budget cannot join.
+  auto greedy = request("node3", 2, 2);
+  greedy.maxRestarts = 1000;
+  EXPECT_THROW(client("c")->join(greedy, 2s), Error);
+  // node2's own report spends the job's budget of 1, whatever it asks for.
+  protocol::NodeReport real{"job", "node2", rb.round, 1000, 7, "rank 3 failed"};
+  EXPECT_EQ(b->reportFailure(real).restarts, 1);
+  auto fa2 = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2), 10s); });
+  const Assignment rb2 = b->join(request("node2", 2, 2), 10s);
+  fa2.get();
+  real.round = rb2.round;
+  EXPECT_FALSE(b->reportFailure(real).restartAllowed);
 }
 
 TEST_F(RendezvousTest, LeavingDoesNotEndTheRound) {

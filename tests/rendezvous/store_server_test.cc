@@ -12,6 +12,7 @@
 #include <boost/asio/write.hpp>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/secret.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "raw_socket.h"
 
@@ -451,6 +452,53 @@ TEST_F(StoreServerTest, PrefixStoreIsolatesKeySpaces) {
   EXPECT_EQ(a.get("rank", 1s), "old");
   EXPECT_EQ(c->get("attempt_1/rank", 1s), "new");
   EXPECT_EQ(b.multiGet({"rank"}, 1s).at(0), "new");
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Workers hold a credential derived from the agents' token: key-value
+// operations under their job's prefix only; never the control keys, other
+// jobs' keys or the rendezvous.
+TEST(WorkerCredentialOnTheServer, ReachesOnlyItsJobsKeys) {
+  StoreServerOptions serverOptions;
+  serverOptions.token = "agents-token";
+  StoreServer server(serverOptions);
+  server.start();
+  StoreClientOptions options;
+  options.port = server.port();
+  options.token = "agents-token";
+  StoreClient agent(options);
+  agent.set("jobB/secret", "b");
+  agent.set("__ddprun/rendezvous/jobA/finished", "0");
+  options.token = workerCredential("agents-token", "jobA");
+  StoreClient worker(options);
+  worker.set("jobA/attempt_0/rank_0", "addr");
+  EXPECT_EQ(worker.get("jobA/attempt_0/rank_0", 1s), "addr");
+  EXPECT_EQ(worker.add("jobA/counter", 2), 2);
+  EXPECT_THROW(worker.set("jobB/secret", "overwritten"), AuthError);
+  EXPECT_THROW(worker.get("jobB/secret", 1s), AuthError);
+  EXPECT_THROW(worker.deleteKey("jobB/secret"), AuthError);
+  EXPECT_THROW(worker.set("jobA", "no slash: not under the prefix"), AuthError);
+  EXPECT_THROW(worker.set("__ddprun/rendezvous/jobA/finished", "1"), AuthError);
+  EXPECT_THROW(worker.multiSet({{"jobA/ok", "1"}, {"jobB/no", "1"}}), AuthError);
+  EXPECT_FALSE(agent.check({"jobA/ok"}));  // all or nothing
+  protocol::JoinRequest join;
+  join.rdzvId = "jobA";
+  join.nodeId = "fake-node";
+  EXPECT_THROW(worker.join(join, 1s), AuthError);
+  protocol::NodeReport report{"jobA", "node", 1, 5, 9, "forged"};
+  EXPECT_THROW(worker.reportFailure(report), AuthError);
+  EXPECT_EQ(agent.get("jobB/secret", 1s), "b");
+  EXPECT_EQ(agent.get("__ddprun/rendezvous/jobA/finished", 1s), "0");
+  // A credential for another store's token is refused at the handshake.
+  options.token = workerCredential("another-token", "jobA");
+  EXPECT_THROW(StoreClient{options}, AuthError);
 }
 
 }  // namespace

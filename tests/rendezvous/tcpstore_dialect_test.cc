@@ -29,6 +29,7 @@ class TcpStoreDialectTest : public ::testing::Test {
     StoreServerOptions options;
     options.token = "t";
     options.strict = strict;
+    options.trustedAddresses = {"127.0.0.1"};  // TCPStore clients from here are served
     options.handshakeTimeout = 200ms;
     server_ = std::make_unique<StoreServer>(options);
     server_->start();
@@ -106,31 +107,48 @@ TEST_F(TcpStoreDialectTest, V1AddInitMatchesTheCapturedBytes) {
 // (configured, or one an authenticated client connects from) and on an
 // open store; from anyone else silence is a slowloris and is closed.
 TEST_F(TcpStoreDialectTest, SilentConnectionsStayOpenOnlyFromTrustedAddresses) {
-  bool closed = false;
-  {
-    RawSocket untrusted("127.0.0.1", server_->port());
-    untrusted.readUntilClosed(600ms, closed);  // three times the handshake timeout
-    EXPECT_TRUE(closed);
-  }
-  {
-    StoreClientOptions options;
-    options.port = server_->port();
-    options.token = "t";
-    StoreClient agent(options);  // authenticated from 127.0.0.1
-    agent.ping();
-    RawSocket callback("127.0.0.1", server_->port());
-    callback.readUntilClosed(600ms, closed);
-    EXPECT_FALSE(closed);
-  }
-  for (const bool open : {false, true}) {
+  const auto restart = [this](std::string token, std::vector<std::string> trusted) {
     server_.reset();
     StoreServerOptions options;
-    options.token = open ? "" : "t";
-    options.trustedAddresses =
-        open ? std::vector<std::string>{} : std::vector<std::string>{"127.0.0.1"};
+    options.token = std::move(token);
+    options.trustedAddresses = std::move(trusted);
     options.handshakeTimeout = 200ms;
     server_ = std::make_unique<StoreServer>(options);
     server_->start();
+  };
+  bool closed = false;
+  restart("t", {});
+  {
+    // Nobody has joined from 127.0.0.1 yet: silence is a slowloris, and a
+    // TCPStore request is refused.
+    RawSocket untrusted("127.0.0.1", server_->port());
+    untrusted.readUntilClosed(600ms, closed);  // three times the handshake timeout
+    EXPECT_TRUE(closed);
+    RawSocket request("127.0.0.1", server_->port());
+    request.send(kValidate + "\x0D" + u32(1));
+    EXPECT_EQ(request.readUntilClosed(2s, closed), "");
+    EXPECT_TRUE(closed);
+  }
+  {
+    // An agent joins a rendezvous from 127.0.0.1: its address is a member.
+    StoreClientOptions options;
+    options.port = server_->port();
+    options.token = "t";
+    StoreClient agent(options);
+    protocol::JoinRequest join;
+    join.rdzvId = "job";
+    join.nodeId = "node";
+    agent.join(join, 2s);
+    RawSocket callback("127.0.0.1", server_->port());
+    callback.readUntilClosed(600ms, closed);
+    EXPECT_FALSE(closed);
+    RawSocket request("127.0.0.1", server_->port());
+    request.send(kValidate + "\x0D" + u32(1));
+    EXPECT_EQ(request.readExactly(4, 2s), u32(1));
+  }
+  for (const bool open : {false, true}) {
+    restart(open ? "" : "t",
+            open ? std::vector<std::string>{} : std::vector<std::string>{"127.0.0.1"});
     RawSocket callback("127.0.0.1", server_->port());
     callback.readUntilClosed(600ms, closed);
     EXPECT_FALSE(closed) << (open ? "open store" : "trusted address");
@@ -189,6 +207,7 @@ TEST_F(TcpStoreDialectTest, ARefusedWriteClosesTheConnection) {
   server_.reset();
   StoreServerOptions options;
   options.token = "t";
+  options.trustedAddresses = {"127.0.0.1"};
   options.maxTotalBytes = 4096;  // smaller than the largest value: "full" comes first
   options.limits.maxValueBytes = 8192;
   server_ = std::make_unique<StoreServer>(options);

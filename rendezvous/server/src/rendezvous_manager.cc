@@ -35,6 +35,7 @@ struct RendezvousManager::Rendezvous {
   std::uint32_t minNodes = 1;
   std::uint32_t maxNodes = 1;
   std::uint32_t lastCallMs = 0;
+  std::int64_t maxRestarts = 0;  // fixed by the JOIN that created it
   std::int64_t round = 0;
   bool running = false;  // a round is complete and its workers run
   bool closed = false;   // the job failed: nobody may join again
@@ -83,6 +84,7 @@ RendezvousManager::Rendezvous& RendezvousManager::getOrCreate(const protocol::Jo
     slot->minNodes = std::max<std::uint32_t>(1, j.minNodes);
     slot->maxNodes = std::max(slot->minNodes, j.maxNodes);
     slot->lastCallMs = j.lastCallMs;
+    slot->maxRestarts = std::max<std::int64_t>(0, j.maxRestarts);
     DDPRUN_INFO("Rendezvous '{}' opened for {} to {} nodes.", printable(j.rdzvId), slot->minNodes,
                 slot->maxNodes);
   }
@@ -101,6 +103,13 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
                     fmt::format("rendezvous '{}' is for {}:{} nodes but this node asked for "
                                 "{}:{}; give every node the same --nnodes",
                                 r.id, r.minNodes, r.maxNodes, request.minNodes, request.maxNodes));
+    return;
+  }
+  if (std::max<std::int64_t>(0, request.maxRestarts) != r.maxRestarts) {
+    peer.answerJoin(requestId, Status::kBadRequest, {},
+                    fmt::format("rendezvous '{}' has a budget of {} restarts but this node asked "
+                                "for {}; give every node the same --max_restarts",
+                                printable(r.id), r.maxRestarts, request.maxRestarts));
     return;
   }
   if (request.nodeRank >= 0) {
@@ -299,13 +308,25 @@ void RendezvousManager::dropJoiner(Rendezvous& r, const std::string& nodeId) {
   r.joining.erase(it);
 }
 
+bool RendezvousManager::joinedAs(Peer& peer, const protocol::NodeReport& report,
+                                 std::string& message) const {
+  const auto it = byPeer_.find(&peer);
+  if (it != byPeer_.end() && it->second.contains({report.rdzvId, report.nodeId})) return true;
+  message = fmt::format(
+      "this connection has not joined rendezvous '{}' as node {}; a node may "
+      "only leave or report for itself",
+      printable(report.rdzvId), printable(report.nodeId));
+  return false;
+}
+
 Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
                                 std::string& message) {
   Rendezvous* r = find(report.rdzvId);
   if (r == nullptr) {
-    message = fmt::format("there is no rendezvous '{}'", report.rdzvId);
+    message = fmt::format("there is no rendezvous '{}'", printable(report.rdzvId));
     return Status::kBadRequest;
   }
+  if (!joinedAs(peer, report, message)) return Status::kAuthFailed;
   r->participants.erase(report.nodeId);
   dropJoiner(*r, report.nodeId);
   r->expected.erase(report.nodeId);
@@ -316,20 +337,22 @@ Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
   return Status::kOk;
 }
 
-Status RendezvousManager::reportFailure(Peer&, const protocol::NodeReport& report,
+Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& report,
                                         std::int64_t& restarts, bool& allowed,
                                         std::string& message) {
   Rendezvous* r = find(report.rdzvId);
   if (r == nullptr) {
-    message = fmt::format("there is no rendezvous '{}'", report.rdzvId);
+    message = fmt::format("there is no rendezvous '{}'", printable(report.rdzvId));
     return Status::kBadRequest;
   }
-  if (report.round == r->round && r->running && !r->closed) {
-    if (r->restarts < report.maxRestarts) {
+  if (!joinedAs(peer, report, message)) return Status::kAuthFailed;
+  if (report.round == r->round && r->running && !r->closed &&
+      r->participants.contains(report.nodeId)) {
+    if (r->restarts < r->maxRestarts) {
       ++r->restarts;
       endRound(*r,
                fmt::format("a worker on node {} failed (restart {} of {})", report.nodeId,
-                           r->restarts, report.maxRestarts),
+                           r->restarts, r->maxRestarts),
                report.nodeId);
     } else {
       failJob(*r, report.exitCode, report.report, report.nodeId);

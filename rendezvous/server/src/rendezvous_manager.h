@@ -9,7 +9,8 @@
 //
 // While a round runs, the server ends it and tells every participant at
 // once (a pushed kRoundEnded event) when a node fails (REPORT_FAILURE, which
-// spends one restart of the job-wide budget), when a node's connection
+// spends one restart of the job-wide budget the first JOIN fixed; a
+// connection may leave or report only for the node it joined as), when a node's connection
 // drops or its heartbeats stop, or when a new node asks to join. Membership
 // changes never spend restarts. When the budget is spent, every participant
 // is pushed kJobFailed with the failing node's report.
@@ -89,6 +90,9 @@ class RendezvousManager {
   void dropJoiner(Rendezvous& r, const std::string& nodeId);
 
   void markFinishedIfEmpty(Rendezvous& r);
+  // Whether `peer`'s connection joined `report.rdzvId` as `report.nodeId`;
+  // if not, `message` says so.
+  bool joinedAs(Peer& peer, const protocol::NodeReport& report, std::string& message) const;
 
   boost::asio::any_io_executor executor_;
   StoreState& state_;

@@ -41,8 +41,9 @@ struct ServerContext {
   LogLimiter rejectedLog;
   LogLimiter closedLog;
   std::size_t unproven = 0;  // sessions still under the handshake deadline
-  // Addresses with an authenticated native connection open, and how many.
-  std::map<std::string, int> authenticatedAddresses;
+  // Member addresses: those from which an agent (the full token) has joined
+  // a rendezvous and is still connected, with how many such connections.
+  std::map<std::string, int> memberAddresses;
   std::unordered_set<Session*> sessions;
   ServerCounters counters;
   // Owned by the server; null once it is being destroyed.
@@ -51,12 +52,14 @@ struct ServerContext {
   // Publishes the waiter count for stats() readers on other threads.
   void syncWaiters() { counters.waiters = state.numWaiters(); }
 
-  // May a silent connection from `address` stay open without proving itself
-  // (a PyTorch 1.13 callback socket)?
+  // May a PyTorch TCPStore client (which cannot authenticate) from
+  // `address` be served, and may its silent 1.13 callback socket stay open?
+  // On an open store: yes (as torchrun's). With a token: only from member
+  // or configured trusted addresses (docs/security.md).
   bool trusts(const std::string& address) const {
-    if (options.token.empty()) return true;  // open store: as torchrun's
+    if (options.token.empty()) return true;
     const auto& trusted = options.trustedAddresses;
-    return authenticatedAddresses.contains(address) ||
+    return memberAddresses.contains(address) ||
            std::find(trusted.begin(), trusted.end(), address) != trusted.end();
   }
 };

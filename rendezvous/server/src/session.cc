@@ -32,6 +32,12 @@ constexpr std::size_t kIdleInputCapacity = 64 * 1024;
 // What a pending native wait costs beyond its keys' text.
 constexpr std::size_t kPendingWaitBytes = 256;
 constexpr std::size_t kPendingKeyBytes = 64;
+// Keys only agents (the full token) may touch: the server's control keys.
+constexpr std::string_view kControlPrefix = "__ddprun/";
+
+bool isControlKey(std::string_view key) {
+  return key.substr(0, kControlPrefix.size()) == kControlPrefix;
+}
 
 Status toStatus(StoreResult result) {
   switch (result) {
@@ -188,6 +194,13 @@ bool Session::detectDialect() {
            "server is strict");
     return false;
   }
+  if (!context_.trusts(peerHost_)) {
+    reject(Status::kAuthFailed,
+           "it speaks PyTorch's TCPStore protocol, which carries no token, from an address where "
+           "no agent of a job has joined (run the job through ddprun on that host, or list the "
+           "address with --trusted-address)");
+    return false;
+  }
   if (first == 0) {
     if (data.size() < 5) return true;
     std::uint32_t magic = 0;
@@ -233,6 +246,15 @@ bool Session::processTcpStore() {
     }
     markProven();
     context_.counters.requests++;
+    for (const auto& key : r.keys) {
+      if (!isControlKey(key)) continue;
+      warnLimited(context_.closedLog,
+                  fmt::format("Closing the TCPStore connection of {}: it named the control key "
+                              "'{}', which only ddprun's agents may use.",
+                              peer_, printable(key)));
+      close();
+      return false;
+    }
     if (tcpWait_) {
       // The client serialises its calls: a new request means the pending
       // wait was abandoned (1.13 times out silently) or is being cancelled.
@@ -357,11 +379,12 @@ void Session::handleTcpStore(tcpstore::Request& r) {
       if (refused(state.multiSet(r.keys, r.values))) return;
       break;
     case Op::kListKeys: {
-      const std::vector<std::string> keys = state.keys();
+      std::vector<std::string> keys = state.keys();
+      std::erase_if(keys, [](const std::string& key) { return isControlKey(key); });
       std::size_t bytes = 8;
       for (const auto& key : keys) bytes += 8 + key.size();
       if (tooLarge(bytes)) return;
-      tcpstore::putI64(out, state.numKeys());
+      tcpstore::putI64(out, static_cast<std::int64_t>(keys.size()));
       for (const auto& key : keys) tcpstore::putString(out, key);
       break;
     }
@@ -474,18 +497,24 @@ void Session::handleHello(std::uint32_t id, const Request& request) {
                        request.version, protocol::kVersion));
     return;
   }
-  // An open store (no token configured) serves every client.
+  // An open store (no token configured) serves every client as an agent.
+  // Otherwise the agents' token, or a worker credential made from it.
   const std::string& token = context_.options.token;
-  if (!token.empty() && !constantTimeEquals(request.values.at(0), token)) {
-    reject(Status::kAuthFailed,
-           request.values.at(0).empty()
-               ? "it sent no token and this store requires one; export the same DDPRUN_TOKEN "
-                 "(or token file) on every node"
-               : "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)");
-    return;
+  const std::string& sent = request.values.at(0);
+  if (!token.empty() && !constantTimeEquals(sent, token)) {
+    if (auto job = workerCredentialJob(sent, token)) {
+      role_ = Role::kWorker;
+      workerJob_ = std::move(*job);
+    } else {
+      reject(Status::kAuthFailed,
+             sent.empty()
+                 ? "it sent no token and this store requires one; export the same DDPRUN_TOKEN "
+                   "(or token file) on every node"
+                 : "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)");
+      return;
+    }
   }
   authenticated_ = true;
-  context_.authenticatedAddresses[peerHost_]++;
   markProven();
   Reply reply;
   reply.version = request.version;
@@ -494,10 +523,33 @@ void Session::handleHello(std::uint32_t id, const Request& request) {
   DDPRUN_DEBUG("Client {} ({}) connected.", printable(request.keys.at(0)), peer_);
 }
 
+bool Session::mayUse(std::uint32_t id, const Request& r) {
+  for (const auto& key : r.keys) {
+    if (isControlKey(key) && role_ != Role::kAgent) {
+      sendError(id, Status::kAuthFailed,
+                fmt::format("key '{}' is one of ddprun's control keys, which only agents (the "
+                            "full token) may use",
+                            printable(key)));
+      return false;
+    }
+    if (role_ == Role::kWorker &&
+        (key.size() <= workerJob_.size() || key.compare(0, workerJob_.size(), workerJob_) != 0 ||
+         key[workerJob_.size()] != '/')) {
+      sendError(id, Status::kAuthFailed,
+                fmt::format("key '{}' is outside this worker's job: a worker credential reaches "
+                            "only keys under '{}/'",
+                            printable(key), printable(workerJob_)));
+      return false;
+    }
+  }
+  return true;
+}
+
 void Session::handleRequest(std::uint32_t id, Request& r) {
   StoreState& state = context_.state;
   Reply reply;
   Status status = Status::kOk;
+  if (!mayUse(id, r)) return;
   switch (r.op) {
     case Op::kHello:
       sendError(id, Status::kBadRequest, "HELLO was already sent on this connection");
@@ -554,6 +606,12 @@ void Session::handleRequest(std::uint32_t id, Request& r) {
 }
 
 void Session::handleRendezvous(std::uint32_t id, Request& r) {
+  if (role_ != Role::kAgent) {
+    sendError(id, Status::kAuthFailed,
+              "a worker credential cannot take part in the rendezvous (only agents can join, "
+              "leave or report failures)");
+    return;
+  }
   RendezvousManager* rendezvous = context_.rendezvous;
   if (rendezvous == nullptr) {
     sendError(id, Status::kClosed, "the server is shutting down");
@@ -569,6 +627,12 @@ void Session::handleRendezvous(std::uint32_t id, Request& r) {
         watchdogTimer_.cancel();  // re-arm with the heartbeat limit
       }
       ++pendingJoins_;
+      if (!member_) {
+        // An agent has joined from this address: its workers' TCPStore
+        // clients (which cannot authenticate) may be served from here.
+        member_ = true;
+        context_.memberAddresses[peerHost_]++;
+      }
       rendezvous->join(*this, id, r.join, r.timeoutMs);
       return;
     case Op::kLeave:
@@ -829,10 +893,10 @@ void Session::close(const std::string& reason) {
   context_.sessions.erase(this);
   context_.counters.active--;
   if (!proven_) context_.unproven--;
-  if (authenticated_ && dialect_ == Dialect::kNative) {
-    auto it = context_.authenticatedAddresses.find(peerHost_);
-    if (it != context_.authenticatedAddresses.end() && --it->second == 0) {
-      context_.authenticatedAddresses.erase(it);
+  if (member_) {
+    auto it = context_.memberAddresses.find(peerHost_);
+    if (it != context_.memberAddresses.end() && --it->second == 0) {
+      context_.memberAddresses.erase(it);
     }
   }
   context_.budget.leave(peerHost_);

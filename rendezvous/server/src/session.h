@@ -75,6 +75,9 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
   void handleFrame(const protocol::FrameHeader& header, std::string_view body);
   void handleHello(std::uint32_t id, const protocol::Request& request);
   void handleRequest(std::uint32_t id, protocol::Request& request);
+  // Whether this client may use every key of `request`; if not, the error
+  // reply is sent.
+  bool mayUse(std::uint32_t id, const protocol::Request& request);
   void startWait(std::uint32_t id, protocol::Request& request);
   void completeWait(std::uint32_t id);
   void timeoutWait(std::uint32_t id);
@@ -117,6 +120,12 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
   bool closed_ = false;
   bool preambleSeen_ = false;
   bool authenticated_ = false;
+  // Native clients: the full token (or an open store) makes an agent; a
+  // worker credential reaches key-value operations under "<workerJob_>/".
+  enum class Role { kAgent, kWorker };
+  Role role_ = Role::kAgent;
+  std::string workerJob_;
+  bool member_ = false;  // an agent that joined: its address is a member
   bool proven_ = false;
   bool bytesSeen_ = false;
   ResourceBudget::Charge charge_;

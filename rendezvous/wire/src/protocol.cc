@@ -258,6 +258,7 @@ void encodeRequest(std::string& out, std::uint32_t requestId, const Request& r) 
         putU32(out, r.timeoutMs);
         putString(out, j.address);
         putU32(out, j.masterPort);
+        putI64(out, j.maxRestarts);
         break;
       }
       case Op::kLeave:
@@ -335,7 +336,8 @@ DecodeError decodeRequest(std::uint8_t code, std::string_view body, const Limits
       std::vector<std::string> strings;
       ok = d.key(strings) && d.key(strings) && in.i64(j.nodeRank) && in.u32(j.localWorldSize) &&
            in.u32(j.minNodes) && in.u32(j.maxNodes) && in.u32(j.lastCallMs) &&
-           in.u32(j.keepAliveMs) && in.u32(r.timeoutMs) && d.key(strings) && in.u32(j.masterPort);
+           in.u32(j.keepAliveMs) && in.u32(r.timeoutMs) && d.key(strings) && in.u32(j.masterPort) &&
+           in.i64(j.maxRestarts);
       if (ok) {
         j.rdzvId = std::move(strings[0]);
         j.nodeId = std::move(strings[1]);

@@ -118,6 +118,9 @@ struct JoinRequest {
   std::uint32_t keepAliveMs = 0;  // silence after which the node is dead, 0: never
   std::string address;            // address workers use for this node; empty: peer address
   std::uint32_t masterPort = 0;   // a free port on this node, used if it gets rank 0
+  // The job-wide restart budget: fixed by the JOIN that creates the
+  // rendezvous; later JOINs must agree and REPORT_FAILURE cannot change it.
+  std::int64_t maxRestarts = 0;
 };
 
 // The server's answer when the round completes.
@@ -152,7 +155,7 @@ struct NodeReport {
   std::string rdzvId;
   std::string nodeId;
   std::int64_t round = 0;
-  std::int64_t maxRestarts = 0;  // kReportFailure: the job-wide budget
+  std::int64_t maxRestarts = 0;  // unused by the server (the JOIN fixed the budget)
   std::int64_t exitCode = 0;     // kReportFailure: the root cause's code
   std::string report;            // kReportFailure: the root-cause report text
 };
