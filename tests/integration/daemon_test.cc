@@ -178,6 +178,14 @@ TEST(Daemon, BadInvocationsFailClearly) {
       {{"--host", "not-an-ip", "--port", "0"}, {{"DDPRUN_TOKEN", kToken}}, 2, "not an IP address"},
       {{"--token-file", "/nonexistent"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--token-file"},
       {{"--bogus"}, {{"DDPRUN_TOKEN", kToken}}, 2, "bogus"},
+      // Every number has a range: no duration overflows, no limit is zero.
+      {{"--idle-timeout", "1e10"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--idle-timeout"},
+      {{"--handshake-timeout", "0"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--handshake-timeout"},
+      {{"--max-wait", "0"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--max-wait"},
+      {{"--max-value-bytes", "5000000000"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--max-value-bytes"},
+      {{"--max-buffered-bytes", "10"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--max-buffered-bytes"},
+      {{"--max-connections", "0"}, {{"DDPRUN_TOKEN", kToken}}, 2, "--max-connections"},
+      {{"--trusted-address", "somehost"}, {{"DDPRUN_TOKEN", kToken}}, 2, "not an IP address"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {kDaemon};

@@ -237,6 +237,37 @@ TEST(HostileClients, SilentAndHalfOpenConnectionsFromAStranger) {
   expectAbsorbed(daemon, probe, "2000 silent or half-open connections from a stranger");
 }
 
+// Out of descriptors (a hard limit of 64 here): silent strangers take
+// them all, and the server sheds the oldest connection that has not proven
+// itself, so a real client still gets in long before the handshake
+// deadline would have freed anything.
+TEST(HostileClients, OutOfDescriptorsTheOldestStrangerMakesRoom) {
+  test_support::ChildProcess daemon({"/usr/bin/prlimit", "--nofile=64:64", test_support::kDaemon,
+                                     "--host", "127.0.0.1", "--port", "0"},
+                                    {{"DDPRUN_TOKEN", kToken}});
+  const auto line = daemon.readStdoutLine(10s);
+  ASSERT_TRUE(line) << daemon.stderrText();
+  const auto port = static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  std::vector<std::unique_ptr<RawSocket>> strangers;
+  for (int i = 0; i < 100; ++i) {
+    strangers.push_back(std::make_unique<RawSocket>("127.0.0.1", port, "127.0.0.2"));
+  }
+  std::this_thread::sleep_for(300ms);
+  rendezvous::StoreClientOptions options;
+  options.port = port;
+  options.token = kToken;
+  options.connectTimeout = 3s;  // well under the 10 s handshake deadline
+  const auto start = std::chrono::steady_clock::now();
+  StoreClient client(options);
+  client.set("in", "1");
+  EXPECT_EQ(client.get("in", 1s), "1");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(10s), 0);
+  EXPECT_NE(daemon.stderrText().find("out of file descriptors"), std::string::npos)
+      << daemon.stderrText();
+}
+
 TEST(HostileClients, AppendCannotGrowPastTheLargestValue) {
   Daemon daemon({"--max-value-bytes", "4096"});
   StoreClient client(daemon.clientOptions());
