@@ -268,6 +268,21 @@ TEST(HostileClients, OutOfDescriptorsTheOldestStrangerMakesRoom) {
       << daemon.stderrText();
 }
 
+// The budget bounds what is buffered at once, not what was ever sent: a
+// reply's share comes back once it is written, so clients that each read a
+// large value in turn are all served.
+TEST(HostileClients, WrittenRepliesGiveTheirBudgetBack) {
+  Daemon daemon(kSmallBudgets);  // 32 MiB of buffers
+  StoreClient owner(daemon.clientOptions());
+  owner.set("large", std::string(20 * kMiB, 'x'));
+  std::vector<std::unique_ptr<StoreClient>> readers;
+  for (int i = 0; i < 4; ++i) {
+    readers.push_back(std::make_unique<StoreClient>(daemon.clientOptions()));
+    EXPECT_EQ(readers.back()->get("large", 5s).size(), 20 * kMiB) << "reader " << i;
+  }
+  EXPECT_EQ(readers.front()->get("large", 5s).size(), 20 * kMiB);
+}
+
 TEST(HostileClients, AppendCannotGrowPastTheLargestValue) {
   Daemon daemon({"--max-value-bytes", "4096"});
   StoreClient client(daemon.clientOptions());

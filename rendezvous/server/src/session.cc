@@ -424,7 +424,8 @@ bool Session::processInput() {
     switch (protocol::parseFrameHeader(data, maxFrame, header)) {
       case protocol::ParseResult::kNeedMore:
         if (data.size() >= protocol::kHeaderSize) {
-          const std::size_t frame = protocol::kHeaderSize + header.bodySize;
+          // The frame and the read slack (run() reads into at least 4 KiB).
+          const std::size_t frame = protocol::kHeaderSize + header.bodySize + 4096;
           if (frame > input_.capacity() && !charge_.canGrow(frame - input_.capacity())) {
             warnLimited(context_.closedLog,
                         fmt::format("Closing the connection of {}: its frame of {} bytes does "
@@ -435,8 +436,7 @@ bool Session::processInput() {
             closeAfterFlush();
             return false;
           }
-          std::size_t space = 0;
-          input_.writable(frame, space);
+          input_.reserveExactly(frame);
         }
         return true;
       case protocol::ParseResult::kTooLarge: {
@@ -840,7 +840,12 @@ void Session::flush() {
   output_.erase(0, written);
   if (output_.empty()) {
     drained_.cancel();
-    if (closing_) close();
+    if (closing_) {
+      close();
+      return;
+    }
+    // A large reply's buffer is not kept (nor charged) while idle.
+    if (output_.capacity() > kIdleInputCapacity) std::string().swap(output_);
     return;
   }
   writing_ = true;
@@ -849,7 +854,7 @@ void Session::flush() {
                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                       self->writing_ = false;
                       self->inFlight_.clear();
-                      if (self->inFlight_.capacity() > kMaxBufferedOutput / 16) {
+                      if (self->inFlight_.capacity() > kIdleInputCapacity) {
                         std::string().swap(self->inFlight_);
                       }
                       self->drained_.cancel();
@@ -859,6 +864,8 @@ void Session::flush() {
                         self->close();
                       } else {
                         self->flush();
+                        // Written replies give their budget back at once.
+                        self->updateCharge();
                       }
                     });
 }

@@ -46,6 +46,28 @@ class InputBuffer {
     return data_.get() + end_;
   }
   void commit(std::size_t n) { end_ += n; }
+
+  // Makes room for exactly `want` bytes of readable data in all (a frame of
+  // known size plus read slack), without the doubling of writable(): what
+  // the buffer holds is charged to a budget, so it must not be twice the
+  // frame.
+  void reserveExactly(std::size_t want) {
+    const std::size_t size = end_ - begin_;
+    if (capacity_ >= want) {
+      if (capacity_ - begin_ < want) {
+        std::memmove(data_.get(), data_.get() + begin_, size);
+        begin_ = 0;
+        end_ = size;
+      }
+      return;
+    }
+    std::unique_ptr<char[]> bigger(new char[want]);
+    if (size > 0) std::memcpy(bigger.get(), data_.get() + begin_, size);
+    data_ = std::move(bigger);
+    capacity_ = want;
+    begin_ = 0;
+    end_ = size;
+  }
   std::size_t capacity() const { return capacity_; }
 
   // Frees the memory (a closed connection's buffer).
