@@ -68,7 +68,8 @@ bool sameJoin(const protocol::JoinRequest& a, const protocol::JoinRequest& b) {
   return a.rdzvId == b.rdzvId && a.nodeId == b.nodeId && a.nodeRank == b.nodeRank &&
          a.localWorldSize == b.localWorldSize && a.minNodes == b.minNodes &&
          a.maxNodes == b.maxNodes && a.lastCallMs == b.lastCallMs &&
-         a.keepAliveMs == b.keepAliveMs && a.address == b.address && a.masterPort == b.masterPort;
+         a.keepAliveMs == b.keepAliveMs && a.address == b.address && a.masterPort == b.masterPort &&
+         a.maxRestarts == b.maxRestarts;
 }
 
 bool sameNode(const protocol::NodeReport& a, const protocol::NodeReport& b) {
@@ -85,13 +86,17 @@ bool sameAssignment(const protocol::Assignment& a, const protocol::Assignment& b
 bool sameRequest(const Request& a, const Request& b) {
   return a.op == b.op && a.keys == b.keys && a.values == b.values && a.delta == b.delta &&
          a.timeoutMs == b.timeoutMs && a.version == b.version && sameJoin(a.join, b.join) &&
-         sameNode(a.node, b.node);
+         sameNode(a.node, b.node) && a.rdzvId == b.rdzvId;
 }
 
 bool sameReply(const Reply& a, const Reply& b) {
   return a.status == b.status && a.message == b.message && a.values == b.values &&
          a.integer == b.integer && a.flag == b.flag && a.version == b.version &&
-         sameAssignment(a.assignment, b.assignment);
+         sameAssignment(a.assignment, b.assignment) && a.failure.exitCode == b.failure.exitCode &&
+         a.failure.report == b.failure.report && a.rendezvous.exists == b.rendezvous.exists &&
+         a.rendezvous.round == b.rendezvous.round && a.rendezvous.joined == b.rendezvous.joined &&
+         a.rendezvous.missing == b.rendezvous.missing &&
+         a.rendezvous.lastCallMs == b.rendezvous.lastCallMs;
 }
 
 // Splits a freshly encoded frame; it must be exactly one whole frame.
@@ -156,7 +161,7 @@ void fuzzEvent(std::string_view body) {
 void fuzzReplies(const FrameHeader& header, std::string_view body) {
   fuzzEvent(body);
   for (std::uint8_t code = static_cast<std::uint8_t>(Op::kHello);
-       code <= static_cast<std::uint8_t>(Op::kReportFailure); ++code) {
+       code <= static_cast<std::uint8_t>(Op::kRendezvousStatus); ++code) {
     const Op op = static_cast<Op>(code);
     Reply reply;
     std::string error;
@@ -169,6 +174,8 @@ void fuzzReplies(const FrameHeader& header, std::string_view body) {
     std::string frame;
     if (reply.status == Status::kOk) {
       protocol::encodeReply(frame, header.requestId, op, reply);
+    } else if (reply.status == Status::kClosed) {
+      protocol::encodeClosed(frame, header.requestId, reply.message, reply.failure);
     } else {
       protocol::encodeError(frame, header.requestId, reply.status, reply.message);
     }

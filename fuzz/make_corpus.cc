@@ -82,6 +82,23 @@ std::vector<std::pair<std::string, std::string>> seeds() {
   put(bare, 9, make(Op::kPing, {}, {""}));
   all.emplace_back("bare_frames", bare);
 
+  // An agent's rendezvous calls.
+  std::string agent = hello();
+  Request join = make(Op::kJoin);
+  join.join = {"job", "node-a", 0, 8, 2, 4, 30000, 15000, "10.0.0.7", 29511, 3};
+  join.timeoutMs = 600000;
+  put(agent, 2, join);
+  Request report = make(Op::kReportFailure);
+  report.node = {"job", "node-a", 1, 3, 137, "rank 5 was killed by SIGKILL"};
+  put(agent, 3, report);
+  Request leave = make(Op::kLeave);
+  leave.node = {"job", "node-a", 1, 0, 0, ""};
+  put(agent, 4, leave);
+  Request status = make(Op::kRendezvousStatus);
+  status.rdzvId = "job";
+  put(agent, 5, status);
+  all.emplace_back("rendezvous_calls", agent);
+
   // What the server sends back: replies to every op, errors, the push.
   std::string replies;
   Reply r;
@@ -100,6 +117,14 @@ std::vector<std::pair<std::string, std::string>> seeds() {
   protocol::encodeReply(replies, 6, Op::kCheck, flag);
   protocol::encodeError(replies, 7, Status::kTimeout, "WAIT timed out waiting for key 'a'");
   protocol::encodeError(replies, 0, Status::kGoodbye, "idle for 3600000 ms; reconnect to continue");
+  Reply joined;
+  joined.assignment = {2, 1, 2, 8, 16, 1, "10.0.0.1", 29500};
+  protocol::encodeReply(replies, 8, Op::kJoin, joined);
+  Reply progress;
+  progress.rendezvous = {true, 1, false, 2, 2, 4, 5000, 1, {"node rank 3"}};
+  protocol::encodeReply(replies, 9, Op::kRendezvousStatus, progress);
+  protocol::encodeClosed(replies, 10, "the rendezvous is closed: the job failed",
+                         {137, "rank 5 was killed by SIGKILL"});
   all.emplace_back("server_replies", replies);
 
   // Broken streams: the decoder must refuse them without harm.

@@ -314,6 +314,22 @@ TEST(Protocol, ErrorRepliesCarryTheirMessage) {
   EXPECT_FALSE(decodeReply(Op::kWait, 200, body, reply, error));
 }
 
+// A closed rendezvous answers with the job's exit code and report as fields,
+// not packed into the message text.
+TEST(Protocol, ClosedRepliesCarryTheJobsOutcome) {
+  std::string bytes;
+  encodeClosed(bytes, 4, "the rendezvous is closed", {137, "exit_code=3\nrank 5 was killed"});
+  auto [header, body] = frameOf(bytes);
+  Reply reply;
+  std::string error;
+  ASSERT_TRUE(decodeReply(Op::kJoin, header.code, body, reply, error)) << error;
+  EXPECT_EQ(reply.status, Status::kClosed);
+  EXPECT_EQ(reply.message, "the rendezvous is closed");
+  EXPECT_EQ(reply.failure.exitCode, 137);
+  EXPECT_EQ(reply.failure.report, "exit_code=3\nrank 5 was killed");  // text is just text
+  EXPECT_FALSE(decodeReply(Op::kJoin, header.code, body.substr(0, body.size() - 1), reply, error));
+}
+
 TEST(Protocol, EventsRoundTrip) {
   Event event{EventType::kJobFailed, "job", 7, 139, "rank 2 was killed by SIGSEGV"};
   std::string bytes;

@@ -110,21 +110,10 @@ Reply StoreClient::call(Request& request, std::chrono::milliseconds waitTimeout)
                                      waitTimeout.count()));
     case Status::kAuthFailed:
       throw AuthError(fmt::format("store {}: {}", endpoint_, reply.message));
-    case Status::kClosed: {
-      // "exit_code=N\n<report>"
-      const std::string& text = reply.message;
-      int exitCode = 1;
-      std::string report = text;
-      if (text.rfind("exit_code=", 0) == 0) {
-        const std::size_t newline = text.find('\n');
-        exitCode = std::atoi(text.substr(10, newline - 10).c_str());
-        report = newline == std::string::npos ? "" : text.substr(newline + 1);
-      }
-      throw RendezvousClosedError(
-          fmt::format("store {}: the rendezvous is closed: the job failed with exit code {}",
-                      endpoint_, exitCode),
-          exitCode, report);
-    }
+    case Status::kClosed:
+      throw RendezvousClosedError(fmt::format("store {}: {} (the job failed with exit code {})",
+                                              endpoint_, reply.message, reply.failure.exitCode),
+                                  static_cast<int>(reply.failure.exitCode), reply.failure.report);
     case Status::kBadRequest:
     case Status::kUnsupportedVersion:
     case Status::kGoodbye:

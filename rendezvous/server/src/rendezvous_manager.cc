@@ -53,10 +53,9 @@ struct RendezvousManager::Rendezvous {
 
 namespace {
 
-// The CLOSED reply's message: "exit_code=N\n<report>" (docs/protocol.md).
 template <typename Rendezvous>
-std::string closedMessage(const Rendezvous& r) {
-  return fmt::format("exit_code={}\n{}", r.failedExitCode, r.failureReport);
+protocol::JobFailure failureOf(const Rendezvous& r) {
+  return {r.failedExitCode, r.failureReport};
 }
 
 }  // namespace
@@ -95,7 +94,7 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
                              const protocol::JoinRequest& request, std::uint32_t timeoutMs) {
   Rendezvous& r = getOrCreate(request);
   if (r.closed) {
-    peer.answerJoin(requestId, Status::kClosed, {}, closedMessage(r));
+    peer.answerClosed(requestId, failureOf(r));
     return;
   }
   if (request.minNodes != r.minNodes || request.maxNodes != r.maxNodes) {
@@ -293,7 +292,7 @@ void RendezvousManager::failJob(Rendezvous& r, std::int64_t exitCode, const std:
     Peer* peer = node.peer;
     const std::uint32_t requestId = node.requestId;
     dropJoiner(r, id);
-    peer->answerJoin(requestId, Status::kClosed, {}, closedMessage(r));
+    peer->answerClosed(requestId, failureOf(r));
   }
   DDPRUN_WARN(
       "Rendezvous '{}' is closed: the job failed with exit code {} and no restarts "

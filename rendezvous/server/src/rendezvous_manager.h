@@ -42,6 +42,8 @@ class RendezvousManager {
    public:
     virtual ~Peer() = default;
     virtual void pushEvent(const protocol::Event& event) = 0;
+    // Answers a JOIN of a job that has failed: CLOSED with its outcome.
+    virtual void answerClosed(std::uint32_t requestId, const protocol::JobFailure& failure) = 0;
     virtual void answerJoin(std::uint32_t requestId, protocol::Status status,
                             const protocol::Assignment& assignment, const std::string& message) = 0;
     virtual const std::string& peerAddress() const = 0;

@@ -614,7 +614,7 @@ void Session::handleRendezvous(std::uint32_t id, Request& r) {
   }
   RendezvousManager* rendezvous = context_.rendezvous;
   if (rendezvous == nullptr) {
-    sendError(id, Status::kClosed, "the server is shutting down");
+    protocol::encodeClosed(output_, id, "the server is shutting down", {1, ""});
     return;
   }
   Reply reply;
@@ -666,6 +666,13 @@ void Session::answerJoin(std::uint32_t requestId, Status status,
   } else {
     sendError(requestId, status, message);
   }
+  flush();
+}
+
+void Session::answerClosed(std::uint32_t requestId, const protocol::JobFailure& failure) {
+  if (closed_) return;
+  if (pendingJoins_ > 0) --pendingJoins_;
+  protocol::encodeClosed(output_, requestId, "the rendezvous is closed: the job failed", failure);
   flush();
 }
 

@@ -48,6 +48,7 @@ class Session : public std::enable_shared_from_this<Session>, public RendezvousM
 
   // RendezvousManager::Peer
   void pushEvent(const protocol::Event& event) override;
+  void answerClosed(std::uint32_t requestId, const protocol::JobFailure& failure) override;
   void answerJoin(std::uint32_t requestId, protocol::Status status,
                   const protocol::Assignment& assignment, const std::string& message) override;
   const std::string& peerAddress() const override { return peerHost_; }

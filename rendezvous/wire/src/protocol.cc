@@ -453,6 +453,15 @@ bool decodeEvent(std::string_view body, Event& e) {
   return true;
 }
 
+void encodeClosed(std::string& out, std::uint32_t requestId, std::string_view message,
+                  const JobFailure& failure) {
+  appendFrame(out, requestId, static_cast<std::uint8_t>(Status::kClosed), [&] {
+    putString(out, message);
+    putI64(out, failure.exitCode);
+    putString(out, failure.report);
+  });
+}
+
 void encodeError(std::string& out, std::uint32_t requestId, Status status,
                  std::string_view message) {
   appendFrame(out, requestId, static_cast<std::uint8_t>(status), [&] { putString(out, message); });
@@ -469,7 +478,10 @@ bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& r, std:
   }
   r.status = static_cast<Status>(code);
   bool ok = false;
-  if (r.status != Status::kOk) {
+  if (r.status == Status::kClosed) {
+    ok = in.string(r.message, kAny, tooLarge) && in.i64(r.failure.exitCode) &&
+         in.string(r.failure.report, kAny, tooLarge);
+  } else if (r.status != Status::kOk) {
     ok = in.string(r.message, kAny, tooLarge);
   } else {
     std::string value;

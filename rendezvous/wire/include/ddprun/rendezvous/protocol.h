@@ -150,6 +150,12 @@ struct RendezvousStatus {
 };
 inline constexpr std::size_t kMaxMissingShown = 16;
 
+// The CLOSED reply's typed part: how the job failed.
+struct JobFailure {
+  std::int64_t exitCode = 1;
+  std::string report;  // the failing node's root-cause report
+};
+
 // kLeave and kReportFailure.
 struct NodeReport {
   std::string rdzvId;
@@ -201,6 +207,7 @@ struct Reply {
   std::uint16_t version = kVersion;
   Assignment assignment;        // kJoin
   RendezvousStatus rendezvous;  // kRendezvousStatus
+  JobFailure failure;           // status kClosed
 };
 
 // Converts a duration to the wire's timeout field (clamped; negative -> 0).
@@ -241,6 +248,11 @@ DecodeError decodeRequest(std::uint8_t code, std::string_view body, const Limits
 void encodeReply(std::string& out, std::uint32_t requestId, Op op, const Reply& reply);
 
 // Appends a framed error reply (any status but kOk) with its message.
+// Appends a CLOSED reply: the message, then the job's exit code and report
+// (docs/protocol.md §10b), typed instead of packed into the text.
+void encodeClosed(std::string& out, std::uint32_t requestId, std::string_view message,
+                  const JobFailure& failure);
+
 void encodeError(std::string& out, std::uint32_t requestId, Status status,
                  std::string_view message);
 
