@@ -33,7 +33,10 @@ class DdprunClient : public BenchClient {
 ServerCommand rendezvousCommand(const std::filesystem::path& daemonPath, const std::string& token) {
   ServerCommand command;
   command.name = "ddprun-rendezvous";
-  command.argv = {daemonPath.string(), "--host", "127.0.0.1", "--port", "0"};
+  // The c10d::TCPStore row's clients carry no token: this host is trusted,
+  // as an agent's own store trusts 127.0.0.1 (docs/security.md).
+  command.argv = {daemonPath.string(), "--host",   "127.0.0.1", "--port", "0",
+                  "--trusted-address", "127.0.0.1"};
   command.env = {{env::kToken, token}, {env::kLogLevel, "warn"}};
   return command;
 }
