@@ -84,17 +84,26 @@ struct StoreServer::Impl {
 
 namespace {
 
+// The youngest connection that may be shed to make room.
+constexpr std::chrono::milliseconds kShedMinAge{100};
+
 // Closes the connection that has waited longest without proving itself, so
 // that a flood of idle or half-open connections cannot starve real clients.
-// Returns false when every connection has proven itself.
-bool shedOldestUnproven(ServerContext& context, const char* why) {
+// Only connections older than `minAge` are shed: a burst of real clients
+// (thousands of workers connecting at once) must not lose the ones whose
+// handshake the server has simply not read yet. Returns false when no
+// unproven connection is that old.
+bool shedOldestUnproven(ServerContext& context, const char* why,
+                        std::chrono::steady_clock::duration minAge) {
   Session* oldest = nullptr;
   for (Session* session : context.sessions) {
     if (!session->proven() && (oldest == nullptr || session->started() < oldest->started())) {
       oldest = session;
     }
   }
-  if (oldest == nullptr) return false;
+  if (oldest == nullptr || std::chrono::steady_clock::now() - oldest->started() < minAge) {
+    return false;
+  }
   std::uint64_t suppressed = 0;
   if (context.rejectedLog.allow(suppressed)) {
     DDPRUN_WARN("Closing the connection of {}, which has not proven itself, to make room ({}).{}",
@@ -111,11 +120,21 @@ bool shedOldestUnproven(ServerContext& context, const char* why) {
 asio::awaitable<void> StoreServer::Impl::listen() {
   constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
   while (!stopped) {
+    // Too many connections still owe their handshake: shed the oldest of
+    // them if it is old enough, else leave new ones in the listen backlog
+    // for a moment (the kernel holds them; nothing is refused).
+    while (!stopped && context.unproven >= context.options.maxUnproven &&
+           !shedOldestUnproven(context, "too many connections have not proven themselves",
+                               kShedMinAge)) {
+      retryTimer.expires_after(std::chrono::milliseconds(10));
+      co_await retryTimer.async_wait(kAwait);
+    }
+    if (stopped) co_return;
     auto [ec, socket] = co_await acceptor.async_accept(kAwait);
     if (ec) {
       if (ec == asio::error::operation_aborted || stopped) co_return;
       if ((ec == asio::error::no_descriptors || ec.value() == ENFILE) &&
-          shedOldestUnproven(context, "out of file descriptors")) {
+          shedOldestUnproven(context, "out of file descriptors", kShedMinAge)) {
         continue;  // a descriptor is free again: accept at once
       }
       // Out of descriptors with nothing to shed, or a transient error: back
@@ -145,9 +164,6 @@ asio::awaitable<void> StoreServer::Impl::listen() {
       }
       socket.close(ignored);
       continue;
-    }
-    if (context.unproven >= context.options.maxUnproven) {
-      shedOldestUnproven(context, "too many connections have not proven themselves");
     }
     configureAccepted(socket, context.options);
     auto session = std::make_shared<Session>(std::move(socket), context);
