@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 
 #include "ddprun/common/logging.h"
@@ -17,7 +18,13 @@
 
 namespace ddprun::rendezvous {
 
-class Session;
+class Transport;
+
+// Keys only agents (the full token) may touch: the server's control keys.
+inline constexpr std::string_view kControlPrefix = "__ddprun/";
+inline bool isControlKey(std::string_view key) {
+  return key.substr(0, kControlPrefix.size()) == kControlPrefix;
+}
 
 struct ServerCounters {
   std::atomic<std::uint64_t> accepted{0};
@@ -44,7 +51,7 @@ struct ServerContext {
   // Member addresses: those from which an agent (the full token) has joined
   // a rendezvous and is still connected, with how many such connections.
   std::map<std::string, int> memberAddresses;
-  std::unordered_set<Session*> sessions;
+  std::unordered_set<Transport*> sessions;
   ServerCounters counters;
   // Owned by the server; null once it is being destroyed.
   RendezvousManager* rendezvous = nullptr;

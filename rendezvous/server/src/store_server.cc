@@ -22,7 +22,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "server_context.h"
-#include "session.h"
+#include "transport.h"
 
 namespace ddprun::rendezvous {
 
@@ -95,8 +95,8 @@ constexpr std::chrono::milliseconds kShedMinAge{100};
 // unproven connection is that old.
 bool shedOldestUnproven(ServerContext& context, const char* why,
                         std::chrono::steady_clock::duration minAge) {
-  Session* oldest = nullptr;
-  for (Session* session : context.sessions) {
+  Transport* oldest = nullptr;
+  for (Transport* session : context.sessions) {
     if (!session->proven() && (oldest == nullptr || session->started() < oldest->started())) {
       oldest = session;
     }
@@ -107,7 +107,7 @@ bool shedOldestUnproven(ServerContext& context, const char* why,
   std::uint64_t suppressed = 0;
   if (context.rejectedLog.allow(suppressed)) {
     DDPRUN_WARN("Closing the connection of {}, which has not proven itself, to make room ({}).{}",
-                oldest->peerAddress(), why,
+                oldest->peer(), why,
                 suppressed > 0 ? fmt::format(" ({} more like it were not logged.)", suppressed)
                                : std::string());
   }
@@ -166,7 +166,7 @@ asio::awaitable<void> StoreServer::Impl::listen() {
       continue;
     }
     configureAccepted(socket, context.options);
-    auto session = std::make_shared<Session>(std::move(socket), context);
+    auto session = std::make_shared<Transport>(std::move(socket), context);
     asio::co_spawn(io, session->run(), asio::detached);
   }
 }
@@ -176,8 +176,8 @@ void StoreServer::Impl::shutdown() {
   acceptor.close(ignored);
   retryTimer.cancel();
   // close() unregisters, so iterate over a copy.
-  std::vector<Session*> open(context.sessions.begin(), context.sessions.end());
-  for (Session* session : open) session->close();
+  std::vector<Transport*> open(context.sessions.begin(), context.sessions.end());
+  for (Transport* session : open) session->close();
   io.stop();
 }
 

@@ -1,0 +1,522 @@
+#include "native_session.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ddprun/common/logging.h"
+#include "ddprun/common/secret.h"
+#include "server_context.h"
+#include "transport.h"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+using protocol::Op;
+using protocol::Reply;
+using protocol::Request;
+using protocol::Status;
+
+namespace {
+
+// Before the handshake a frame may not be larger than this.
+constexpr std::size_t kMaxHandshakeFrame = 64 * 1024;
+// What a pending wait costs beyond its keys' text.
+constexpr std::size_t kPendingWaitBytes = 256;
+constexpr std::size_t kPendingKeyBytes = 64;
+
+Status toStatus(StoreResult result) {
+  switch (result) {
+    case StoreResult::kOk:
+      return Status::kOk;
+    case StoreResult::kFull:
+      return Status::kStoreFull;
+    case StoreResult::kNotInteger:
+      return Status::kNotInteger;
+    case StoreResult::kValueTooLarge:
+      return Status::kTooLarge;
+  }
+  return Status::kBadRequest;
+}
+
+}  // namespace
+
+NativeSession::NativeSession(Transport& transport)
+    : transport_(transport), context_(transport.context()) {}
+
+const std::string& NativeSession::peerAddress() const { return transport_.peerHost(); }
+
+void NativeSession::closing(const std::string& reason) {
+  if (context_.rendezvous != nullptr) context_.rendezvous->peerLost(*this, reason);
+  for (auto& [id, wait] : waits_) {
+    context_.state.removeWaiter(wait.waiter);
+    if (wait.timer) wait.timer->cancel();
+  }
+  waits_.clear();
+  waitBytes_ = 0;
+  if (member_) {
+    auto it = context_.memberAddresses.find(transport_.peerHost());
+    if (it != context_.memberAddresses.end() && --it->second == 0) {
+      context_.memberAddresses.erase(it);
+    }
+    member_ = false;
+  }
+}
+
+DialectSession::Clock::time_point NativeSession::idleDeadline(
+    Clock::time_point lastActivity) const {
+  auto when = Clock::time_point::max();
+  const auto idle = context_.options.idleTimeout;
+  if (idle.count() > 0) when = lastActivity + idle;
+  if (keepAlive_.count() > 0) when = std::min(when, lastActivity + keepAlive_);
+  return when;
+}
+
+void NativeSession::idleDeadlinePassed() {
+  const auto idle = context_.options.idleTimeout;
+  if (keepAlive_.count() > 0) {
+    // A rendezvous member heartbeats; silence means the node is gone
+    // (stopped, cut off, or its host died without closing the socket).
+    DDPRUN_WARN("Closing the connection of {}: no heartbeat for {} ms.", transport_.peer(),
+                keepAlive_.count());
+    transport_.close(fmt::format("no heartbeat for {} ms", keepAlive_.count()));
+    return;
+  }
+  if (!waits_.empty() || pendingJoins_ > 0 || transport_.bufferedOutput() > 0) {
+    transport_.touch();  // busy, not idle
+    return;
+  }
+  DDPRUN_INFO("Closing the connection of {}: idle for {} ms.", transport_.peer(), idle.count());
+  sendError(0, Status::kGoodbye,
+            fmt::format("idle for {} ms; reconnect to continue", idle.count()));
+  transport_.closeAfterFlush();
+}
+
+bool NativeSession::process() {
+  for (;;) {
+    std::string_view data = transport_.input().readable();
+    if (!preambleSeen_) {
+      const auto& magic = protocol::kPreamble;
+      const std::size_t n = std::min(data.size(), magic.size());
+      if (data.substr(0, n) != magic.substr(0, n)) {
+        transport_.reject(Status::kBadRequest,
+                          "it is not a ddprun client (the first bytes are not the DDPR preamble)");
+        return false;
+      }
+      if (n < magic.size()) return true;
+      transport_.input().consume(magic.size());
+      preambleSeen_ = true;
+      continue;
+    }
+    protocol::FrameHeader header;
+    const std::size_t maxFrame =
+        authenticated_ ? context_.options.limits.maxFrameBytes : kMaxHandshakeFrame;
+    switch (protocol::parseFrameHeader(data, maxFrame, header)) {
+      case protocol::ParseResult::kNeedMore:
+        if (data.size() >= protocol::kHeaderSize) {
+          // The frame and the read slack (run() reads into at least 4 KiB).
+          const std::size_t frame = protocol::kHeaderSize + header.bodySize + 4096;
+          if (frame > transport_.input().capacity() &&
+              !transport_.canGrow(frame - transport_.input().capacity())) {
+            transport_.warnClosed(
+                fmt::format("Closing the connection of {}: its frame of {} bytes does "
+                            "not fit the server's buffer budget now.",
+                            transport_.peer(), frame));
+            sendError(header.requestId, Status::kTooLarge,
+                      "the server's buffer budget is spent; retry later");
+            transport_.closeAfterFlush();
+            return false;
+          }
+          transport_.input().reserveExactly(frame);
+        }
+        return true;
+      case protocol::ParseResult::kTooLarge: {
+        const std::string message = fmt::format("a frame of {} bytes is over the limit of {} bytes",
+                                                header.bodySize, maxFrame);
+        if (!authenticated_) {
+          transport_.reject(Status::kTooLarge, message);
+        } else {
+          transport_.warnClosed(
+              fmt::format("Closing the connection of {}: {}.", transport_.peer(), message));
+          sendError(header.requestId, Status::kTooLarge, message);
+          transport_.closeAfterFlush();
+        }
+        return false;
+      }
+      case protocol::ParseResult::kFrame:
+        break;
+    }
+    handleFrame(header, data.substr(protocol::kHeaderSize, header.bodySize));
+    transport_.input().consume(protocol::kHeaderSize + header.bodySize);
+    if (transport_.closed() || transport_.closing()) return false;
+    if (transport_.input().readable().empty()) transport_.input().shrinkTo(kIdleBufferBytes);
+  }
+}
+
+void NativeSession::handleFrame(const protocol::FrameHeader& header, std::string_view body) {
+  Request request;
+  const auto error = protocol::decodeRequest(header.code, body, context_.options.limits, request);
+  if (!authenticated_) {
+    if (!error.ok()) {
+      transport_.reject(error.status, error.message);
+    } else if (request.op != Op::kHello) {
+      transport_.reject(Status::kBadRequest,
+                        fmt::format("it sent {} before HELLO", protocol::opName(request.op)));
+    } else {
+      handleHello(header.requestId, request);
+    }
+    return;
+  }
+  context_.counters.requests++;
+  if (!error.ok()) {
+    // The framing is intact, so the connection can go on after the error.
+    sendError(header.requestId, error.status, error.message);
+    return;
+  }
+  if (header.requestId == 0) {
+    sendError(0, Status::kBadRequest, "request id 0 is reserved for server pushes");
+    return;
+  }
+  handleRequest(header.requestId, request);
+}
+
+void NativeSession::handleHello(std::uint32_t id, const Request& request) {
+  if (request.version < 1 || request.version > protocol::kVersion) {
+    transport_.reject(Status::kUnsupportedVersion,
+                      fmt::format("it speaks protocol version {} and this server speaks 1 to {}; "
+                                  "use a ddprun client of the same release",
+                                  request.version, protocol::kVersion));
+    return;
+  }
+  // An open store (no token configured) serves every client as an agent.
+  // Otherwise the agents' token, or a worker credential made from it.
+  const std::string& token = context_.options.token;
+  const std::string& sent = request.values.at(0);
+  if (!token.empty() && !constantTimeEquals(sent, token)) {
+    if (auto job = workerCredentialJob(sent, token)) {
+      role_ = Role::kWorker;
+      workerJob_ = std::move(*job);
+    } else {
+      transport_.reject(
+          Status::kAuthFailed,
+          sent.empty()
+              ? "it sent no token and this store requires one; export the same DDPRUN_TOKEN "
+                "(or token file) on every node"
+              : "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)");
+      return;
+    }
+  }
+  authenticated_ = true;
+  transport_.markProven();
+  Reply reply;
+  reply.version = request.version;
+  reply.values.push_back(context_.options.name);
+  sendOk(id, Op::kHello, reply);
+  DDPRUN_DEBUG("Client {} ({}) connected.", printable(request.keys.at(0)), transport_.peer());
+}
+
+bool NativeSession::mayUse(std::uint32_t id, const Request& r) {
+  for (const auto& key : r.keys) {
+    if (isControlKey(key) && role_ != Role::kAgent) {
+      sendError(id, Status::kAuthFailed,
+                fmt::format("key '{}' is one of ddprun's control keys, which only agents (the "
+                            "full token) may use",
+                            printable(key)));
+      return false;
+    }
+    if (role_ == Role::kWorker &&
+        (key.size() <= workerJob_.size() || key.compare(0, workerJob_.size(), workerJob_) != 0 ||
+         key[workerJob_.size()] != '/')) {
+      sendError(id, Status::kAuthFailed,
+                fmt::format("key '{}' is outside this worker's job: a worker credential reaches "
+                            "only keys under '{}/'",
+                            printable(key), printable(workerJob_)));
+      return false;
+    }
+  }
+  return true;
+}
+
+void NativeSession::handleRequest(std::uint32_t id, Request& r) {
+  StoreState& state = context_.state;
+  Reply reply;
+  Status status = Status::kOk;
+  if (!mayUse(id, r)) return;
+  switch (r.op) {
+    case Op::kHello:
+      sendError(id, Status::kBadRequest, "HELLO was already sent on this connection");
+      return;
+    case Op::kSet:
+      status = toStatus(state.set(r.keys[0], std::move(r.values[0])));
+      break;
+    case Op::kAppend:
+      status = toStatus(state.append(r.keys[0], r.values[0]));
+      break;
+    case Op::kAdd:
+      status = toStatus(state.add(r.keys[0], r.delta, reply.integer));
+      if (status == Status::kNotInteger) {
+        sendError(id, status,
+                  fmt::format("ADD on key '{}' failed: its value is not a decimal integer, or "
+                              "the sum leaves the 64-bit range",
+                              r.keys[0]));
+        return;
+      }
+      break;
+    case Op::kCompareSet:
+      reply.values.emplace_back();
+      status = toStatus(
+          state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), reply.values[0]));
+      break;
+    case Op::kCheck:
+      reply.flag = state.check(r.keys);
+      break;
+    case Op::kDeleteKey:
+      reply.flag = state.deleteKey(r.keys[0]);
+      break;
+    case Op::kNumKeys:
+      reply.integer = state.numKeys();
+      break;
+    case Op::kMultiSet:
+      status = toStatus(state.multiSet(r.keys, r.values));
+      break;
+    case Op::kPing:
+      reply.values.push_back(std::move(r.values[0]));
+      break;
+    case Op::kGet:
+    case Op::kWait:
+    case Op::kMultiGet:
+      startWait(id, r);
+      return;
+    case Op::kJoin:
+    case Op::kLeave:
+    case Op::kReportFailure:
+    case Op::kRendezvousStatus:
+      handleRendezvous(id, r);
+      return;
+  }
+  sendStatus(id, r.op, status, reply);
+}
+
+void NativeSession::handleRendezvous(std::uint32_t id, Request& r) {
+  if (role_ != Role::kAgent) {
+    sendError(id, Status::kAuthFailed,
+              "a worker credential cannot take part in the rendezvous (only agents can join, "
+              "leave or report failures)");
+    return;
+  }
+  RendezvousManager* rendezvous = context_.rendezvous;
+  if (rendezvous == nullptr) {
+    protocol::encodeClosed(transport_.output(), id, "the server is shutting down", {1, ""});
+    return;
+  }
+  Reply reply;
+  std::string message;
+  Status status = Status::kOk;
+  switch (r.op) {
+    case Op::kJoin:
+      if (r.join.keepAliveMs > 0) {
+        keepAlive_ = std::max(keepAlive_, std::chrono::milliseconds(r.join.keepAliveMs));
+        transport_.rearmDeadline();  // with the heartbeat limit
+      }
+      ++pendingJoins_;
+      if (!member_) {
+        // An agent has joined from this address: its workers' TCPStore
+        // clients (which cannot authenticate) may be served from here.
+        member_ = true;
+        context_.memberAddresses[transport_.peerHost()]++;
+      }
+      rendezvous->join(*this, id, r.join, r.timeoutMs);
+      return;
+    case Op::kLeave:
+      status = rendezvous->leave(*this, r.node, message);
+      break;
+    case Op::kReportFailure:
+      status = rendezvous->reportFailure(*this, r.node, reply.integer, reply.flag, message);
+      break;
+    case Op::kRendezvousStatus:
+      reply.rendezvous = rendezvous->status(r.rdzvId);
+      break;
+    default:
+      return;
+  }
+  if (status == Status::kOk) {
+    sendOk(id, r.op, reply);
+  } else {
+    sendError(id, status, message);
+  }
+}
+
+void NativeSession::answerJoin(std::uint32_t requestId, Status status,
+                               const protocol::Assignment& assignment, const std::string& message) {
+  if (transport_.closed()) return;
+  if (pendingJoins_ > 0) --pendingJoins_;
+  transport_.touch();
+  if (status == Status::kOk) {
+    Reply reply;
+    reply.assignment = assignment;
+    sendOk(requestId, Op::kJoin, reply);
+  } else {
+    sendError(requestId, status, message);
+  }
+  transport_.flush();
+}
+
+void NativeSession::answerClosed(std::uint32_t requestId, const protocol::JobFailure& failure) {
+  if (transport_.closed()) return;
+  if (pendingJoins_ > 0) --pendingJoins_;
+  protocol::encodeClosed(transport_.output(), requestId, "the rendezvous is closed: the job failed",
+                         failure);
+  transport_.flush();
+}
+
+void NativeSession::pushEvent(const protocol::Event& event) {
+  if (transport_.closed()) return;
+  protocol::encodeEvent(transport_.output(), event);
+  transport_.flush();
+}
+
+void NativeSession::startWait(std::uint32_t id, Request& r) {
+  if (waits_.contains(id)) {
+    sendError(id, Status::kBadRequest,
+              fmt::format("request id {} already has a pending wait on this connection", id));
+    return;
+  }
+  PendingWait wait;
+  wait.op = r.op;
+  wait.keys = std::move(r.keys);
+  wait.bytes = kPendingWaitBytes;
+  for (const auto& key : wait.keys) wait.bytes += key.size() + kPendingKeyBytes;
+  if (!transport_.canGrow(wait.bytes)) {
+    sendError(id, Status::kStoreFull,
+              fmt::format("{} refused: the server's buffer budget of {} bytes is spent",
+                          protocol::opName(r.op), context_.options.maxBufferedBytes));
+    return;
+  }
+  std::optional<StoreState::WaiterId> waiter;
+  if (context_.state.addWaiter(
+          wait.keys, [this, id] { completeWait(id); }, waiter) != StoreResult::kOk) {
+    sendStatus(id, r.op, Status::kStoreFull, {});
+    return;
+  }
+  waitBytes_ += wait.bytes;
+  if (!waiter) {
+    waits_.emplace(id, std::move(wait));
+    completeWait(id);
+    return;
+  }
+  wait.waiter = *waiter;
+  context_.syncWaiters();
+  // Every wait ends: "no timeout" and long timeouts stop at maxWaitTime.
+  const auto maxWait = context_.options.maxWaitTime;
+  const auto timeout =
+      r.timeoutMs == protocol::kNoTimeout
+          ? maxWait
+          : std::min<std::chrono::milliseconds>(maxWait, std::chrono::milliseconds(r.timeoutMs));
+  wait.timer = std::make_unique<asio::steady_timer>(transport_.executor(), timeout);
+  wait.timer->async_wait(
+      [self = transport_.shared_from_this(), this, id](boost::system::error_code ec) {
+        if (!ec && !self->closed()) timeoutWait(id);
+      });
+  waits_.emplace(id, std::move(wait));
+}
+
+void NativeSession::completeWait(std::uint32_t id) {
+  auto it = waits_.find(id);
+  if (it == waits_.end()) return;
+  if (!context_.state.check(it->second.keys)) {
+    // A key that existed when the wait began was deleted since: wait on.
+    // (A full store ends the wait now: the caller sees the key missing.)
+    std::optional<StoreState::WaiterId> waiter;
+    context_.state.addWaiter(
+        it->second.keys, [this, id] { completeWait(id); }, waiter);
+    if (waiter) {
+      it->second.waiter = *waiter;
+      return;
+    }
+  }
+  PendingWait wait = std::move(it->second);
+  waits_.erase(it);
+  waitBytes_ -= wait.bytes;
+  context_.syncWaiters();
+  if (wait.timer) wait.timer->cancel();
+  transport_.touch();
+  Reply reply;
+  if (wait.op != Op::kWait) {
+    // Sized before it is built: a reply over the frame limit or the
+    // server's budget (say, one large key named a thousand times) is an
+    // error, never gigabytes of memory.
+    std::size_t bytes = protocol::kHeaderSize + 4;
+    for (const auto& key : wait.keys) {
+      const std::string* value = context_.state.find(key);
+      bytes += 4 + (value ? value->size() : 0);
+    }
+    if (!transport_.reserveReply(bytes)) {
+      sendError(
+          id, Status::kTooLarge,
+          fmt::format("the {} reply would be {} bytes, over the frame limit of {} bytes or "
+                      "what the server can buffer now; ask for fewer keys at a time",
+                      protocol::opName(wait.op), bytes, context_.options.limits.maxFrameBytes));
+      transport_.flush();
+      return;
+    }
+    for (const auto& key : wait.keys) {
+      const std::string* value = context_.state.find(key);
+      reply.values.push_back(value ? *value : std::string());
+    }
+  }
+  sendOk(id, wait.op, reply);
+  transport_.flush();
+}
+
+void NativeSession::timeoutWait(std::uint32_t id) {
+  auto it = waits_.find(id);
+  if (it == waits_.end()) return;
+  context_.state.removeWaiter(it->second.waiter);
+  std::string missing;
+  for (const auto& key : it->second.keys) {
+    if (context_.state.find(key) != nullptr) continue;
+    if (!missing.empty()) missing += "', '";
+    missing += key;
+  }
+  const Op op = it->second.op;
+  waitBytes_ -= it->second.bytes;
+  waits_.erase(it);
+  context_.syncWaiters();
+  sendError(id, Status::kTimeout,
+            fmt::format("{} timed out waiting for key '{}'", protocol::opName(op), missing));
+  transport_.flush();
+}
+
+void NativeSession::sendOk(std::uint32_t id, Op op, const Reply& reply) {
+  protocol::encodeReply(transport_.output(), id, op, reply);
+}
+
+void NativeSession::sendStatus(std::uint32_t id, Op op, Status status, const Reply& reply) {
+  switch (status) {
+    case Status::kOk:
+      sendOk(id, op, reply);
+      return;
+    case Status::kStoreFull:
+      sendError(
+          id, status,
+          fmt::format("{} refused: the store would exceed its limit of {} bytes (keys, "
+                      "values, a {}-byte overhead per key, and waiters)",
+                      protocol::opName(op), context_.options.maxTotalBytes, kKeyOverheadBytes));
+      return;
+    case Status::kTooLarge:
+      sendError(id, status,
+                fmt::format("{} refused: the value would exceed the limit of {} bytes",
+                            protocol::opName(op), context_.options.limits.maxValueBytes));
+      return;
+    default:
+      sendError(id, status,
+                fmt::format("{} failed: {}", protocol::opName(op), protocol::statusName(status)));
+      return;
+  }
+}
+
+void NativeSession::sendError(std::uint32_t id, Status status, std::string_view message) {
+  protocol::encodeError(transport_.output(), id, status, message);
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,90 @@
+// NativeSession: a connection speaking ddprun's own protocol
+// (docs/protocol.md): the preamble and HELLO (the agents' token, or a
+// worker credential), framed requests, blocking waits with their timers,
+// and the rendezvous peer role for agents.
+//
+// Thread-safety: the server's loop thread only.
+// Ownership: owned by its Transport; timers keep the Transport alive.
+#pragma once
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/store_state.h"
+#include "dialect_session.h"
+#include "rendezvous_manager.h"
+
+namespace ddprun::rendezvous {
+
+class Transport;
+struct ServerContext;
+
+class NativeSession : public DialectSession, public RendezvousManager::Peer {
+ public:
+  explicit NativeSession(Transport& transport);
+  NativeSession(const NativeSession&) = delete;
+  NativeSession& operator=(const NativeSession&) = delete;
+
+  // DialectSession
+  bool process() override;
+  void closing(const std::string& reason) override;
+  std::size_t heldBytes() const override { return waitBytes_; }
+  Clock::time_point idleDeadline(Clock::time_point lastActivity) const override;
+  void idleDeadlinePassed() override;
+  bool speaksErrorFrames() const override { return true; }
+
+  // RendezvousManager::Peer
+  void pushEvent(const protocol::Event& event) override;
+  void answerJoin(std::uint32_t requestId, protocol::Status status,
+                  const protocol::Assignment& assignment, const std::string& message) override;
+  void answerClosed(std::uint32_t requestId, const protocol::JobFailure& failure) override;
+  const std::string& peerAddress() const override;
+
+ private:
+  struct PendingWait {
+    StoreState::WaiterId waiter = 0;
+    protocol::Op op = protocol::Op::kWait;
+    std::vector<std::string> keys;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+    std::size_t bytes = 0;  // charged to the connection while it waits
+  };
+  // Native clients: the full token (or an open store) makes an agent; a
+  // worker credential reaches key-value operations under "<workerJob_>/".
+  enum class Role { kAgent, kWorker };
+
+  void handleFrame(const protocol::FrameHeader& header, std::string_view body);
+  void handleHello(std::uint32_t id, const protocol::Request& request);
+  // Whether this client may use every key of `request`; if not, the error
+  // reply is sent.
+  bool mayUse(std::uint32_t id, const protocol::Request& request);
+  void handleRequest(std::uint32_t id, protocol::Request& request);
+  void handleRendezvous(std::uint32_t id, protocol::Request& request);
+  void startWait(std::uint32_t id, protocol::Request& request);
+  void completeWait(std::uint32_t id);
+  void timeoutWait(std::uint32_t id);
+  void sendOk(std::uint32_t id, protocol::Op op, const protocol::Reply& reply);
+  void sendStatus(std::uint32_t id, protocol::Op op, protocol::Status status,
+                  const protocol::Reply& reply);
+  void sendError(std::uint32_t id, protocol::Status status, std::string_view message);
+
+  Transport& transport_;
+  ServerContext& context_;
+  bool preambleSeen_ = false;
+  bool authenticated_ = false;
+  Role role_ = Role::kAgent;
+  std::string workerJob_;
+  bool member_ = false;  // an agent that joined: its address is a member
+  std::unordered_map<std::uint32_t, PendingWait> waits_;
+  std::size_t waitBytes_ = 0;  // keys of pending waits, charged
+  std::size_t pendingJoins_ = 0;
+  // Heartbeat limit of a rendezvous member: silence this long means dead.
+  std::chrono::milliseconds keepAlive_{0};
+};
+
+}  // namespace ddprun::rendezvous

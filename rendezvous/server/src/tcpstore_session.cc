@@ -1,0 +1,230 @@
+#include "tcpstore_session.h"
+
+#include <fmt/format.h>
+
+#include "ddprun/common/logging.h"
+#include "server_context.h"
+#include "transport.h"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+
+namespace {
+
+const char* describe(StoreResult result) {
+  switch (result) {
+    case StoreResult::kOk:
+      return "done";
+    case StoreResult::kFull:
+      return "the store is full";
+    case StoreResult::kNotInteger:
+      return "the value is not a decimal integer, or the sum leaves the 64-bit range";
+    case StoreResult::kValueTooLarge:
+      return "the value would pass the largest value allowed";
+  }
+  return "unknown";
+}
+
+tcpstore::DecoderLimits decoderLimits(const protocol::Limits& limits) {
+  return {limits.maxKeyBytes, limits.maxValueBytes, limits.maxKeysPerRequest, limits.maxFrameBytes};
+}
+
+}  // namespace
+
+TcpStoreSession::TcpStoreSession(Transport& transport, tcpstore::Dialect dialect)
+    : transport_(transport),
+      context_(transport.context()),
+      decoder_(dialect, decoderLimits(context_.options.limits)) {}
+
+void TcpStoreSession::closing(const std::string&) { dropWait(); }
+
+void TcpStoreSession::dropWait() {
+  if (!wait_) return;
+  context_.state.removeWaiter(*wait_);
+  wait_.reset();
+  waitTimer_.reset();
+  context_.syncWaiters();
+}
+
+bool TcpStoreSession::process() {
+  for (;;) {
+    tcpstore::Request r;
+    std::size_t used = 0;
+    std::string error;
+    const tcpstore::Parse parse = decoder_.feed(transport_.input().readable(), used, r, error);
+    transport_.input().consume(used);
+    switch (parse) {
+      case tcpstore::Parse::kNeedMore:
+        if (transport_.input().readable().empty()) transport_.input().shrinkTo(kIdleBufferBytes);
+        return true;
+      case tcpstore::Parse::kError:
+        transport_.warnClosed(
+            fmt::format("Closing the TCPStore connection of {}: {}.", transport_.peer(), error));
+        transport_.close();
+        return false;
+      case tcpstore::Parse::kRequest:
+        break;
+    }
+    transport_.markProven();
+    context_.counters.requests++;
+    for (const auto& key : r.keys) {
+      if (!isControlKey(key)) continue;
+      transport_.warnClosed(
+          fmt::format("Closing the TCPStore connection of {}: it named the control key "
+                      "'{}', which only ddprun's agents may use.",
+                      transport_.peer(), printable(key)));
+      transport_.close();
+      return false;
+    }
+    // The client serialises its calls: a new request means a pending wait
+    // was abandoned (1.13 times out silently) or is being cancelled.
+    dropWait();
+    handle(r);
+    if (transport_.closed()) return false;
+  }
+}
+
+void TcpStoreSession::handle(tcpstore::Request& r) {
+  using tcpstore::Op;
+  StoreState& state = context_.state;
+  std::string& out = transport_.output();
+  // This protocol has no error reply: a write the store refuses closes the
+  // connection, so the client sees an error instead of a lost write.
+  const auto refused = [&](StoreResult result) {
+    if (result == StoreResult::kOk) return false;
+    transport_.warnClosed(
+        fmt::format("Closing the TCPStore connection of {}: a write was refused ({}).",
+                    transport_.peer(), describe(result)));
+    transport_.close();
+    return true;
+  };
+  // Replies are sized before they are built: one too large for the frame
+  // limit or the server's budget closes the connection (no error reply).
+  const auto tooLarge = [&](std::size_t bytes) {
+    if (transport_.reserveReply(bytes)) return false;
+    transport_.warnClosed(
+        fmt::format("Closing the TCPStore connection of {}: its reply would be {} "
+                    "bytes, over the frame limit or the server's buffer budget.",
+                    transport_.peer(), bytes));
+    transport_.close();
+    return true;
+  };
+  const auto valueBytes = [&](const std::string& key) {
+    const std::string* value = state.find(key);
+    return 8 + (value ? value->size() : 0);
+  };
+  switch (r.op) {
+    case Op::kValidate:
+      break;  // only valid first; a repeat is harmless
+    case Op::kPing:
+      tcpstore::putU32(out, r.word);
+      break;
+    case Op::kSet:
+      if (refused(state.set(r.keys[0], std::move(r.values[0])))) return;
+      break;
+    case Op::kAppend:
+      if (refused(state.append(r.keys[0], r.values[0]))) return;
+      break;
+    case Op::kCompareSet: {
+      std::string result;
+      if (refused(state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), result))) {
+        return;
+      }
+      tcpstore::putString(out, result);
+      break;
+    }
+    case Op::kGet: {
+      if (tooLarge(valueBytes(r.keys[0]))) return;
+      const std::string* value = state.find(r.keys[0]);
+      tcpstore::putString(out, value ? *value : std::string());
+      break;
+    }
+    case Op::kAdd: {
+      std::int64_t result = 0;
+      if (refused(state.add(r.keys[0], r.delta, result))) return;
+      tcpstore::putI64(out, result);
+      break;
+    }
+    case Op::kCheck:
+      tcpstore::putU8(out, state.check(r.keys) ? tcpstore::kReady : tcpstore::kNotReady);
+      break;
+    case Op::kWait: {
+      std::optional<StoreState::WaiterId> waiter;
+      const StoreResult added = state.addWaiter(
+          r.keys,
+          [this] {
+            wait_.reset();
+            waitTimer_.reset();
+            context_.syncWaiters();
+            tcpstore::putU8(transport_.output(), tcpstore::kStopWaiting);
+            transport_.flush();
+          },
+          waiter);
+      if (refused(added)) return;
+      if (waiter) {
+        wait_ = *waiter;
+        context_.syncWaiters();
+        startWaitTimer();
+      } else {
+        tcpstore::putU8(out, tcpstore::kStopWaiting);
+      }
+      break;
+    }
+    case Op::kCancelWait:
+      // Any pending wait was dropped above; if it had completed, its
+      // STOP_WAITING already went out and this 01 follows it.
+      tcpstore::putU8(out, tcpstore::kWaitCanceled);
+      break;
+    case Op::kGetNumKeys:
+      tcpstore::putI64(out, state.numKeys());
+      break;
+    case Op::kDeleteKey:
+      tcpstore::putI64(out, state.deleteKey(r.keys[0]) ? 1 : 0);
+      break;
+    case Op::kMultiGet: {
+      std::size_t bytes = 0;
+      for (const auto& key : r.keys) bytes += valueBytes(key);
+      if (tooLarge(bytes)) return;
+      for (const auto& key : r.keys) {
+        const std::string* value = state.find(key);
+        tcpstore::putString(out, value ? *value : std::string());
+      }
+      break;
+    }
+    case Op::kMultiSet:
+      if (refused(state.multiSet(r.keys, r.values))) return;
+      break;
+    case Op::kListKeys: {
+      std::vector<std::string> keys = state.keys();
+      std::erase_if(keys, [](const std::string& key) { return isControlKey(key); });
+      std::size_t bytes = 8;
+      for (const auto& key : keys) bytes += 8 + key.size();
+      if (tooLarge(bytes)) return;
+      tcpstore::putI64(out, static_cast<std::int64_t>(keys.size()));
+      for (const auto& key : keys) tcpstore::putString(out, key);
+      break;
+    }
+    case Op::kWatchKey:
+      transport_.warnClosed(fmt::format(
+          "Closing the TCPStore connection of {}: WATCH_KEY is not supported.", transport_.peer()));
+      transport_.close();
+      return;
+  }
+}
+
+void TcpStoreSession::startWaitTimer() {
+  waitTimer_ =
+      std::make_unique<asio::steady_timer>(transport_.executor(), context_.options.maxWaitTime);
+  waitTimer_->async_wait(
+      [self = transport_.shared_from_this(), this](boost::system::error_code ec) {
+        if (ec || self->closed() || !wait_) return;
+        transport_.warnClosed(
+            fmt::format("Closing the TCPStore connection of {}: its WAIT passed "
+                        "the server's longest wait of {} ms.",
+                        transport_.peer(), context_.options.maxWaitTime.count()));
+        transport_.close();
+      });
+}
+
+}  // namespace ddprun::rendezvous
