@@ -335,7 +335,7 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
   if (rendezvous) {
     // The budget is the job's, kept by the store: one restart per failed round.
     const std::string report = reportFor(outcome);
-    rendezvous::StoreClient::FailureDecision decision;
+    rendezvous::RendezvousClient::FailureDecision decision;
     try {
       decision = rendezvous->reportFailure(assignment.round, root.status.shellCode(), report);
     } catch (const Error& e) {

@@ -93,7 +93,7 @@ void NodeRendezvous::connect() {
   options.connectTimeout = rdzv_.joinTimeout;
   options.requestTimeout = rdzv_.requestTimeout;
   options.cancelConnect = &cancelled_;
-  auto client = std::make_unique<rendezvous::StoreClient>(options);
+  auto client = std::make_unique<rendezvous::RendezvousClient>(options);
   {
     std::lock_guard lock(mutex_);
     client_ = std::move(client);
@@ -131,13 +131,13 @@ NodeRendezvous::~NodeRendezvous() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     cancelled_ = true;
-    if (client_) client_->shutdown();  // unblocks the event and join threads
+    if (client_) client_->store().shutdown();  // unblocks the event and join threads
   }
   stopRequested_.notify_all();
   joinThread(joiner_);  // may still be connecting: it sees cancelled_ within ~1 s
   {
     std::lock_guard lock(mutex_);
-    if (client_) client_->shutdown();
+    if (client_) client_->store().shutdown();
   }
   for (std::thread* t : {&heartbeat_, &events_, &closer_}) joinThread(*t);
   client_.reset();
@@ -158,7 +158,7 @@ void NodeRendezvous::runHeartbeats() {
   while (!stopRequested_.wait_for(lock, rdzv_.keepAliveInterval, [this] { return stopping_; })) {
     lock.unlock();
     try {
-      client_->ping();
+      client_->store().ping();
     } catch (const Error& e) {
       lock.lock();
       if (!stopping_) asio::post(io_, [this, reason = std::string(e.what())] { onLost_(reason); });
@@ -203,13 +203,13 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
       // Says what the wait is for until the round completes (or fails).
       const JoinProgress progress(
           [this]() -> std::optional<protocol::RendezvousStatus> {
-            rendezvous::StoreClient* client = nullptr;
+            rendezvous::RendezvousClient* client = nullptr;
             {
               std::lock_guard lock(mutex_);
               client = client_.get();
             }
             if (client == nullptr) return std::nullopt;
-            return client->rendezvousStatus(config_.runId);
+            return client->status(config_.runId);
           },
           hostPort(rdzv_.endpointHost, rdzv_.endpointPort), JoinProgress::stderrIsTerminal(),
           rdzv_.progressInterval);
@@ -235,9 +235,8 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   });
 }
 
-rendezvous::StoreClient::FailureDecision NodeRendezvous::reportFailure(std::int64_t round,
-                                                                       int exitCode,
-                                                                       const std::string& report) {
+rendezvous::RendezvousClient::FailureDecision NodeRendezvous::reportFailure(
+    std::int64_t round, int exitCode, const std::string& report) {
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;
@@ -265,7 +264,7 @@ void NodeRendezvous::asyncWaitUntilAllLeft(std::function<void()> done) {
   joinThread(closer_);
   closer_ = std::thread([this, done = std::move(done)] {
     try {
-      client_->wait({protocol::rendezvousFinishedKey(config_.runId)}, rdzv_.closeTimeout);
+      client_->store().wait({protocol::rendezvousFinishedKey(config_.runId)}, rdzv_.closeTimeout);
     } catch (const Error& e) {
       DDPRUN_WARN("Not every node left the rendezvous within the close timeout: {}", e.what());
     }

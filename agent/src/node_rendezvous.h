@@ -31,7 +31,7 @@
 
 #include "ddprun/agent/agent_config.h"
 #include "ddprun/rendezvous/protocol.h"
-#include "ddprun/rendezvous/store_client.h"
+#include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_server.h"
 
 namespace ddprun::agent {
@@ -64,8 +64,8 @@ class NodeRendezvous {
   // for worker rank 0's own TCPStore.
   void setMasterPort(std::uint16_t port) { masterPort_ = port; }
   void asyncJoin(std::function<void(JoinResult)> done);
-  rendezvous::StoreClient::FailureDecision reportFailure(std::int64_t round, int exitCode,
-                                                         const std::string& report);
+  rendezvous::RendezvousClient::FailureDecision reportFailure(std::int64_t round, int exitCode,
+                                                              const std::string& report);
   void leave(std::int64_t round);
   // Host only: calls `done` once every node has left or the close timeout
   // passed, whichever comes first.
@@ -87,7 +87,7 @@ class NodeRendezvous {
   std::string nodeId_;
   std::uint16_t masterPort_ = 0;
   std::unique_ptr<rendezvous::StoreServer> server_;
-  std::unique_ptr<rendezvous::StoreClient> client_;
+  std::unique_ptr<rendezvous::RendezvousClient> client_;
   EventFn onEvent_;
   LostFn onLost_;
   std::thread heartbeat_;

@@ -16,6 +16,7 @@
 #include "daemon_process.h"
 #include "ddprun/common/error.h"
 #include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/rendezvous_client.h"
 #include "raw_socket.h"
 
 namespace ddprun {
@@ -337,7 +338,7 @@ TEST(HostileClients, AppendCannotGrowPastTheLargestValue) {
 TEST(HostileClients, ClientTextIsEscapedAndFloodsAreLoggedBriefly) {
   Daemon daemon({"--max-connections-per-address", "50"});
   {
-    StoreClient agent(daemon.clientOptions());
+    rendezvous::RendezvousClient agent(daemon.clientOptions());
     protocol::JoinRequest join;
     join.rdzvId = "job\n\x1b[31mFAKE LOG LINE";
     join.nodeId = "n";

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "ddprun/common/error.h"
-#include "ddprun/rendezvous/store_client.h"
+#include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_server.h"
 
 namespace ddprun::rendezvous {
@@ -25,12 +25,12 @@ class RendezvousTest : public ::testing::Test {
     server_->start();
   }
 
-  std::unique_ptr<StoreClient> client(const std::string& name) {
+  std::unique_ptr<RendezvousClient> client(const std::string& name) {
     StoreClientOptions options;
     options.port = server_->port();
     options.token = "t";
     options.name = name;
-    return std::make_unique<StoreClient>(options);
+    return std::make_unique<RendezvousClient>(options);
   }
 
   static JoinRequest request(const std::string& node, std::uint32_t min, std::uint32_t max,
@@ -117,7 +117,7 @@ TEST_F(RendezvousTest, JoinTimesOut) {
 
 TEST_F(RendezvousTest, StatusSaysWhoHasJoinedAndWhoIsMissing) {
   auto a = client("a"), b = client("b"), watcher = client("watcher");
-  EXPECT_FALSE(watcher->rendezvousStatus("job").exists);
+  EXPECT_FALSE(watcher->status("job").exists);
   // A static job of 3 nodes: node ranks 0 and 2 wait, so rank 1 is missing.
   auto fa =
       std::async(std::launch::async, [&] { return a->join(request("node1", 3, 3, 1, 0), 2s); });
@@ -126,7 +126,7 @@ TEST_F(RendezvousTest, StatusSaysWhoHasJoinedAndWhoIsMissing) {
   protocol::RendezvousStatus st;
   for (int i = 0; i < 100 && st.joined < 2; ++i) {
     std::this_thread::sleep_for(10ms);
-    st = watcher->rendezvousStatus("job");
+    st = watcher->status("job");
   }
   EXPECT_TRUE(st.exists);
   EXPECT_FALSE(st.running);
@@ -167,7 +167,7 @@ TEST_F(RendezvousTest, StatusCountsDownTheLastCallAndNamesNodesNotBack) {
   protocol::RendezvousStatus st;
   for (int i = 0; i < 100 && st.joined < 2; ++i) {
     std::this_thread::sleep_for(10ms);
-    st = watcher->rendezvousStatus("job");
+    st = watcher->status("job");
   }
   EXPECT_EQ(st.joined, 2u);
   EXPECT_GT(st.lastCallMs, 2000);  // min joined: the last call runs
@@ -176,7 +176,7 @@ TEST_F(RendezvousTest, StatusCountsDownTheLastCallAndNamesNodesNotBack) {
   c->join(slow(request("node3", 2, 3)), 10s);  // max: complete at once
   fa.get();
   fb.get();
-  EXPECT_TRUE(watcher->rendezvousStatus("job").running);
+  EXPECT_TRUE(watcher->status("job").running);
   // node3 fails: the round ends and node1 and node2 are expected back.
   protocol::NodeReport report;
   report.rdzvId = "job";
@@ -186,10 +186,10 @@ TEST_F(RendezvousTest, StatusCountsDownTheLastCallAndNamesNodesNotBack) {
   EXPECT_EQ(c->reportFailure(report).restarts, 1);
   auto fc =
       std::async(std::launch::async, [&] { return c->join(slow(request("node3", 2, 3)), 10s); });
-  st = watcher->rendezvousStatus("job");
+  st = watcher->status("job");
   for (int i = 0; i < 100 && st.joined < 1; ++i) {
     std::this_thread::sleep_for(10ms);
-    st = watcher->rendezvousStatus("job");
+    st = watcher->status("job");
   }
   EXPECT_FALSE(st.running);
   EXPECT_EQ(st.joined, 1u);
@@ -353,7 +353,7 @@ TEST_F(RendezvousTest, LeavingDoesNotEndTheRound) {
 
 TEST_F(RendezvousTest, ThousandNodesJoinOneRound) {
   constexpr int kNodes = 1000;
-  std::vector<std::unique_ptr<StoreClient>> clients;
+  std::vector<std::unique_ptr<RendezvousClient>> clients;
   for (int i = 0; i < kNodes; ++i) clients.push_back(client("n" + std::to_string(i)));
   std::vector<std::future<Assignment>> results;
   for (int i = 0; i < kNodes; ++i) {

@@ -13,6 +13,7 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/secret.h"
+#include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "raw_socket.h"
 
@@ -491,9 +492,10 @@ TEST(WorkerCredentialOnTheServer, ReachesOnlyItsJobsKeys) {
   protocol::JoinRequest join;
   join.rdzvId = "jobA";
   join.nodeId = "fake-node";
-  EXPECT_THROW(worker.join(join, 1s), AuthError);
+  RendezvousClient workerAsAgent(options);  // the credential, on the rendezvous calls
+  EXPECT_THROW(workerAsAgent.join(join, 1s), AuthError);
   protocol::NodeReport report{"jobA", "node", 1, 5, 9, "forged"};
-  EXPECT_THROW(worker.reportFailure(report), AuthError);
+  EXPECT_THROW(workerAsAgent.reportFailure(report), AuthError);
   EXPECT_EQ(agent.get("jobB/secret", 1s), "b");
   EXPECT_EQ(agent.get("__ddprun/rendezvous/jobA/finished", 1s), "0");
   // A credential for another store's token is refused at the handshake.

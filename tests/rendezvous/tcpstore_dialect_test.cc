@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/store_server.h"
 #include "raw_socket.h"
@@ -134,7 +135,7 @@ TEST_F(TcpStoreDialectTest, SilentConnectionsStayOpenOnlyFromTrustedAddresses) {
     StoreClientOptions options;
     options.port = server_->port();
     options.token = "t";
-    StoreClient agent(options);
+    RendezvousClient agent(options);
     protocol::JoinRequest join;
     join.rdzvId = "job";
     join.nodeId = "node";

@@ -194,39 +194,6 @@ void StoreClient::append(const std::string& key, std::string_view value) {
   call(r, {});
 }
 
-protocol::Assignment StoreClient::join(const protocol::JoinRequest& join,
-                                       std::chrono::milliseconds timeout) {
-  Request r = makeRequest(Op::kJoin);
-  r.join = join;
-  return call(r, timeout).assignment;
-}
-
-void StoreClient::leave(const protocol::NodeReport& report) {
-  Request r = makeRequest(Op::kLeave);
-  r.node = report;
-  call(r, {});
-}
-
-StoreClient::FailureDecision StoreClient::reportFailure(const protocol::NodeReport& report) {
-  Request r = makeRequest(Op::kReportFailure);
-  r.node = report;
-  const Reply reply = call(r, {});
-  return {reply.integer, reply.flag};
-}
-
-protocol::RendezvousStatus StoreClient::rendezvousStatus(const std::string& rdzvId) {
-  Request r = makeRequest(Op::kRendezvousStatus);
-  r.rdzvId = rdzvId;
-  return call(r, {}).rendezvous;
-}
-
-std::optional<protocol::Event> StoreClient::waitEvent(std::chrono::milliseconds timeout) {
-  const auto deadline = timeout.count() >= std::chrono::milliseconds::max().count() / 2
-                            ? Clock::time_point::max()
-                            : Clock::now() + timeout;
-  return connection()->waitEvent(deadline);
-}
-
 void StoreClient::shutdown() {
   std::lock_guard lock(mutex_);
   shutDown_ = true;

@@ -93,24 +93,9 @@ class StoreClient : public Store {
   // One round trip; throws if the server does not answer in requestTimeout.
   void ping();
 
-  // --- rendezvous (docs/protocol.md, "Rendezvous") ---
-  // Blocks until this node's round is complete (or TimeoutError after
-  // `timeout`; RendezvousClosedError when the job already failed).
-  protocol::Assignment join(const protocol::JoinRequest& request,
-                            std::chrono::milliseconds timeout);
-  void leave(const protocol::NodeReport& report);
-  struct FailureDecision {
-    std::int64_t restarts = 0;  // used by the job so far
-    bool restartAllowed = false;
-  };
-  FailureDecision reportFailure(const protocol::NodeReport& report);
-  // Who has joined rendezvous `rdzvId`'s round being formed (one round trip).
-  protocol::RendezvousStatus rendezvousStatus(const std::string& rdzvId);
-  // The next event the server pushed, or nullopt after `timeout`.
-  std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout);
-
   // Unblocks every call in progress (they throw NetworkError) and makes
-  // later calls fail: for stopping a thread blocked in waitEvent().
+  // later calls fail: for stopping a thread blocked in a call (or in
+  // RendezvousClient::waitEvent()).
   void shutdown();
 
   // "host:port" of the server, for messages.
@@ -118,6 +103,7 @@ class StoreClient : public Store {
   const StoreClientOptions& options() const { return options_; }
 
  private:
+  friend class RendezvousClient;  // its calls share this connection
   protocol::Reply call(protocol::Request& request, std::chrono::milliseconds waitTimeout);
   std::shared_ptr<Connection> connection();
 

@@ -1,0 +1,57 @@
+// RendezvousClient: an agent's side of the rendezvous (docs/protocol.md
+// §10b) on its own authenticated connection: JOIN a round, LEAVE, REPORT a
+// failure, ask who has joined, and receive the events the server pushes.
+// The same connection carries the key-value calls of store() (the agent
+// waits on a control key there), so heartbeats, events and calls share it.
+//
+// Example:
+//   RendezvousClient agent(options);         // connects and authenticates
+//   auto assignment = agent.join(request, std::chrono::minutes(10));
+//   while (auto event = agent.waitEvent(std::chrono::seconds(5))) { ... }
+//
+// Thread-safety: every call may run on any thread at once (one thread may
+// block in waitEvent() while another joins or reports).
+// Ownership: owns its StoreClient and so its connection.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/store_client.h"
+
+namespace ddprun::rendezvous {
+
+class RendezvousClient {
+ public:
+  // Connects and authenticates with the agents' token (see StoreClient).
+  explicit RendezvousClient(StoreClientOptions options) : store_(std::move(options)) {}
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+  // Blocks until this node's round is complete (or TimeoutError after
+  // `timeout`; RendezvousClosedError when the job already failed).
+  protocol::Assignment join(const protocol::JoinRequest& request,
+                            std::chrono::milliseconds timeout);
+  // The node is done: it leaves without ending the round for the others.
+  void leave(const protocol::NodeReport& report);
+  struct FailureDecision {
+    std::int64_t restarts = 0;  // used by the job so far
+    bool restartAllowed = false;
+  };
+  // A worker of this node failed in `report.round`.
+  FailureDecision reportFailure(const protocol::NodeReport& report);
+  // Who has joined rendezvous `rdzvId`'s round being formed.
+  protocol::RendezvousStatus status(const std::string& rdzvId);
+  // The next event the server pushed, or nullopt after `timeout`.
+  std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout);
+
+  // The key-value calls on the same connection.
+  StoreClient& store() { return store_; }
+
+ private:
+  StoreClient store_;
+};
+
+}  // namespace ddprun::rendezvous
