@@ -196,87 +196,338 @@ class RequestDecoder {
 
 }  // namespace
 
-void encodeRequest(std::string& out, std::uint32_t requestId, const Request& r) {
-  appendFrame(out, requestId, static_cast<std::uint8_t>(r.op), [&] {
-    switch (r.op) {
-      case Op::kHello:
-        putU16(out, r.version);
-        putString(out, r.values.empty() ? std::string_view() : r.values[0]);
-        putString(out, r.keys.empty() ? std::string_view() : r.keys[0]);
-        break;
-      case Op::kSet:
-      case Op::kAppend:
-        putString(out, r.keys.at(0));
-        putString(out, r.values.at(0));
-        break;
-      case Op::kGet:
-        putString(out, r.keys.at(0));
-        putU32(out, r.timeoutMs);
-        break;
-      case Op::kAdd:
-        putString(out, r.keys.at(0));
-        putI64(out, r.delta);
-        break;
-      case Op::kCompareSet:
-        putString(out, r.keys.at(0));
-        putString(out, r.values.at(0));
-        putString(out, r.values.at(1));
-        break;
-      case Op::kCheck:
-        putKeyList(out, r.keys);
-        break;
-      case Op::kWait:
-      case Op::kMultiGet:
-        putU32(out, r.timeoutMs);
-        putKeyList(out, r.keys);
-        break;
-      case Op::kDeleteKey:
-        putString(out, r.keys.at(0));
-        break;
-      case Op::kNumKeys:
-        break;
-      case Op::kMultiSet:
-        putU32(out, static_cast<std::uint32_t>(r.keys.size()));
-        for (std::size_t i = 0; i < r.keys.size(); ++i) {
-          putString(out, r.keys[i]);
-          putString(out, r.values.at(i));
-        }
-        break;
-      case Op::kPing:
-        putString(out, r.values.empty() ? std::string_view() : r.values[0]);
-        break;
-      case Op::kJoin: {
-        const JoinRequest& j = r.join;
-        putString(out, j.rdzvId);
-        putString(out, j.nodeId);
-        putI64(out, j.nodeRank);
-        putU32(out, j.localWorldSize);
-        putU32(out, j.minNodes);
-        putU32(out, j.maxNodes);
-        putU32(out, j.lastCallMs);
-        putU32(out, j.keepAliveMs);
-        putU32(out, r.timeoutMs);
-        putString(out, j.address);
-        putU32(out, j.masterPort);
-        putI64(out, j.maxRestarts);
-        break;
-      }
-      case Op::kLeave:
-      case Op::kReportFailure: {
-        const NodeReport& n = r.node;
-        putString(out, n.rdzvId);
-        putString(out, n.nodeId);
-        putI64(out, n.round);
-        putI64(out, n.maxRestarts);
-        putI64(out, n.exitCode);
-        putString(out, n.report);
-        break;
-      }
-      case Op::kRendezvousStatus:
-        putString(out, r.rdzvId);
-        break;
+// --- each op's layout -------------------------------------------------------
+//
+// docs/protocol.md §5 and §10b in code: for every op, how its request body
+// is written and read and how its OK reply body is written and read, side
+// by side. Error replies (every status but OK) are `str message` for all
+// ops; CLOSED adds the job's outcome (encodeClosed).
+
+namespace {
+
+constexpr std::size_t kAnySize = static_cast<std::size_t>(-1);
+
+// Reads an OK reply body: the server's bytes, bounded only by their size.
+struct ReplyReader {
+  ByteReader in;
+  bool tooLarge = false;
+
+  bool string(std::string& out) { return in.string(out, kAnySize, tooLarge); }
+  bool strings(std::vector<std::string>& out, std::uint32_t n) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::string value;
+      if (!string(value)) return false;
+      out.push_back(std::move(value));
     }
-  });
+    return true;
+  }
+  bool flag(bool& out) {
+    std::uint8_t byte = 0;
+    if (!in.u8(byte)) return false;
+    out = byte != 0;
+    return true;
+  }
+  // A count the rest of the body can hold (each element takes 4 bytes or
+  // more), so nothing is sized from a claim.
+  bool count(std::uint32_t& n) { return in.u32(n) && n <= in.remaining() / 4; }
+};
+
+struct OpLayout {
+  void (*writeRequest)(std::string& out, const Request& r);
+  bool (*readRequest)(RequestDecoder& d, ByteReader& in, Request& r);
+  void (*writeReply)(std::string& out, const Reply& r);
+  bool (*readReply)(ReplyReader& in, Reply& r);
+};
+
+// Shared pieces.
+void writeNoRequest(std::string&, const Request&) {}
+bool readNoRequest(RequestDecoder&, ByteReader&, Request&) { return true; }
+void writeKeyRequest(std::string& out, const Request& r) { putString(out, r.keys.at(0)); }
+bool readKeyRequest(RequestDecoder& d, ByteReader&, Request& r) { return d.key(r.keys); }
+void writeKeyValueRequest(std::string& out, const Request& r) {
+  putString(out, r.keys.at(0));
+  putString(out, r.values.at(0));
+}
+bool readKeyValueRequest(RequestDecoder& d, ByteReader&, Request& r) {
+  return d.key(r.keys) && d.value(r.values);
+}
+void writeTimedKeysRequest(std::string& out, const Request& r) {
+  putU32(out, r.timeoutMs);
+  putKeyList(out, r.keys);
+}
+bool readTimedKeysRequest(RequestDecoder& d, ByteReader& in, Request& r) {
+  return in.u32(r.timeoutMs) && d.keys(r.keys);
+}
+void writeNodeReport(std::string& out, const Request& r) {
+  const NodeReport& n = r.node;
+  putString(out, n.rdzvId);
+  putString(out, n.nodeId);
+  putI64(out, n.round);
+  putI64(out, n.maxRestarts);
+  putI64(out, n.exitCode);
+  putString(out, n.report);
+}
+bool readNodeReport(RequestDecoder& d, ByteReader& in, Request& r) {
+  NodeReport& n = r.node;
+  std::vector<std::string> strings;
+  const bool ok = d.key(strings) && d.key(strings) && in.i64(n.round) && in.i64(n.maxRestarts) &&
+                  in.i64(n.exitCode) && d.value(strings);
+  if (ok) {
+    n.rdzvId = std::move(strings[0]);
+    n.nodeId = std::move(strings[1]);
+    n.report = std::move(strings[2]);
+  }
+  return ok;
+}
+void writeNoReply(std::string&, const Reply&) {}
+bool readNoReply(ReplyReader&, Reply&) { return true; }
+void writeValueReply(std::string& out, const Reply& r) { putString(out, r.values.at(0)); }
+bool readValueReply(ReplyReader& in, Reply& r) { return in.strings(r.values, 1); }
+void writeIntegerReply(std::string& out, const Reply& r) { putI64(out, r.integer); }
+bool readIntegerReply(ReplyReader& in, Reply& r) { return in.in.i64(r.integer); }
+void writeFlagReply(std::string& out, const Reply& r) { putU8(out, r.flag ? 1 : 0); }
+bool readFlagReply(ReplyReader& in, Reply& r) { return in.flag(r.flag); }
+
+// HELLO: u16 version, str token, str client_name -> u16 version, str server_name.
+// The token is read under the value limit and the name under the key limit;
+// before authentication the 64 KiB frame limit bounds both.
+constexpr OpLayout kHelloLayout{
+    [](std::string& out, const Request& r) {
+      putU16(out, r.version);
+      putString(out, r.values.empty() ? std::string_view() : r.values[0]);
+      putString(out, r.keys.empty() ? std::string_view() : r.keys[0]);
+    },
+    [](RequestDecoder& d, ByteReader& in, Request& r) {
+      return in.u16(r.version) && d.value(r.values) && d.key(r.keys);
+    },
+    [](std::string& out, const Reply& r) {
+      putU16(out, r.version);
+      putString(out, r.values.empty() ? std::string_view() : r.values[0]);
+    },
+    [](ReplyReader& in, Reply& r) { return in.in.u16(r.version) && in.strings(r.values, 1); }};
+
+// SET, APPEND: str key, str value -> (empty)
+constexpr OpLayout kSetLayout{writeKeyValueRequest, readKeyValueRequest, writeNoReply, readNoReply};
+
+// GET: str key, u32 timeout_ms -> str value
+constexpr OpLayout kGetLayout{[](std::string& out, const Request& r) {
+                                putString(out, r.keys.at(0));
+                                putU32(out, r.timeoutMs);
+                              },
+                              [](RequestDecoder& d, ByteReader& in, Request& r) {
+                                return d.key(r.keys) && in.u32(r.timeoutMs);
+                              },
+                              writeValueReply, readValueReply};
+
+// ADD: str key, i64 delta -> i64 result
+constexpr OpLayout kAddLayout{
+    [](std::string& out, const Request& r) {
+      putString(out, r.keys.at(0));
+      putI64(out, r.delta);
+    },
+    [](RequestDecoder& d, ByteReader& in, Request& r) { return d.key(r.keys) && in.i64(r.delta); },
+    writeIntegerReply, readIntegerReply};
+
+// COMPARE_SET: str key, str expected, str desired -> str value now
+constexpr OpLayout kCompareSetLayout{[](std::string& out, const Request& r) {
+                                       putString(out, r.keys.at(0));
+                                       putString(out, r.values.at(0));
+                                       putString(out, r.values.at(1));
+                                     },
+                                     [](RequestDecoder& d, ByteReader&, Request& r) {
+                                       return d.key(r.keys) && d.value(r.values) &&
+                                              d.value(r.values);
+                                     },
+                                     writeValueReply, readValueReply};
+
+// CHECK: keys -> u8 all present
+constexpr OpLayout kCheckLayout{
+    [](std::string& out, const Request& r) { putKeyList(out, r.keys); },
+    [](RequestDecoder& d, ByteReader&, Request& r) { return d.keys(r.keys); }, writeFlagReply,
+    readFlagReply};
+
+// WAIT: u32 timeout_ms, keys -> (empty)
+constexpr OpLayout kWaitLayout{writeTimedKeysRequest, readTimedKeysRequest, writeNoReply,
+                               readNoReply};
+
+// MULTI_GET: u32 timeout_ms, keys -> values
+constexpr OpLayout kMultiGetLayout{writeTimedKeysRequest, readTimedKeysRequest,
+                                   [](std::string& out, const Reply& r) {
+                                     putU32(out, static_cast<std::uint32_t>(r.values.size()));
+                                     for (const auto& v : r.values) putString(out, v);
+                                   },
+                                   [](ReplyReader& in, Reply& r) {
+                                     std::uint32_t n = 0;
+                                     return in.count(n) && in.strings(r.values, n);
+                                   }};
+
+// DELETE_KEY: str key -> u8 existed
+constexpr OpLayout kDeleteKeyLayout{writeKeyRequest, readKeyRequest, writeFlagReply, readFlagReply};
+
+// NUM_KEYS: (empty) -> i64 count
+constexpr OpLayout kNumKeysLayout{writeNoRequest, readNoRequest, writeIntegerReply,
+                                  readIntegerReply};
+
+// MULTI_SET: u32 n, n x (str key, str value) -> (empty)
+constexpr OpLayout kMultiSetLayout{[](std::string& out, const Request& r) {
+                                     putU32(out, static_cast<std::uint32_t>(r.keys.size()));
+                                     for (std::size_t i = 0; i < r.keys.size(); ++i) {
+                                       putString(out, r.keys[i]);
+                                       putString(out, r.values.at(i));
+                                     }
+                                   },
+                                   [](RequestDecoder& d, ByteReader&, Request& r) {
+                                     std::uint32_t n = 0;
+                                     bool ok = d.count(n);
+                                     for (std::uint32_t i = 0; ok && i < n; ++i)
+                                       ok = d.key(r.keys) && d.value(r.values);
+                                     return ok;
+                                   },
+                                   writeNoReply, readNoReply};
+
+// PING: str payload -> the payload
+constexpr OpLayout kPingLayout{
+    [](std::string& out, const Request& r) {
+      putString(out, r.values.empty() ? std::string_view() : r.values[0]);
+    },
+    [](RequestDecoder& d, ByteReader&, Request& r) { return d.value(r.values); }, writeValueReply,
+    readValueReply};
+
+// JOIN: the JoinRequest (and the wait's timeout) -> the Assignment
+constexpr OpLayout kJoinLayout{
+    [](std::string& out, const Request& r) {
+      const JoinRequest& j = r.join;
+      putString(out, j.rdzvId);
+      putString(out, j.nodeId);
+      putI64(out, j.nodeRank);
+      putU32(out, j.localWorldSize);
+      putU32(out, j.minNodes);
+      putU32(out, j.maxNodes);
+      putU32(out, j.lastCallMs);
+      putU32(out, j.keepAliveMs);
+      putU32(out, r.timeoutMs);
+      putString(out, j.address);
+      putU32(out, j.masterPort);
+      putI64(out, j.maxRestarts);
+    },
+    [](RequestDecoder& d, ByteReader& in, Request& r) {
+      JoinRequest& j = r.join;
+      std::vector<std::string> strings;
+      const bool ok = d.key(strings) && d.key(strings) && in.i64(j.nodeRank) &&
+                      in.u32(j.localWorldSize) && in.u32(j.minNodes) && in.u32(j.maxNodes) &&
+                      in.u32(j.lastCallMs) && in.u32(j.keepAliveMs) && in.u32(r.timeoutMs) &&
+                      d.key(strings) && in.u32(j.masterPort) && in.i64(j.maxRestarts);
+      if (ok) {
+        j.rdzvId = std::move(strings[0]);
+        j.nodeId = std::move(strings[1]);
+        j.address = std::move(strings[2]);
+      }
+      return ok;
+    },
+    [](std::string& out, const Reply& r) {
+      const Assignment& a = r.assignment;
+      putI64(out, a.round);
+      putU32(out, a.groupRank);
+      putU32(out, a.groupWorldSize);
+      putU32(out, a.rankOffset);
+      putU32(out, a.worldSize);
+      putI64(out, a.restarts);
+      putString(out, a.masterAddr);
+      putU32(out, a.masterPort);
+    },
+    [](ReplyReader& in, Reply& r) {
+      Assignment& a = r.assignment;
+      return in.in.i64(a.round) && in.in.u32(a.groupRank) && in.in.u32(a.groupWorldSize) &&
+             in.in.u32(a.rankOffset) && in.in.u32(a.worldSize) && in.in.i64(a.restarts) &&
+             in.string(a.masterAddr) && in.in.u32(a.masterPort);
+    }};
+
+// LEAVE: the NodeReport -> (empty)
+constexpr OpLayout kLeaveLayout{writeNodeReport, readNodeReport, writeNoReply, readNoReply};
+
+// REPORT_FAILURE: the NodeReport -> i64 restarts used, u8 restart allowed
+constexpr OpLayout kReportFailureLayout{
+    writeNodeReport, readNodeReport,
+    [](std::string& out, const Reply& r) {
+      putI64(out, r.integer);
+      putU8(out, r.flag ? 1 : 0);
+    },
+    [](ReplyReader& in, Reply& r) { return in.in.i64(r.integer) && in.flag(r.flag); }};
+
+// RENDEZVOUS_STATUS: str rdzv_id -> the RendezvousStatus
+constexpr OpLayout kRendezvousStatusLayout{
+    [](std::string& out, const Request& r) { putString(out, r.rdzvId); },
+    [](RequestDecoder& d, ByteReader&, Request& r) {
+      std::vector<std::string> strings;
+      const bool ok = d.key(strings);
+      if (ok) r.rdzvId = std::move(strings[0]);
+      return ok;
+    },
+    [](std::string& out, const Reply& r) {
+      const RendezvousStatus& st = r.rendezvous;
+      putU8(out, st.exists ? 1 : 0);
+      putI64(out, st.round);
+      putU8(out, st.running ? 1 : 0);
+      putU32(out, st.joined);
+      putU32(out, st.minNodes);
+      putU32(out, st.maxNodes);
+      putI64(out, st.lastCallMs);
+      putU32(out, st.missingCount);
+      putKeyList(out, st.missing);
+    },
+    [](ReplyReader& in, Reply& r) {
+      RendezvousStatus& st = r.rendezvous;
+      std::uint32_t n = 0;
+      return in.flag(st.exists) && in.in.i64(st.round) && in.flag(st.running) &&
+             in.in.u32(st.joined) && in.in.u32(st.minNodes) && in.in.u32(st.maxNodes) &&
+             in.in.i64(st.lastCallMs) && in.in.u32(st.missingCount) && in.count(n) &&
+             n <= kMaxMissingShown && in.strings(st.missing, n);
+    }};
+
+const OpLayout& layoutOf(Op op) {
+  switch (op) {
+    case Op::kHello:
+      return kHelloLayout;
+    case Op::kSet:
+    case Op::kAppend:
+      return kSetLayout;
+    case Op::kGet:
+      return kGetLayout;
+    case Op::kAdd:
+      return kAddLayout;
+    case Op::kCompareSet:
+      return kCompareSetLayout;
+    case Op::kCheck:
+      return kCheckLayout;
+    case Op::kWait:
+      return kWaitLayout;
+    case Op::kDeleteKey:
+      return kDeleteKeyLayout;
+    case Op::kNumKeys:
+      return kNumKeysLayout;
+    case Op::kMultiGet:
+      return kMultiGetLayout;
+    case Op::kMultiSet:
+      return kMultiSetLayout;
+    case Op::kPing:
+      return kPingLayout;
+    case Op::kJoin:
+      return kJoinLayout;
+    case Op::kLeave:
+      return kLeaveLayout;
+    case Op::kReportFailure:
+      return kReportFailureLayout;
+    case Op::kRendezvousStatus:
+      return kRendezvousStatusLayout;
+  }
+  return kNumKeysLayout;  // unreachable: callers pass known ops
+}
+
+}  // namespace
+
+void encodeRequest(std::string& out, std::uint32_t requestId, const Request& r) {
+  appendFrame(out, requestId, static_cast<std::uint8_t>(r.op),
+              [&] { layoutOf(r.op).writeRequest(out, r); });
 }
 
 DecodeError decodeRequest(std::uint8_t code, std::string_view body, const Limits& limits,
@@ -287,148 +538,13 @@ DecodeError decodeRequest(std::uint8_t code, std::string_view body, const Limits
   r = Request{};
   r.op = static_cast<Op>(code);
   RequestDecoder d(body, limits);
-  ByteReader& in = d.reader();
-  bool ok = false;
-  switch (r.op) {
-    case Op::kHello: {
-      // The token is read under the value limit and the name under the key
-      // limit; before authentication the 64 KiB frame limit bounds both.
-      ok = in.u16(r.version) && d.value(r.values) && d.key(r.keys);
-      break;
-    }
-    case Op::kSet:
-    case Op::kAppend:
-      ok = d.key(r.keys) && d.value(r.values);
-      break;
-    case Op::kGet:
-      ok = d.key(r.keys) && in.u32(r.timeoutMs);
-      break;
-    case Op::kAdd:
-      ok = d.key(r.keys) && in.i64(r.delta);
-      break;
-    case Op::kCompareSet:
-      ok = d.key(r.keys) && d.value(r.values) && d.value(r.values);
-      break;
-    case Op::kCheck:
-      ok = d.keys(r.keys);
-      break;
-    case Op::kWait:
-    case Op::kMultiGet:
-      ok = in.u32(r.timeoutMs) && d.keys(r.keys);
-      break;
-    case Op::kDeleteKey:
-      ok = d.key(r.keys);
-      break;
-    case Op::kNumKeys:
-      ok = true;
-      break;
-    case Op::kMultiSet: {
-      std::uint32_t n = 0;
-      ok = d.count(n);
-      for (std::uint32_t i = 0; ok && i < n; ++i) ok = d.key(r.keys) && d.value(r.values);
-      break;
-    }
-    case Op::kPing:
-      ok = d.value(r.values);
-      break;
-    case Op::kJoin: {
-      JoinRequest& j = r.join;
-      std::vector<std::string> strings;
-      ok = d.key(strings) && d.key(strings) && in.i64(j.nodeRank) && in.u32(j.localWorldSize) &&
-           in.u32(j.minNodes) && in.u32(j.maxNodes) && in.u32(j.lastCallMs) &&
-           in.u32(j.keepAliveMs) && in.u32(r.timeoutMs) && d.key(strings) && in.u32(j.masterPort) &&
-           in.i64(j.maxRestarts);
-      if (ok) {
-        j.rdzvId = std::move(strings[0]);
-        j.nodeId = std::move(strings[1]);
-        j.address = std::move(strings[2]);
-      }
-      break;
-    }
-    case Op::kLeave:
-    case Op::kReportFailure: {
-      NodeReport& n = r.node;
-      std::vector<std::string> strings;
-      ok = d.key(strings) && d.key(strings) && in.i64(n.round) && in.i64(n.maxRestarts) &&
-           in.i64(n.exitCode) && d.value(strings);
-      if (ok) {
-        n.rdzvId = std::move(strings[0]);
-        n.nodeId = std::move(strings[1]);
-        n.report = std::move(strings[2]);
-      }
-      break;
-    }
-    case Op::kRendezvousStatus: {
-      std::vector<std::string> strings;
-      ok = d.key(strings);
-      if (ok) r.rdzvId = std::move(strings[0]);
-      break;
-    }
-  }
+  const bool ok = layoutOf(r.op).readRequest(d, d.reader(), r);
   return d.finish(ok, r.op);
 }
 
 void encodeReply(std::string& out, std::uint32_t requestId, Op op, const Reply& r) {
-  appendFrame(out, requestId, static_cast<std::uint8_t>(Status::kOk), [&] {
-    switch (op) {
-      case Op::kHello:
-        putU16(out, r.version);
-        putString(out, r.values.empty() ? std::string_view() : r.values[0]);
-        break;
-      case Op::kGet:
-      case Op::kCompareSet:
-      case Op::kPing:
-        putString(out, r.values.at(0));
-        break;
-      case Op::kMultiGet:
-        putU32(out, static_cast<std::uint32_t>(r.values.size()));
-        for (const auto& v : r.values) putString(out, v);
-        break;
-      case Op::kAdd:
-      case Op::kNumKeys:
-        putI64(out, r.integer);
-        break;
-      case Op::kCheck:
-      case Op::kDeleteKey:
-        putU8(out, r.flag ? 1 : 0);
-        break;
-      case Op::kJoin: {
-        const Assignment& a = r.assignment;
-        putI64(out, a.round);
-        putU32(out, a.groupRank);
-        putU32(out, a.groupWorldSize);
-        putU32(out, a.rankOffset);
-        putU32(out, a.worldSize);
-        putI64(out, a.restarts);
-        putString(out, a.masterAddr);
-        putU32(out, a.masterPort);
-        break;
-      }
-      case Op::kReportFailure:
-        putI64(out, r.integer);
-        putU8(out, r.flag ? 1 : 0);
-        break;
-      case Op::kRendezvousStatus: {
-        const RendezvousStatus& st = r.rendezvous;
-        putU8(out, st.exists ? 1 : 0);
-        putI64(out, st.round);
-        putU8(out, st.running ? 1 : 0);
-        putU32(out, st.joined);
-        putU32(out, st.minNodes);
-        putU32(out, st.maxNodes);
-        putI64(out, st.lastCallMs);
-        putU32(out, st.missingCount);
-        putKeyList(out, st.missing);
-        break;
-      }
-      case Op::kSet:
-      case Op::kAppend:
-      case Op::kWait:
-      case Op::kMultiSet:
-      case Op::kLeave:
-        break;
-    }
-  });
+  appendFrame(out, requestId, static_cast<std::uint8_t>(Status::kOk),
+              [&] { layoutOf(op).writeReply(out, r); });
 }
 
 void encodeEvent(std::string& out, const Event& e) {
@@ -469,92 +585,21 @@ void encodeError(std::string& out, std::uint32_t requestId, Status status,
 
 bool decodeReply(Op op, std::uint8_t code, std::string_view body, Reply& r, std::string& error) {
   r = Reply{};
-  ByteReader in(body);
-  bool tooLarge = false;
-  constexpr std::size_t kAny = static_cast<std::size_t>(-1);
   if (code > static_cast<std::uint8_t>(Status::kClosed)) {
     error = fmt::format("unknown reply status {}", code);
     return false;
   }
   r.status = static_cast<Status>(code);
+  ReplyReader in{ByteReader(body)};
   bool ok = false;
   if (r.status == Status::kClosed) {
-    ok = in.string(r.message, kAny, tooLarge) && in.i64(r.failure.exitCode) &&
-         in.string(r.failure.report, kAny, tooLarge);
+    ok = in.string(r.message) && in.in.i64(r.failure.exitCode) && in.string(r.failure.report);
   } else if (r.status != Status::kOk) {
-    ok = in.string(r.message, kAny, tooLarge);
+    ok = in.string(r.message);
   } else {
-    std::string value;
-    switch (op) {
-      case Op::kHello:
-        ok = in.u16(r.version) && in.string(value, kAny, tooLarge);
-        r.values.push_back(std::move(value));
-        break;
-      case Op::kGet:
-      case Op::kCompareSet:
-      case Op::kPing:
-        ok = in.string(value, kAny, tooLarge);
-        r.values.push_back(std::move(value));
-        break;
-      case Op::kMultiGet: {
-        std::uint32_t n = 0;
-        ok = in.u32(n) && n <= in.remaining() / 4;
-        for (std::uint32_t i = 0; ok && i < n; ++i) {
-          ok = in.string(value, kAny, tooLarge);
-          r.values.push_back(std::move(value));
-        }
-        break;
-      }
-      case Op::kAdd:
-      case Op::kNumKeys:
-        ok = in.i64(r.integer);
-        break;
-      case Op::kCheck:
-      case Op::kDeleteKey: {
-        std::uint8_t flag = 0;
-        ok = in.u8(flag);
-        r.flag = flag != 0;
-        break;
-      }
-      case Op::kJoin: {
-        Assignment& a = r.assignment;
-        ok = in.i64(a.round) && in.u32(a.groupRank) && in.u32(a.groupWorldSize) &&
-             in.u32(a.rankOffset) && in.u32(a.worldSize) && in.i64(a.restarts) &&
-             in.string(a.masterAddr, kAny, tooLarge) && in.u32(a.masterPort);
-        break;
-      }
-      case Op::kReportFailure: {
-        std::uint8_t flag = 0;
-        ok = in.i64(r.integer) && in.u8(flag);
-        r.flag = flag != 0;
-        break;
-      }
-      case Op::kRendezvousStatus: {
-        RendezvousStatus& st = r.rendezvous;
-        std::uint8_t exists = 0, running = 0;
-        std::uint32_t n = 0;
-        ok = in.u8(exists) && in.i64(st.round) && in.u8(running) && in.u32(st.joined) &&
-             in.u32(st.minNodes) && in.u32(st.maxNodes) && in.i64(st.lastCallMs) &&
-             in.u32(st.missingCount) && in.u32(n) && n <= kMaxMissingShown &&
-             n <= in.remaining() / 4;
-        for (std::uint32_t i = 0; ok && i < n; ++i) {
-          ok = in.string(value, kAny, tooLarge);
-          st.missing.push_back(std::move(value));
-        }
-        st.exists = exists != 0;
-        st.running = running != 0;
-        break;
-      }
-      case Op::kSet:
-      case Op::kAppend:
-      case Op::kWait:
-      case Op::kMultiSet:
-      case Op::kLeave:
-        ok = true;
-        break;
-    }
+    ok = isKnownOp(static_cast<std::uint8_t>(op)) && layoutOf(op).readReply(in, r);
   }
-  if (!ok || !in.atEnd()) {
+  if (!ok || !in.in.atEnd()) {
     error = fmt::format("the server's {} reply to {} has a malformed body of {} bytes",
                         statusName(r.status), opName(op), body.size());
     return false;

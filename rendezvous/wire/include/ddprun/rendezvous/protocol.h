@@ -95,7 +95,9 @@ struct FrameHeader {
   std::uint8_t code = 0;
 };
 
-// One request, flat: which fields are used depends on `op` (see protocol.md).
+// One request, flat: which fields are used depends on `op` (see protocol.md);
+// each op's layout (its request and reply, written and read) is one entry
+// of the table in protocol.cc.
 //   kHello:      version, values[0] = token, keys[0] = client name
 //   kSet/kAppend: keys[0], values[0]
 //   kGet:        keys[0], timeout
