@@ -228,6 +228,23 @@ TEST(HostileClients, TcpStoreWaitOnAMillionKeys) {
   expectAbsorbed(daemon, probe, "TCPStore WAIT on 1,000,000 keys");
 }
 
+// Every wait ends: a TCPStore WAIT (which has no timeout of its own on the
+// wire) is closed at --max-wait, a native one without a timeout times out.
+TEST(HostileClients, WaitsOfEveryDialectEndAtTheLongestWait) {
+  std::vector<std::string> args = kSmallBudgets;
+  args.insert(args.end(), {"--max-wait", "1"});
+  Daemon daemon(args);
+  RawSocket tcp("127.0.0.1", daemon.port());
+  tcp.send(kValidate + "\x06" + u64(1) + str("/never"));
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  tcp.readUntilClosed(5s, closed);
+  EXPECT_TRUE(closed);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 900ms);
+  StoreClient native(daemon.clientOptions());
+  EXPECT_THROW(native.wait({"never"}, std::chrono::milliseconds::max()), TimeoutError);
+}
+
 TEST(HostileClients, SilentAndHalfOpenConnectionsFromAStranger) {
   ASSERT_GE(descriptorLimit(), 2200u) << "the test needs 2200 descriptors (ulimit -n)";
   Daemon daemon({"--handshake-timeout", "0.5", "--max-connections-per-address", "1500"});
