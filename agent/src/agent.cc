@@ -87,6 +87,9 @@ struct Agent::Impl {
   // with the agent store: the workers' TCPStore, served by group rank 0.
   std::unique_ptr<AttemptStore> attemptStore;
   std::string token;
+  // What every worker gets as DDPRUN_TOKEN: a credential for this job's keys
+  // (made once from the store's token).
+  std::string workerToken;
   std::uint16_t masterPort = 0;
   // Multi-node: this node's rendezvous and its current assignment.
   std::unique_ptr<NodeRendezvous> rendezvous;
@@ -106,6 +109,7 @@ struct Agent::Impl {
 
 void Agent::Impl::startLocalStore() {
   token = randomToken();
+  workerToken = workerCredential(token, config.runId);
   rendezvous::StoreServerOptions options;
   options.host = "127.0.0.1";
   // The OS picks the port (no bind-then-close race), unless the workers'
@@ -138,6 +142,8 @@ void Agent::Impl::startLocalStore() {
 
 void Agent::Impl::startRendezvous() {
   rendezvous = std::make_unique<NodeRendezvous>(io, config);
+  // Never the agents' token for workers: a credential for this job's keys.
+  workerToken = workerCredential(config.rendezvous.token, config.runId);
   if (config.useAgentStore) {
     // Served by whichever node becomes group rank 0, on every address (the
     // others reach it at the address the rendezvous knows that node by).
@@ -224,9 +230,8 @@ void Agent::Impl::onEvent(const protocol::Event& event) {
 
 void Agent::Impl::onStoreLost(const std::string& reason) {
   if (stopCode || !rendezvous) return;
-  std::cerr << "ddprun: error: lost the rendezvous store at " << config.rendezvous.endpointHost
-            << ":" << config.rendezvous.endpointPort << " (" << reason
-            << "); stopping this node's workers\n";
+  std::cerr << "ddprun: error: lost the rendezvous store at " << rendezvous->endpoint() << " ("
+            << reason << "); stopping this node's workers\n";
   stopCode = 1;
   if (group) group->stop(SIGTERM);  // a join in progress fails on its own
 }
@@ -247,13 +252,12 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
   if (multiNode()) {
     id.storeHost = config.rendezvous.endpointHost;
     id.storePort = config.rendezvous.endpointPort;
-    // Never the agents' token: a credential for this job's keys only.
-    id.token = workerCredential(config.rendezvous.token, config.runId);
+    id.token = workerToken;
     id.storePrefix = fmt::format("{}/round_{}/", config.runId, assignment.round);
   } else {
     id.storeHost = "127.0.0.1";
     id.storePort = attemptStore->port();
-    id.token = workerCredential(token, config.runId);
+    id.token = workerToken;
     id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt);
   }
   id.errorFile = errorFile;

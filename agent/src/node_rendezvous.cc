@@ -55,7 +55,10 @@ std::string numericAddress(const std::string& host) {
 }  // namespace
 
 NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
-    : io_(io), config_(config), rdzv_(config.rendezvous) {
+    : io_(io),
+      config_(config),
+      rdzv_(config.rendezvous),
+      endpoint_(hostPort(rdzv_.endpointHost, rdzv_.endpointPort)) {
   nodeId_ = fmt::format("{}:{}:{}", config.hostname, ::getpid(), randomToken().substr(0, 6));
   if (!config.useAgentStore) {
     masterPort_ =
@@ -75,8 +78,8 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
           rdzv_.endpointPort, why));
     }
     if (rdzv_.isHost.value_or(false)) {
-      throw ConfigError(fmt::format("is_host=1 but the store cannot listen on {}:{} ({})",
-                                    rdzv_.endpointHost, rdzv_.endpointPort, why));
+      throw ConfigError(
+          fmt::format("is_host=1 but the store cannot listen on {} ({})", endpoint_, why));
     }
   }
 }
@@ -98,8 +101,8 @@ void NodeRendezvous::connect() {
     std::lock_guard lock(mutex_);
     client_ = std::move(client);
   }
-  DDPRUN_INFO("Node {} connected to the rendezvous store at {}:{}{}.", nodeId_, rdzv_.endpointHost,
-              rdzv_.endpointPort, hosting() ? " (hosted here)" : "");
+  DDPRUN_INFO("Node {} connected to the rendezvous store at {}{}.", nodeId_, endpoint_,
+              hosting() ? " (hosted here)" : "");
   heartbeat_ = std::thread([this] { runHeartbeats(); });
   events_ = std::thread([this] { runEvents(); });
 }
@@ -211,8 +214,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
             if (client == nullptr) return std::nullopt;
             return client->status(config_.runId);
           },
-          hostPort(rdzv_.endpointHost, rdzv_.endpointPort), JoinProgress::stderrIsTerminal(),
-          rdzv_.progressInterval);
+          endpoint_, JoinProgress::stderrIsTerminal(), rdzv_.progressInterval);
       connect();
       connected = true;
       result.assignment = client_->join(request, rdzv_.joinTimeout);
@@ -227,7 +229,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
                                 : fmt::format(
                                       "{}; check that every node runs with the same --rdzv_id and "
                                       "--nnodes and can reach {}",
-                                      e.what(), hostPort(rdzv_.endpointHost, rdzv_.endpointPort));
+                                      e.what(), endpoint_);
     } catch (const Error& e) {
       result.error = e.what();
     }

@@ -73,6 +73,8 @@ class NodeRendezvous {
 
   bool hosting() const { return server_ != nullptr; }
   const std::string& nodeId() const { return nodeId_; }
+  // "host:port" of the job's store, for messages.
+  const std::string& endpoint() const { return endpoint_; }
 
  private:
   bool tryToHost(std::string& why);
@@ -85,6 +87,7 @@ class NodeRendezvous {
   const AgentConfig& config_;
   const RendezvousConfig& rdzv_;
   std::string nodeId_;
+  std::string endpoint_;
   std::uint16_t masterPort_ = 0;
   std::unique_ptr<rendezvous::StoreServer> server_;
   std::unique_ptr<rendezvous::RendezvousClient> client_;

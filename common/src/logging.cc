@@ -41,6 +41,16 @@ std::string printable(std::string_view text, std::size_t maxBytes) {
   return out;
 }
 
+void LogLimiter::warn(const std::string& message) {
+  std::uint64_t suppressed = 0;
+  if (!allow(suppressed)) return;
+  if (suppressed > 0) {
+    DDPRUN_WARN("{} ({} more like it were not logged.)", message, suppressed);
+  } else {
+    DDPRUN_WARN("{}", message);
+  }
+}
+
 bool LogLimiter::allow(std::uint64_t& suppressed) {
   const auto now = std::chrono::steady_clock::now();
   if (now - windowStart_ >= window_) {

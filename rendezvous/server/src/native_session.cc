@@ -118,7 +118,7 @@ bool NativeSession::process() {
           const std::size_t frame = protocol::kHeaderSize + header.bodySize + 4096;
           if (frame > transport_.input().capacity() &&
               !transport_.canGrow(frame - transport_.input().capacity())) {
-            transport_.warnClosed(
+            context_.closedLog.warn(
                 fmt::format("Closing the connection of {}: its frame of {} bytes does "
                             "not fit the server's buffer budget now.",
                             transport_.peer(), frame));
@@ -136,7 +136,7 @@ bool NativeSession::process() {
         if (!authenticated_) {
           transport_.reject(Status::kTooLarge, message);
         } else {
-          transport_.warnClosed(
+          context_.closedLog.warn(
               fmt::format("Closing the connection of {}: {}.", transport_.peer(), message));
           sendError(header.requestId, Status::kTooLarge, message);
           transport_.closeAfterFlush();
@@ -217,7 +217,7 @@ void NativeSession::handleHello(std::uint32_t id, const Request& request) {
 
 bool NativeSession::mayUse(std::uint32_t id, const Request& r) {
   for (const auto& key : r.keys) {
-    if (isControlKey(key) && role_ != Role::kAgent) {
+    if (protocol::isControlKey(key) && role_ != Role::kAgent) {
       sendError(id, Status::kAuthFailed,
                 fmt::format("key '{}' is one of ddprun's control keys, which only agents (the "
                             "full token) may use",

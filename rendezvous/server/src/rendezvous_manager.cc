@@ -307,25 +307,32 @@ void RendezvousManager::dropJoiner(Rendezvous& r, const std::string& nodeId) {
   r.joining.erase(it);
 }
 
-bool RendezvousManager::joinedAs(Peer& peer, const protocol::NodeReport& report,
-                                 std::string& message) const {
+RendezvousManager::Rendezvous* RendezvousManager::reportedBy(Peer& peer,
+                                                             const protocol::NodeReport& report,
+                                                             Status& status, std::string& message) {
+  Rendezvous* r = find(report.rdzvId);
+  if (r == nullptr) {
+    status = Status::kBadRequest;
+    message = fmt::format("there is no rendezvous '{}'", printable(report.rdzvId));
+    return nullptr;
+  }
   const auto it = byPeer_.find(&peer);
-  if (it != byPeer_.end() && it->second.contains({report.rdzvId, report.nodeId})) return true;
-  message = fmt::format(
-      "this connection has not joined rendezvous '{}' as node {}; a node may "
-      "only leave or report for itself",
-      printable(report.rdzvId), printable(report.nodeId));
-  return false;
+  if (it == byPeer_.end() || !it->second.contains({report.rdzvId, report.nodeId})) {
+    status = Status::kAuthFailed;
+    message = fmt::format(
+        "this connection has not joined rendezvous '{}' as node {}; a node may only leave or "
+        "report for itself",
+        printable(report.rdzvId), printable(report.nodeId));
+    return nullptr;
+  }
+  return r;
 }
 
 Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
                                 std::string& message) {
-  Rendezvous* r = find(report.rdzvId);
-  if (r == nullptr) {
-    message = fmt::format("there is no rendezvous '{}'", printable(report.rdzvId));
-    return Status::kBadRequest;
-  }
-  if (!joinedAs(peer, report, message)) return Status::kAuthFailed;
+  Status status = Status::kOk;
+  Rendezvous* r = reportedBy(peer, report, status, message);
+  if (r == nullptr) return status;
   r->participants.erase(report.nodeId);
   dropJoiner(*r, report.nodeId);
   r->expected.erase(report.nodeId);
@@ -339,12 +346,9 @@ Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
 Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& report,
                                         std::int64_t& restarts, bool& allowed,
                                         std::string& message) {
-  Rendezvous* r = find(report.rdzvId);
-  if (r == nullptr) {
-    message = fmt::format("there is no rendezvous '{}'", printable(report.rdzvId));
-    return Status::kBadRequest;
-  }
-  if (!joinedAs(peer, report, message)) return Status::kAuthFailed;
+  Status status = Status::kOk;
+  Rendezvous* r = reportedBy(peer, report, status, message);
+  if (r == nullptr) return status;
   if (report.round == r->round && r->running && !r->closed &&
       r->participants.contains(report.nodeId)) {
     if (r->restarts < r->maxRestarts) {

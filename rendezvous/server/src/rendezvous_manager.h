@@ -92,9 +92,10 @@ class RendezvousManager {
   void dropJoiner(Rendezvous& r, const std::string& nodeId);
 
   void markFinishedIfEmpty(Rendezvous& r);
-  // Whether `peer`'s connection joined `report.rdzvId` as `report.nodeId`;
-  // if not, `message` says so.
-  bool joinedAs(Peer& peer, const protocol::NodeReport& report, std::string& message) const;
+  // The rendezvous of a LEAVE or REPORT_FAILURE, when `peer`'s connection
+  // joined it as `report.nodeId`; else nullptr with `status` and `message`.
+  Rendezvous* reportedBy(Peer& peer, const protocol::NodeReport& report, protocol::Status& status,
+                         std::string& message);
 
   boost::asio::any_io_executor executor_;
   StoreState& state_;

@@ -1,15 +1,14 @@
 // ResourceBudget: what every connection of one store server together may
 // hold beyond the stored data (StoreState has its own limit): input
 // buffers, requests being received, queued replies and pending waits, and
-// the connections themselves (in all, per peer address, and those that
-// have not proven themselves yet).
+// the connections themselves (in all and per peer address).
 //
-// Each session holds a Charge and resizes it to what it holds after every
-// step; growth that would pass the budget is refused, so the session can
-// answer with an error (or close) instead of allocating.
+// Each connection (Transport) holds a Charge and resizes it to what it holds
+// after every step; growth that would pass the budget is refused, so the
+// connection can answer with an error (or close) instead of allocating.
 //
 // Thread-safety: the server's loop thread only.
-// Ownership: a Charge must not outlive its budget (sessions go before it).
+// Ownership: a Charge must not outlive its budget (connections go before it).
 #pragma once
 
 #include <cstddef>
@@ -20,11 +19,11 @@ namespace ddprun::rendezvous {
 
 class ResourceBudget {
  public:
+  // From StoreServerOptions (which holds the defaults).
   struct Limits {
-    std::size_t maxBufferedBytes = std::size_t{512} << 20;
-    std::size_t maxConnections = 65536;
-    std::size_t maxConnectionsPerAddress = 4096;
-    std::size_t maxUnproven = 1024;  // connections still under the handshake deadline
+    std::size_t maxBufferedBytes;
+    std::size_t maxConnections;
+    std::size_t maxConnectionsPerAddress;
   };
 
   explicit ResourceBudget(Limits limits) : limits_(limits) {}
@@ -72,9 +71,7 @@ class ResourceBudget {
     --connections_;
   }
 
-  std::size_t usedBytes() const { return used_; }
   std::size_t connections() const { return connections_; }
-  const Limits& limits() const { return limits_; }
 
  private:
   bool fits(std::size_t more) const { return more <= limits_.maxBufferedBytes - used_; }

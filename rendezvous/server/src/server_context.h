@@ -1,5 +1,5 @@
-// What every session of one StoreServer shares: options, the store state,
-// the set of open sessions and counters. Lives on the server's loop thread.
+// What every connection of one StoreServer shares: options, the store state,
+// the set of open connections, the budget and counters. Lives on the server's loop thread.
 #pragma once
 
 #include <algorithm>
@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <string_view>
 #include <unordered_set>
 
 #include "ddprun/common/logging.h"
@@ -19,12 +18,6 @@
 namespace ddprun::rendezvous {
 
 class Transport;
-
-// Keys only agents (the full token) may touch: the server's control keys.
-inline constexpr std::string_view kControlPrefix = "__ddprun/";
-inline bool isControlKey(std::string_view key) {
-  return key.substr(0, kControlPrefix.size()) == kControlPrefix;
-}
 
 struct ServerCounters {
   std::atomic<std::uint64_t> accepted{0};
@@ -38,8 +31,8 @@ struct ServerContext {
   explicit ServerContext(StoreServerOptions opts)
       : options(std::move(opts)),
         state(StoreLimits{options.maxTotalBytes, options.limits.maxValueBytes}),
-        budget({options.maxBufferedBytes, options.maxConnections, options.maxConnectionsPerAddress,
-                options.maxUnproven}) {}
+        budget(
+            {options.maxBufferedBytes, options.maxConnections, options.maxConnectionsPerAddress}) {}
 
   const StoreServerOptions options;
   StoreState state;
@@ -47,11 +40,11 @@ struct ServerContext {
   // One limiter per kind of line a flood of clients could repeat.
   LogLimiter rejectedLog;
   LogLimiter closedLog;
-  std::size_t unproven = 0;  // sessions still under the handshake deadline
+  std::size_t unproven = 0;  // connections still under the handshake deadline
   // Member addresses: those from which an agent (the full token) has joined
   // a rendezvous and is still connected, with how many such connections.
   std::map<std::string, int> memberAddresses;
-  std::unordered_set<Transport*> sessions;
+  std::unordered_set<Transport*> connections;
   ServerCounters counters;
   // Owned by the server; null once it is being destroyed.
   RendezvousManager* rendezvous = nullptr;

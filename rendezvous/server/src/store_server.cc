@@ -69,7 +69,7 @@ struct StoreServer::Impl {
   asio::awaitable<void> listen();
   void shutdown();
 
-  // Declared before `io` so that sessions destroyed with the io_context can
+  // Declared before `io` so that connections destroyed with the io_context can
   // still unregister from the context.
   ServerContext context;
   asio::io_context io;
@@ -96,21 +96,17 @@ constexpr std::chrono::milliseconds kShedMinAge{100};
 bool shedOldestUnproven(ServerContext& context, const char* why,
                         std::chrono::steady_clock::duration minAge) {
   Transport* oldest = nullptr;
-  for (Transport* session : context.sessions) {
-    if (!session->proven() && (oldest == nullptr || session->started() < oldest->started())) {
-      oldest = session;
+  for (Transport* connection : context.connections) {
+    if (!connection->proven() && (oldest == nullptr || connection->started() < oldest->started())) {
+      oldest = connection;
     }
   }
   if (oldest == nullptr || std::chrono::steady_clock::now() - oldest->started() < minAge) {
     return false;
   }
-  std::uint64_t suppressed = 0;
-  if (context.rejectedLog.allow(suppressed)) {
-    DDPRUN_WARN("Closing the connection of {}, which has not proven itself, to make room ({}).{}",
-                oldest->peer(), why,
-                suppressed > 0 ? fmt::format(" ({} more like it were not logged.)", suppressed)
-                               : std::string());
-  }
+  context.rejectedLog.warn(
+      fmt::format("Closing the connection of {}, which has not proven itself, to make room ({}).",
+                  oldest->peer(), why));
   oldest->close("the server made room for other clients");
   return true;
 }
@@ -139,10 +135,8 @@ asio::awaitable<void> StoreServer::Impl::listen() {
       }
       // Out of descriptors with nothing to shed, or a transient error: back
       // off a little instead of spinning on a listener that stays readable.
-      std::uint64_t suppressed = 0;
-      if (context.rejectedLog.allow(suppressed)) {
-        DDPRUN_WARN("The store server could not accept a connection: {}.", ec.message());
-      }
+      context.rejectedLog.warn(
+          fmt::format("The store server could not accept a connection: {}.", ec.message()));
       retryTimer.expires_after(std::chrono::milliseconds(50));
       co_await retryTimer.async_wait(kAwait);
       continue;
@@ -152,22 +146,17 @@ asio::awaitable<void> StoreServer::Impl::listen() {
     const std::string address = ignored ? std::string() : remote.address().to_string();
     if (!context.budget.admit(address)) {
       context.counters.rejected++;
-      std::uint64_t suppressed = 0;
-      if (context.rejectedLog.allow(suppressed)) {
-        DDPRUN_WARN(
-            "Refused a connection from {}: the server holds {} connections (limit {}), at most "
-            "{} from one address.{}",
-            address, context.budget.connections(), context.options.maxConnections,
-            context.options.maxConnectionsPerAddress,
-            suppressed > 0 ? fmt::format(" ({} more like it were not logged.)", suppressed)
-                           : std::string());
-      }
+      context.rejectedLog.warn(fmt::format(
+          "Refused a connection from {}: the server holds {} connections (limit {}), at most {} "
+          "from one address.",
+          address, context.budget.connections(), context.options.maxConnections,
+          context.options.maxConnectionsPerAddress));
       socket.close(ignored);
       continue;
     }
     configureAccepted(socket, context.options);
-    auto session = std::make_shared<Transport>(std::move(socket), context);
-    asio::co_spawn(io, session->run(), asio::detached);
+    auto connection = std::make_shared<Transport>(std::move(socket), context);
+    asio::co_spawn(io, connection->run(), asio::detached);
   }
 }
 
@@ -176,8 +165,8 @@ void StoreServer::Impl::shutdown() {
   acceptor.close(ignored);
   retryTimer.cancel();
   // close() unregisters, so iterate over a copy.
-  std::vector<Transport*> open(context.sessions.begin(), context.sessions.end());
-  for (Transport* session : open) session->close();
+  std::vector<Transport*> open(context.connections.begin(), context.connections.end());
+  for (Transport* connection : open) connection->close();
   io.stop();
 }
 

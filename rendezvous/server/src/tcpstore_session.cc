@@ -59,7 +59,7 @@ bool TcpStoreSession::process() {
         if (transport_.input().readable().empty()) transport_.input().shrinkTo(kIdleBufferBytes);
         return true;
       case tcpstore::Parse::kError:
-        transport_.warnClosed(
+        context_.closedLog.warn(
             fmt::format("Closing the TCPStore connection of {}: {}.", transport_.peer(), error));
         transport_.close();
         return false;
@@ -69,8 +69,8 @@ bool TcpStoreSession::process() {
     transport_.markProven();
     context_.counters.requests++;
     for (const auto& key : r.keys) {
-      if (!isControlKey(key)) continue;
-      transport_.warnClosed(
+      if (!protocol::isControlKey(key)) continue;
+      context_.closedLog.warn(
           fmt::format("Closing the TCPStore connection of {}: it named the control key "
                       "'{}', which only ddprun's agents may use.",
                       transport_.peer(), printable(key)));
@@ -93,7 +93,7 @@ void TcpStoreSession::handle(tcpstore::Request& r) {
   // connection, so the client sees an error instead of a lost write.
   const auto refused = [&](StoreResult result) {
     if (result == StoreResult::kOk) return false;
-    transport_.warnClosed(
+    context_.closedLog.warn(
         fmt::format("Closing the TCPStore connection of {}: a write was refused ({}).",
                     transport_.peer(), describe(result)));
     transport_.close();
@@ -103,7 +103,7 @@ void TcpStoreSession::handle(tcpstore::Request& r) {
   // limit or the server's budget closes the connection (no error reply).
   const auto tooLarge = [&](std::size_t bytes) {
     if (transport_.reserveReply(bytes)) return false;
-    transport_.warnClosed(
+    context_.closedLog.warn(
         fmt::format("Closing the TCPStore connection of {}: its reply would be {} "
                     "bytes, over the frame limit or the server's buffer budget.",
                     transport_.peer(), bytes));
@@ -197,7 +197,7 @@ void TcpStoreSession::handle(tcpstore::Request& r) {
       break;
     case Op::kListKeys: {
       std::vector<std::string> keys = state.keys();
-      std::erase_if(keys, [](const std::string& key) { return isControlKey(key); });
+      std::erase_if(keys, [](const std::string& key) { return protocol::isControlKey(key); });
       std::size_t bytes = 8;
       for (const auto& key : keys) bytes += 8 + key.size();
       if (tooLarge(bytes)) return;
@@ -206,7 +206,7 @@ void TcpStoreSession::handle(tcpstore::Request& r) {
       break;
     }
     case Op::kWatchKey:
-      transport_.warnClosed(fmt::format(
+      context_.closedLog.warn(fmt::format(
           "Closing the TCPStore connection of {}: WATCH_KEY is not supported.", transport_.peer()));
       transport_.close();
       return;
@@ -219,7 +219,7 @@ void TcpStoreSession::startWaitTimer() {
   waitTimer_->async_wait(
       [self = transport_.shared_from_this(), this](boost::system::error_code ec) {
         if (ec || self->closed() || !wait_) return;
-        transport_.warnClosed(
+        context_.closedLog.warn(
             fmt::format("Closing the TCPStore connection of {}: its WAIT passed "
                         "the server's longest wait of {} ms.",
                         transport_.peer(), context_.options.maxWaitTime.count()));

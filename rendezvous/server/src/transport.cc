@@ -42,7 +42,7 @@ Transport::Transport(asio::ip::tcp::socket socket, ServerContext& context)
     peer_ = fmt::format("{}:{}", peerHost_, endpoint.port());
   }
   socket_.non_blocking(true, ec);  // flush() writes directly when it can
-  context_.sessions.insert(this);
+  context_.connections.insert(this);
   context_.counters.accepted++;
   context_.counters.active++;
   context_.unproven++;
@@ -82,7 +82,7 @@ asio::awaitable<void> Transport::run() {
     } catch (const std::bad_alloc&) {
       // Out of memory while handling this client's bytes: this connection
       // goes, with everything it held; the others carry on.
-      warnClosed(
+      context_.closedLog.warn(
           fmt::format("Closing the connection of {}: out of memory while handling its "
                       "request.",
                       peer_));
@@ -105,17 +105,6 @@ bool Transport::process() {
 
 void Transport::rearmDeadline() { watchdogTimer_.cancel(); }
 
-void Transport::warnLimited(ServerContext& context, bool closedKind, const std::string& message) {
-  LogLimiter& limiter = closedKind ? context.closedLog : context.rejectedLog;
-  std::uint64_t suppressed = 0;
-  if (!limiter.allow(suppressed)) return;
-  if (suppressed > 0) {
-    DDPRUN_WARN("{} ({} more like it were not logged.)", message, suppressed);
-  } else {
-    DDPRUN_WARN("{}", message);
-  }
-}
-
 void Transport::markProven() {
   if (proven_) return;
   proven_ = true;
@@ -128,7 +117,7 @@ bool Transport::updateCharge() {
   const std::size_t held = input_.capacity() + (session_ ? session_->heldBytes() : 0) +
                            output_.capacity() + inFlight_.capacity();
   if (charge_.resize(held)) return true;
-  warnClosed(
+  context_.closedLog.warn(
       fmt::format("Closing the connection of {}: it holds {} bytes and the server's "
                   "buffer budget of {} bytes is spent.",
                   peer_, held, context_.options.maxBufferedBytes));
@@ -188,7 +177,7 @@ bool Transport::detectDialect() {
 
 void Transport::reject(Status status, const std::string& reason) {
   context_.counters.rejected++;
-  warnLimited(context_, false, fmt::format("Rejected client {}: {}.", peer_, reason));
+  context_.rejectedLog.warn(fmt::format("Rejected client {}: {}.", peer_, reason));
   // Only a ddprun client can read an error frame; anyone else is just closed.
   if (session_ && session_->speaksErrorFrames()) protocol::encodeError(output_, 0, status, reason);
   closeAfterFlush();
@@ -257,7 +246,7 @@ void Transport::close(const std::string& reason) {
   socket_.close(ignored);
   watchdogTimer_.cancel();
   drained_.cancel();
-  context_.sessions.erase(this);
+  context_.connections.erase(this);
   context_.counters.active--;
   if (!proven_) context_.unproven--;
   context_.budget.leave(peerHost_);

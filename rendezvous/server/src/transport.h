@@ -84,10 +84,6 @@ class Transport : public std::enable_shared_from_this<Transport> {
   Clock::time_point started() const { return started_; }
   std::size_t bufferedOutput() const { return output_.size() + inFlight_.size(); }
 
-  // One warning for the server's log, limited per kind of event.
-  static void warnLimited(ServerContext& context, bool closedKind, const std::string& message);
-  void warnClosed(const std::string& message) { warnLimited(context_, true, message); }
-
  private:
   // Chooses the session from the first bytes; false when the connection
   // was refused. Leaves session_ empty while more bytes are needed.

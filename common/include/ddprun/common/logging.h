@@ -42,6 +42,9 @@ class LogLimiter {
   // Whether to log this event now; `suppressed` is set to the number held
   // back since the last line that was let through.
   bool allow(std::uint64_t& suppressed);
+  // Logs `message` as a warning if allowed now, with the count of the lines
+  // held back before it.
+  void warn(const std::string& message);
 
  private:
   int burst_;

@@ -73,7 +73,6 @@ class StoreState {
   std::int64_t numKeys() const { return static_cast<std::int64_t>(data_.size()); }
   // Everything charged: keys, values, overheads and waiters.
   std::size_t totalBytes() const { return totalBytes_; }
-  const StoreLimits& limits() const { return limits_; }
   std::vector<std::string> keys() const;
 
   // Waiters. Registers `onReady` to run once every key in `keys` exists and

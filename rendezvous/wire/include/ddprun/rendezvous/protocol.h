@@ -168,10 +168,18 @@ struct NodeReport {
   std::string report;            // kReportFailure: the root-cause report text
 };
 
-// The key the server sets once every node of rendezvous `rdzvId` has left,
-// so the agent hosting the store can WAIT for it before shutting down.
+// Control keys: the server's own, which only agents (the full token) may
+// touch (docs/security.md).
+inline constexpr std::string_view kControlKeyPrefix = "__ddprun/";
+inline bool isControlKey(std::string_view key) {
+  return key.substr(0, kControlKeyPrefix.size()) == kControlKeyPrefix;
+}
+
+// The control key the server sets once every node of rendezvous `rdzvId`
+// has left, so the agent hosting the store can WAIT for it before shutting
+// down.
 inline std::string rendezvousFinishedKey(std::string_view rdzvId) {
-  return "__ddprun/rendezvous/" + std::string(rdzvId) + "/finished";
+  return std::string(kControlKeyPrefix) + "rendezvous/" + std::string(rdzvId) + "/finished";
 }
 
 // A kEvent push.
