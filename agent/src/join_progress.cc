@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -37,12 +36,7 @@ std::string formatJoinProgress(const std::optional<protocol::RendezvousStatus>& 
   std::string line = fmt::format("waiting for nodes: {} of {} joined", st.joined, st.maxNodes);
   if (st.minNodes != st.maxNodes) line += fmt::format(" (min {})", st.minNodes);
   if (st.lastCallMs >= 0) line += fmt::format(", last call in {} s", (st.lastCallMs + 999) / 1000);
-  if (st.missingCount > 0) {
-    line += fmt::format("; missing: {}", fmt::join(st.missing, ", "));
-    if (st.missingCount > st.missing.size()) {
-      line += fmt::format(" and {} more", st.missingCount - st.missing.size());
-    }
-  }
+  line += protocol::missingNodesText(st);
   line += fmt::format(" ({} s)", waited.count());
   return line;
 }

@@ -1,7 +1,6 @@
 #include "rendezvous_manager.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <limits>
@@ -150,17 +149,10 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
       const std::uint32_t pendingId = it->second.requestId;
       const protocol::RendezvousStatus st = status(id);
       dropJoiner(*rdzv, nodeId);
-      std::string missing;
-      if (st.missingCount > 0) {
-        missing = fmt::format("; missing: {}{}", fmt::join(st.missing, ", "),
-                              st.missingCount > st.missing.size()
-                                  ? fmt::format(" and {} more", st.missingCount - st.missing.size())
-                                  : "");
-      }
-      waiting->answerJoin(
-          pendingId, Status::kTimeout, {},
-          fmt::format("rendezvous '{}' did not complete: {} of {}{} nodes joined{}", id, st.joined,
-                      st.minNodes == st.maxNodes ? "" : "at least ", st.minNodes, missing));
+      waiting->answerJoin(pendingId, Status::kTimeout, {},
+                          fmt::format("rendezvous '{}' did not complete: {} of {}{} nodes joined{}",
+                                      id, st.joined, st.minNodes == st.maxNodes ? "" : "at least ",
+                                      st.minNodes, protocol::missingNodesText(st)));
     });
   }
   byPeer_[&peer].insert({r.id, request.nodeId});

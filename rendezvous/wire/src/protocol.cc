@@ -79,6 +79,19 @@ bool isKnownOp(std::uint8_t code) {
          code <= static_cast<std::uint8_t>(Op::kRendezvousStatus);
 }
 
+std::string missingNodesText(const RendezvousStatus& status) {
+  if (status.missingCount == 0) return "";
+  std::string text = "; missing: ";
+  for (std::size_t i = 0; i < status.missing.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += status.missing[i];
+  }
+  if (status.missingCount > status.missing.size()) {
+    text += fmt::format(" and {} more", status.missingCount - status.missing.size());
+  }
+  return text;
+}
+
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return 0;
   if (timeout.count() >= static_cast<std::int64_t>(kNoTimeout)) return kNoTimeout;

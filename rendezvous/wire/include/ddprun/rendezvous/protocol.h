@@ -152,6 +152,11 @@ struct RendezvousStatus {
 };
 inline constexpr std::size_t kMaxMissingShown = 16;
 
+// "; missing: node rank 1, node rank 3 and 97 more", or "" when no node is
+// known to be missing: the same words in the server's timeout and the
+// agent's progress line.
+std::string missingNodesText(const RendezvousStatus& status);
+
 // The CLOSED reply's typed part: how the job failed.
 struct JobFailure {
   std::int64_t exitCode = 1;
