@@ -117,7 +117,7 @@ bool NativeSession::process() {
           // The frame and the read slack (run() reads into at least 4 KiB).
           const std::size_t frame = protocol::kHeaderSize + header.bodySize + 4096;
           if (frame > transport_.input().capacity() &&
-              !transport_.canGrow(frame - transport_.input().capacity())) {
+              !transport_.reserve(frame - transport_.input().capacity())) {
             context_.closedLog.warn(
                 fmt::format("Closing the connection of {}: its frame of {} bytes does "
                             "not fit the server's buffer budget now.",
@@ -386,7 +386,7 @@ void NativeSession::startWait(std::uint32_t id, Request& r) {
   wait.keys = std::move(r.keys);
   wait.bytes = kPendingWaitBytes;
   for (const auto& key : wait.keys) wait.bytes += key.size() + kPendingKeyBytes;
-  if (!transport_.canGrow(wait.bytes)) {
+  if (!transport_.reserve(wait.bytes)) {
     sendError(id, Status::kStoreFull,
               fmt::format("{} refused: the server's buffer budget of {} bytes is spent",
                           protocol::opName(r.op), context_.options.maxBufferedBytes));

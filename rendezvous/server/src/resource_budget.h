@@ -46,8 +46,6 @@ class ResourceBudget {
       bytes_ = bytes;
       return true;
     }
-    // Whether `more` bytes on top of the current charge would fit.
-    bool canGrow(std::size_t more) const { return budget_->fits(more); }
     std::size_t bytes() const { return bytes_; }
 
    private:

@@ -39,6 +39,12 @@ TcpStoreSession::TcpStoreSession(Transport& transport, tcpstore::Dialect dialect
 
 void TcpStoreSession::closing(const std::string&) { dropWait(); }
 
+void TcpStoreSession::closeBecause(const std::string& why) {
+  context_.closedLog.warn(
+      fmt::format("Closing the TCPStore connection of {}: {}.", transport_.peer(), why));
+  transport_.close();
+}
+
 void TcpStoreSession::dropWait() {
   if (!wait_) return;
   context_.state.removeWaiter(*wait_);
@@ -59,9 +65,7 @@ bool TcpStoreSession::process() {
         if (transport_.input().readable().empty()) transport_.input().shrinkTo(kIdleBufferBytes);
         return true;
       case tcpstore::Parse::kError:
-        context_.closedLog.warn(
-            fmt::format("Closing the TCPStore connection of {}: {}.", transport_.peer(), error));
-        transport_.close();
+        closeBecause(error);
         return false;
       case tcpstore::Parse::kRequest:
         break;
@@ -70,11 +74,8 @@ bool TcpStoreSession::process() {
     context_.counters.requests++;
     for (const auto& key : r.keys) {
       if (!protocol::isControlKey(key)) continue;
-      context_.closedLog.warn(
-          fmt::format("Closing the TCPStore connection of {}: it named the control key "
-                      "'{}', which only ddprun's agents may use.",
-                      transport_.peer(), printable(key)));
-      transport_.close();
+      closeBecause(fmt::format("it named the control key '{}', which only ddprun's agents may use",
+                               printable(key)));
       return false;
     }
     // The client serialises its calls: a new request means a pending wait
@@ -93,21 +94,15 @@ void TcpStoreSession::handle(tcpstore::Request& r) {
   // connection, so the client sees an error instead of a lost write.
   const auto refused = [&](StoreResult result) {
     if (result == StoreResult::kOk) return false;
-    context_.closedLog.warn(
-        fmt::format("Closing the TCPStore connection of {}: a write was refused ({}).",
-                    transport_.peer(), describe(result)));
-    transport_.close();
+    closeBecause(fmt::format("a write was refused ({})", describe(result)));
     return true;
   };
   // Replies are sized before they are built: one too large for the frame
   // limit or the server's budget closes the connection (no error reply).
   const auto tooLarge = [&](std::size_t bytes) {
     if (transport_.reserveReply(bytes)) return false;
-    context_.closedLog.warn(
-        fmt::format("Closing the TCPStore connection of {}: its reply would be {} "
-                    "bytes, over the frame limit or the server's buffer budget.",
-                    transport_.peer(), bytes));
-    transport_.close();
+    closeBecause(fmt::format(
+        "its reply would be {} bytes, over the frame limit or the server's buffer budget", bytes));
     return true;
   };
   const auto valueBytes = [&](const std::string& key) {
@@ -206,9 +201,7 @@ void TcpStoreSession::handle(tcpstore::Request& r) {
       break;
     }
     case Op::kWatchKey:
-      context_.closedLog.warn(fmt::format(
-          "Closing the TCPStore connection of {}: WATCH_KEY is not supported.", transport_.peer()));
-      transport_.close();
+      closeBecause("WATCH_KEY is not supported");
       return;
   }
 }
@@ -219,11 +212,8 @@ void TcpStoreSession::startWaitTimer() {
   waitTimer_->async_wait(
       [self = transport_.shared_from_this(), this](boost::system::error_code ec) {
         if (ec || self->closed() || !wait_) return;
-        context_.closedLog.warn(
-            fmt::format("Closing the TCPStore connection of {}: its WAIT passed "
-                        "the server's longest wait of {} ms.",
-                        transport_.peer(), context_.options.maxWaitTime.count()));
-        transport_.close();
+        closeBecause(fmt::format("its WAIT passed the server's longest wait of {} ms",
+                                 context_.options.maxWaitTime.count()));
       });
 }
 

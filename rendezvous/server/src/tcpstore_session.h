@@ -42,6 +42,8 @@ class TcpStoreSession : public DialectSession {
  private:
   void handle(tcpstore::Request& request);
   void dropWait();
+  // The protocol's only error signal: one (rate-limited) log line, close.
+  void closeBecause(const std::string& why);
   void startWaitTimer();
 
   Transport& transport_;

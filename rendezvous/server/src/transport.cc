@@ -125,10 +125,14 @@ bool Transport::updateCharge() {
   return false;
 }
 
-bool Transport::reserveReply(std::size_t bytes) {
+bool Transport::reserve(std::size_t bytes) {
   // Reserved at once, so a batch of pipelined requests cannot each see the
-  // budget as it was before the others' replies.
-  return bytes <= context_.options.limits.maxFrameBytes && charge_.resize(charge_.bytes() + bytes);
+  // budget as it was before the others took their share.
+  return charge_.resize(charge_.bytes() + bytes);
+}
+
+bool Transport::reserveReply(std::size_t bytes) {
+  return bytes <= context_.options.limits.maxFrameBytes && reserve(bytes);
 }
 
 bool Transport::detectDialect() {

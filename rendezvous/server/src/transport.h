@@ -67,8 +67,9 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // Reserves budget for a reply of `bytes`; false when it passes the frame
   // limit or the server's budget (then it must not be built).
   bool reserveReply(std::size_t bytes);
-  // Whether `bytes` more would fit the server's budget now.
-  bool canGrow(std::size_t bytes) const { return charge_.canGrow(bytes); }
+  // Reserves budget for `bytes` more of anything (a wait, a frame's input);
+  // false when the server's budget cannot take them.
+  bool reserve(std::size_t bytes);
   // Resizes the charge to what the connection holds; false (and closed)
   // when the server's budget is spent.
   bool updateCharge();
