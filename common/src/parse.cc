@@ -45,6 +45,12 @@ std::optional<double> parseSeconds(std::string_view text, double max) {
   }
 }
 
+std::optional<std::chrono::milliseconds> parseDuration(std::string_view text, double maxSeconds) {
+  const auto seconds = parseSeconds(text, maxSeconds);
+  if (!seconds) return std::nullopt;
+  return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
+}
+
 std::string hostPort(std::string_view host, int port) {
   const bool v6 = host.find(':') != std::string_view::npos;
   std::string text;

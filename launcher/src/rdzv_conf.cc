@@ -97,13 +97,13 @@ std::optional<std::chrono::milliseconds> RdzvConf::seconds(const std::string& ke
                                                            double min) const {
   auto value = text(key);
   if (!value) return std::nullopt;
-  auto seconds = parseSeconds(*value, 1e7);
-  if (!seconds || *seconds < min) {
+  const auto duration = parseDuration(*value, 1e7);
+  if (!duration || *duration < std::chrono::duration<double>(min)) {
     throw ConfigError(fmt::format(
         "--rdzv_conf {}={} is not a number of seconds{}; give e.g. {}=30", key, *value,
         min > 0 ? fmt::format(" of at least {}", min) : std::string(" (0 or more)"), key));
   }
-  return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
+  return *duration;
 }
 
 std::optional<bool> RdzvConf::boolean(const std::string& key) const {

@@ -82,14 +82,14 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     }
   }
   if (const auto it = env.find(env::kProgressInterval); it != env.end()) {
-    const auto seconds = parseSeconds(it->second, 86400);
-    if (!seconds) {
+    const auto interval = parseDuration(it->second, 86400);
+    if (!interval) {
       throw ConfigError(fmt::format(
           "{}={} is not a number of seconds from 0 to 86400; give e.g. {}=30 (0: no rendezvous "
           "progress lines)",
           env::kProgressInterval, it->second, env::kProgressInterval));
     }
-    r.progressInterval = std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
+    r.progressInterval = *interval;
   }
   const NodeRange nodes = parseNnodes(nnodesText);
   r.minNodes = nodes.min;

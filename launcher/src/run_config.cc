@@ -44,12 +44,12 @@ int integerOption(const std::string& name, const std::string& text, long long mi
 }
 
 std::chrono::milliseconds secondsOption(const std::string& name, const std::string& text) {
-  auto value = parseSeconds(text, 1e9);
+  const auto value = parseDuration(text, 1e9);
   if (!value) {
     throw ConfigError(fmt::format(
         "--{}={} is not a number of seconds (0 or more); give e.g. --{}=30", name, text, name));
   }
-  return std::chrono::milliseconds(static_cast<long long>(*value * 1000));
+  return *value;
 }
 
 agent::StdSpec stdSpecOption(const std::string& name, const std::string& text) {

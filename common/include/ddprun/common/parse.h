@@ -4,6 +4,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,8 @@ std::optional<long long> parseInteger(std::string_view text);
 
 // A non-negative number of seconds ("30", "0.1") up to `max`.
 std::optional<double> parseSeconds(std::string_view text, double max);
+// The same as a duration (whole milliseconds).
+std::optional<std::chrono::milliseconds> parseDuration(std::string_view text, double maxSeconds);
 
 // "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""}. Views into `text`.
 std::vector<std::string_view> splitList(std::string_view text, char separator = ',');
