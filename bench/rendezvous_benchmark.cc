@@ -77,11 +77,7 @@ double oneRound(const std::string& host, std::uint16_t port, const std::string& 
   for (auto& node : nodes) {
     node.fd = connectTo(host, port);
     std::string hello(protocol::kPreamble);
-    protocol::Request request;
-    request.op = protocol::Op::kHello;
-    request.values = {token};
-    request.keys = {"bench-node"};
-    protocol::encodeRequest(hello, 1, request);
+    protocol::encodeRequest(hello, 1, protocol::Hello{.token = token, .clientName = "bench-node"});
     sendAll(node.fd, hello);
   }
   for (auto& node : nodes) {
@@ -90,14 +86,13 @@ double oneRound(const std::string& host, std::uint16_t port, const std::string& 
   // Every JOIN frame is encoded before the clock starts.
   std::vector<std::string> joins(nodes.size());
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    protocol::Request join;
-    join.op = protocol::Op::kJoin;
-    join.join.rdzvId = fmt::format("bench-{}-{}", n, round);
-    join.join.nodeId = fmt::format("node-{}", i);
-    join.join.localWorldSize = 8;
-    join.join.minNodes = static_cast<std::uint32_t>(n);
-    join.join.maxNodes = static_cast<std::uint32_t>(n);
-    join.join.masterPort = 29500;
+    protocol::JoinRequest join;
+    join.rdzvId = fmt::format("bench-{}-{}", n, round);
+    join.nodeId = fmt::format("node-{}", i);
+    join.localWorldSize = 8;
+    join.minNodes = static_cast<std::uint32_t>(n);
+    join.maxNodes = static_cast<std::uint32_t>(n);
+    join.masterPort = 29500;
     join.timeoutMs = 60000;
     protocol::encodeRequest(joins[i], 2, join);
   }

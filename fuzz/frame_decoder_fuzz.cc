@@ -5,15 +5,19 @@
 // parseFrameHeader under three frame limits (tiny, the 64 KiB pre-handshake
 // limit and the default), and every frame body is decoded
 //   - as a request, with the default Limits and with tiny Limits;
-//   - as a reply to every Op (the client's decoder sees server bytes).
+//   - as every OK reply layout and as an error reply (the client's decoder
+//     sees server bytes).
 // Besides the sanitizers, it checks these properties and aborts on a
 // violation:
 //   - the three limits agree on the header and on where frames end;
 //   - a decode error carries kBadRequest or kTooLarge and a message;
 //   - what tiny Limits accept, the default Limits accept identically;
+//   - the client's checkRequest() agrees with the decoder: it accepts a
+//     decoded request under the Limits that decoded it, and refuses as too
+//     large what only the tiny Limits refuse;
 //   - a decoded request re-encodes to the same bytes, and that frame
 //     decodes to an equal Request; a decoded reply re-encodes to a frame
-//     that decodes to an equal Reply.
+//     that decodes to an equal reply.
 //
 // Thread-safety: libFuzzer calls it from one thread.
 #include <cstddef>
@@ -30,9 +34,7 @@ namespace {
 namespace protocol = ddprun::rendezvous::protocol;
 using protocol::FrameHeader;
 using protocol::Limits;
-using protocol::Op;
 using protocol::ParseResult;
-using protocol::Reply;
 using protocol::Request;
 using protocol::Status;
 
@@ -62,41 +64,6 @@ std::uint32_t readU32(std::string_view bytes) {
 
 bool sameHeader(const FrameHeader& a, const FrameHeader& b) {
   return a.bodySize == b.bodySize && a.requestId == b.requestId && a.code == b.code;
-}
-
-bool sameJoin(const protocol::JoinRequest& a, const protocol::JoinRequest& b) {
-  return a.rdzvId == b.rdzvId && a.nodeId == b.nodeId && a.nodeRank == b.nodeRank &&
-         a.localWorldSize == b.localWorldSize && a.minNodes == b.minNodes &&
-         a.maxNodes == b.maxNodes && a.lastCallMs == b.lastCallMs &&
-         a.keepAliveMs == b.keepAliveMs && a.address == b.address && a.masterPort == b.masterPort &&
-         a.maxRestarts == b.maxRestarts;
-}
-
-bool sameNode(const protocol::NodeReport& a, const protocol::NodeReport& b) {
-  return a.rdzvId == b.rdzvId && a.nodeId == b.nodeId && a.round == b.round &&
-         a.maxRestarts == b.maxRestarts && a.exitCode == b.exitCode && a.report == b.report;
-}
-
-bool sameAssignment(const protocol::Assignment& a, const protocol::Assignment& b) {
-  return a.round == b.round && a.groupRank == b.groupRank && a.groupWorldSize == b.groupWorldSize &&
-         a.rankOffset == b.rankOffset && a.worldSize == b.worldSize && a.restarts == b.restarts &&
-         a.masterAddr == b.masterAddr && a.masterPort == b.masterPort;
-}
-
-bool sameRequest(const Request& a, const Request& b) {
-  return a.op == b.op && a.keys == b.keys && a.values == b.values && a.delta == b.delta &&
-         a.timeoutMs == b.timeoutMs && a.version == b.version && sameJoin(a.join, b.join) &&
-         sameNode(a.node, b.node) && a.rdzvId == b.rdzvId;
-}
-
-bool sameReply(const Reply& a, const Reply& b) {
-  return a.status == b.status && a.message == b.message && a.values == b.values &&
-         a.integer == b.integer && a.flag == b.flag && a.version == b.version &&
-         sameAssignment(a.assignment, b.assignment) && a.failure.exitCode == b.failure.exitCode &&
-         a.failure.report == b.failure.report && a.rendezvous.exists == b.rendezvous.exists &&
-         a.rendezvous.round == b.rendezvous.round && a.rendezvous.joined == b.rendezvous.joined &&
-         a.rendezvous.missing == b.rendezvous.missing &&
-         a.rendezvous.lastCallMs == b.rendezvous.lastCallMs;
 }
 
 // Splits a freshly encoded frame; it must be exactly one whole frame.
@@ -129,14 +96,29 @@ void fuzzRequest(const FrameHeader& header, std::string_view body) {
   checkDecodeError(tinyError);
   if (tinyError.ok()) {
     expect(error.ok(), "tiny Limits accept a request the default Limits refuse");
-    expect(sameRequest(request, tiny), "tiny and default Limits decode different requests");
+    expect(request == tiny, "tiny and default Limits decode different requests");
   }
   if (!protocol::isKnownOp(header.code)) {
     expect(error.status == Status::kBadRequest, "an unknown op is not a bad request");
   }
   if (!error.ok()) return;
-  expect(protocol::isKnownOp(header.code) && static_cast<std::uint8_t>(request.op) == header.code,
+  expect(protocol::isKnownOp(header.code) &&
+             static_cast<std::uint8_t>(protocol::opOf(request)) == header.code,
          "a decoded request's op differs from the frame's code");
+
+  // The client's check before sending agrees with the server's decoder.
+  expect(protocol::checkRequest(request, kDefaultLimits).ok(),
+         "checkRequest refuses a request the default Limits decode");
+  const auto tinyCheck = protocol::checkRequest(request, kTinyLimits);
+  if (tinyError.ok() && body.size() <= kTinyLimits.maxFrameBytes) {
+    expect(tinyCheck.ok(), "checkRequest refuses a request the tiny Limits decode");
+  }
+  if (!tinyError.ok()) {
+    expect(tinyError.status == Status::kTooLarge,
+           "a well-formed request is refused by tiny Limits as other than too large");
+    expect(tinyCheck.status == Status::kTooLarge,
+           "checkRequest accepts a request the tiny Limits refuse");
+  }
 
   // Round trip: encoding is canonical, so the body comes back byte for byte.
   std::string frame;
@@ -146,7 +128,7 @@ void fuzzRequest(const FrameHeader& header, std::string_view body) {
   Request decodedAgain;
   const auto againError = protocol::decodeRequest(header.code, again, kDefaultLimits, decodedAgain);
   expect(againError.ok(), "a re-encoded request does not decode");
-  expect(sameRequest(request, decodedAgain), "a re-encoded request decodes to another request");
+  expect(request == decodedAgain, "a re-encoded request decodes to another request");
 }
 
 void fuzzEvent(std::string_view body) {
@@ -158,35 +140,49 @@ void fuzzEvent(std::string_view body) {
   expect(again == body, "a decoded event re-encodes to different bytes");
 }
 
+// An OK reply body of layout Body: decoded, re-encoded and decoded again.
+// Not byte for byte: a flag byte other than 0 reads as true and is written
+// back as 1.
+template <typename Body>
+void fuzzOkReply(const FrameHeader& header, std::string_view body) {
+  Body reply;
+  if (!protocol::decodeReply(body, reply)) return;
+  std::string frame;
+  protocol::encodeReply(frame, header.requestId, reply);
+  const std::string_view again =
+      wholeFrame(frame, header.requestId, static_cast<std::uint8_t>(Status::kOk));
+  Body decodedAgain;
+  expect(protocol::decodeReply(again, decodedAgain), "a re-encoded reply does not decode");
+  expect(reply == decodedAgain, "a re-encoded reply decodes to another reply");
+}
+
+void fuzzErrorReply(const FrameHeader& header, std::string_view body) {
+  protocol::ErrorReply reply;
+  if (!protocol::decodeError(header.code, body, reply)) return;
+  expect(static_cast<std::uint8_t>(reply.status) == header.code,
+         "a decoded error's status differs from the frame's code");
+  std::string frame;
+  if (reply.status == Status::kClosed) {
+    protocol::encodeClosed(frame, header.requestId, reply.message, reply.failure);
+  } else {
+    protocol::encodeError(frame, header.requestId, reply.status, reply.message);
+  }
+  const std::string_view again = wholeFrame(frame, header.requestId, header.code);
+  expect(again == body, "a decoded error re-encodes to different bytes");
+}
+
 void fuzzReplies(const FrameHeader& header, std::string_view body) {
   fuzzEvent(body);
-  for (std::uint8_t code = static_cast<std::uint8_t>(Op::kHello);
-       code <= static_cast<std::uint8_t>(Op::kRendezvousStatus); ++code) {
-    const Op op = static_cast<Op>(code);
-    Reply reply;
-    std::string error;
-    if (!protocol::decodeReply(op, header.code, body, reply, error)) {
-      expect(!error.empty(), "a refused reply has no error message");
-      continue;
-    }
-    expect(static_cast<std::uint8_t>(reply.status) == header.code,
-           "a decoded reply's status differs from the frame's code");
-    std::string frame;
-    if (reply.status == Status::kOk) {
-      protocol::encodeReply(frame, header.requestId, op, reply);
-    } else if (reply.status == Status::kClosed) {
-      protocol::encodeClosed(frame, header.requestId, reply.message, reply.failure);
-    } else {
-      protocol::encodeError(frame, header.requestId, reply.status, reply.message);
-    }
-    // Not byte for byte: a flag byte other than 0 reads as true and is
-    // written back as 1.
-    const std::string_view again = wholeFrame(frame, header.requestId, header.code);
-    Reply decodedAgain;
-    expect(protocol::decodeReply(op, header.code, again, decodedAgain, error),
-           "a re-encoded reply does not decode");
-    expect(sameReply(reply, decodedAgain), "a re-encoded reply decodes to another reply");
-  }
+  fuzzErrorReply(header, body);
+  fuzzOkReply<protocol::EmptyReply>(header, body);
+  fuzzOkReply<protocol::ValueReply>(header, body);
+  fuzzOkReply<protocol::ValuesReply>(header, body);
+  fuzzOkReply<protocol::IntegerReply>(header, body);
+  fuzzOkReply<protocol::FlagReply>(header, body);
+  fuzzOkReply<protocol::HelloReply>(header, body);
+  fuzzOkReply<protocol::Assignment>(header, body);
+  fuzzOkReply<protocol::RestartDecision>(header, body);
+  fuzzOkReply<protocol::RendezvousStatus>(header, body);
 }
 
 }  // namespace

@@ -21,26 +21,18 @@
 namespace {
 
 namespace protocol = ddprun::rendezvous::protocol;
-using protocol::Op;
-using protocol::Reply;
 using protocol::Request;
 using protocol::Status;
 
-Request make(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {}) {
-  Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  return r;
-}
-
 std::string hello() {
   std::string out(protocol::kPreamble);
-  protocol::encodeRequest(out, 1, make(Op::kHello, {"worker-0"}, {"s3cret"}));
+  protocol::encodeRequest(out, 1, protocol::Hello{.token = "s3cret", .clientName = "worker-0"});
   return out;
 }
 
-void put(std::string& out, std::uint32_t id, Request r) { protocol::encodeRequest(out, id, r); }
+void put(std::string& out, std::uint32_t id, const Request& r) {
+  protocol::encodeRequest(out, id, r);
+}
 
 std::vector<std::pair<std::string, std::string>> seeds() {
   std::vector<std::pair<std::string, std::string>> all;
@@ -48,81 +40,67 @@ std::vector<std::pair<std::string, std::string>> seeds() {
   all.emplace_back("hello", hello());
 
   std::string setGet = hello();
-  put(setGet, 2, make(Op::kSet, {"k"}, {"v"}));
-  Request get = make(Op::kGet, {"k"});
-  get.timeoutMs = 1000;
-  put(setGet, 3, get);
+  put(setGet, 2, protocol::Set{.key = "k", .value = "v"});
+  put(setGet, 3, protocol::Get{.key = "k", .timeoutMs = 1000});
   all.emplace_back("hello_set_get", setGet);
 
   std::string everyOp = hello();
   std::uint32_t id = 2;
-  put(everyOp, id++, make(Op::kSet, {"rank/0"}, {"10.0.0.1:29500"}));
-  put(everyOp, id++, make(Op::kAppend, {"log"}, {"line\n"}));
-  Request add = make(Op::kAdd, {"counter"});
-  add.delta = -5;
-  put(everyOp, id++, add);
-  put(everyOp, id++, make(Op::kCompareSet, {"leader"}, {"", "node-1"}));
-  put(everyOp, id++, make(Op::kCheck, {"a", "b"}));
-  Request wait = make(Op::kWait, {"a", "b", "a"});
-  wait.timeoutMs = protocol::kNoTimeout;
-  put(everyOp, id++, wait);
-  put(everyOp, id++, make(Op::kDeleteKey, {"a"}));
-  put(everyOp, id++, make(Op::kNumKeys));
-  Request multiGet = make(Op::kMultiGet, {"x", "y"});
-  multiGet.timeoutMs = 0;
-  put(everyOp, id++, multiGet);
-  put(everyOp, id++, make(Op::kMultiSet, {"x", "y", "z"}, {"1", "", "3"}));
-  put(everyOp, id++, make(Op::kPing, {}, {"echo"}));
+  put(everyOp, id++, protocol::Set{.key = "rank/0", .value = "10.0.0.1:29500"});
+  put(everyOp, id++, protocol::Append{.key = "log", .value = "line\n"});
+  put(everyOp, id++, protocol::Add{.key = "counter", .delta = -5});
+  put(everyOp, id++, protocol::CompareSet{.key = "leader", .expected = "", .desired = "node-1"});
+  put(everyOp, id++, protocol::Check{.keys = {"a", "b"}});
+  put(everyOp, id++, protocol::Wait{.timeoutMs = protocol::kNoTimeout, .keys = {"a", "b", "a"}});
+  put(everyOp, id++, protocol::DeleteKey{.key = "a"});
+  put(everyOp, id++, protocol::NumKeys{});
+  put(everyOp, id++, protocol::MultiGet{.timeoutMs = 0, .keys = {"x", "y"}});
+  put(everyOp, id++, protocol::MultiSet{.keys = {"x", "y", "z"}, .values = {"1", "", "3"}});
+  put(everyOp, id++, protocol::Ping{.payload = "echo"});
   all.emplace_back("every_op", everyOp);
 
   // Frames without the preamble, as the decoder sees them after it.
   std::string bare;
-  put(bare, 7, make(Op::kMultiSet, {"k1", "k2"}, {"v1", "v2"}));
-  put(bare, 8, make(Op::kWait, {}));
-  put(bare, 9, make(Op::kPing, {}, {""}));
+  put(bare, 7, protocol::MultiSet{.keys = {"k1", "k2"}, .values = {"v1", "v2"}});
+  put(bare, 8, protocol::Wait{.timeoutMs = 0, .keys = {}});
+  put(bare, 9, protocol::Ping{.payload = ""});
   all.emplace_back("bare_frames", bare);
 
   // An agent's rendezvous calls.
   std::string agent = hello();
-  Request join = make(Op::kJoin);
-  join.join = {"job", "node-a", 0, 8, 2, 4, 30000, 15000, "10.0.0.7", 29511, 3};
-  join.timeoutMs = 600000;
-  put(agent, 2, join);
-  Request report = make(Op::kReportFailure);
-  report.node = {"job", "node-a", 1, 3, 137, "rank 5 was killed by SIGKILL"};
-  put(agent, 3, report);
-  Request leave = make(Op::kLeave);
-  leave.node = {"job", "node-a", 1, 0, 0, ""};
-  put(agent, 4, leave);
-  Request status = make(Op::kRendezvousStatus);
-  status.rdzvId = "job";
-  put(agent, 5, status);
+  put(agent, 2,
+      protocol::JoinRequest{.rdzvId = "job",
+                            .nodeId = "node-a",
+                            .nodeRank = 0,
+                            .localWorldSize = 8,
+                            .minNodes = 2,
+                            .maxNodes = 4,
+                            .lastCallMs = 30000,
+                            .keepAliveMs = 15000,
+                            .timeoutMs = 600000,
+                            .address = "10.0.0.7",
+                            .masterPort = 29511,
+                            .maxRestarts = 3});
+  put(agent, 3,
+      protocol::ReportFailure{{"job", "node-a", 1, 3, 137, "rank 5 was killed by SIGKILL"}});
+  put(agent, 4, protocol::Leave{{"job", "node-a", 1, 0, 0, ""}});
+  put(agent, 5, protocol::RendezvousStatusQuery{"job"});
   all.emplace_back("rendezvous_calls", agent);
 
   // What the server sends back: replies to every op, errors, the push.
   std::string replies;
-  Reply r;
-  r.values = {"ddprun-rendezvous"};
-  protocol::encodeReply(replies, 1, Op::kHello, r);
-  protocol::encodeReply(replies, 2, Op::kSet, Reply{});
-  r.values = {"v"};
-  protocol::encodeReply(replies, 3, Op::kGet, r);
-  r.values = {"1", "", "3"};
-  protocol::encodeReply(replies, 4, Op::kMultiGet, r);
-  Reply integer;
-  integer.integer = 42;
-  protocol::encodeReply(replies, 5, Op::kAdd, integer);
-  Reply flag;
-  flag.flag = true;
-  protocol::encodeReply(replies, 6, Op::kCheck, flag);
+  protocol::encodeReply(replies, 1, protocol::HelloReply{1, "ddprun-rendezvous"});
+  protocol::encodeReply(replies, 2, protocol::EmptyReply{});
+  protocol::encodeReply(replies, 3, protocol::ValueReply{"v"});
+  protocol::encodeReply(replies, 4, protocol::ValuesReply{{"1", "", "3"}});
+  protocol::encodeReply(replies, 5, protocol::IntegerReply{42});
+  protocol::encodeReply(replies, 6, protocol::FlagReply{true});
   protocol::encodeError(replies, 7, Status::kTimeout, "WAIT timed out waiting for key 'a'");
   protocol::encodeError(replies, 0, Status::kGoodbye, "idle for 3600000 ms; reconnect to continue");
-  Reply joined;
-  joined.assignment = {2, 1, 2, 8, 16, 1, "10.0.0.1", 29500};
-  protocol::encodeReply(replies, 8, Op::kJoin, joined);
-  Reply progress;
-  progress.rendezvous = {true, 1, false, 2, 2, 4, 5000, 1, {"node rank 3"}};
-  protocol::encodeReply(replies, 9, Op::kRendezvousStatus, progress);
+  protocol::encodeReply(replies, 8, protocol::Assignment{2, 1, 2, 8, 16, 1, "10.0.0.1", 29500});
+  protocol::encodeReply(
+      replies, 9, protocol::RendezvousStatus{true, 1, false, 2, 2, 4, 5000, 1, {"node rank 3"}});
+  protocol::encodeReply(replies, 11, protocol::RestartDecision{1, true});
   protocol::encodeClosed(replies, 10, "the rendezvous is closed: the job failed",
                          {137, "rank 5 was killed by SIGKILL"});
   all.emplace_back("server_replies", replies);
@@ -133,16 +111,16 @@ std::vector<std::pair<std::string, std::string>> seeds() {
   all.emplace_back("unknown_op", unknownOp);
 
   std::string truncated = hello();
-  put(truncated, 2, make(Op::kSet, {"key"}, {"value"}));
+  put(truncated, 2, protocol::Set{.key = "key", .value = "value"});
   truncated.resize(truncated.size() - 3);
   all.emplace_back("truncated_frame", truncated);
 
   std::string oversized = hello();
-  protocol::appendHeader(oversized, 2, static_cast<std::uint8_t>(Op::kSet), 0xFFFFFFFFu);
+  protocol::appendHeader(oversized, 2, static_cast<std::uint8_t>(protocol::Op::kSet), 0xFFFFFFFFu);
   all.emplace_back("oversized_frame", oversized);
 
   std::string manyKeys = hello();
-  protocol::appendHeader(manyKeys, 2, static_cast<std::uint8_t>(Op::kCheck), 4);
+  protocol::appendHeader(manyKeys, 2, static_cast<std::uint8_t>(protocol::Op::kCheck), 4);
   manyKeys += std::string("\xFF\xFF\xFF\x7F", 4);  // 2^31 - 1 keys in 0 bytes
   all.emplace_back("key_count_too_large", manyKeys);
 

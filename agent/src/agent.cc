@@ -339,7 +339,7 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
   if (rendezvous) {
     // The budget is the job's, kept by the store: one restart per failed round.
     const std::string report = reportFor(outcome);
-    rendezvous::RendezvousClient::FailureDecision decision;
+    rendezvous::protocol::RestartDecision decision;
     try {
       decision = rendezvous->reportFailure(assignment.round, root.status.shellCode(), report);
     } catch (const Error& e) {

@@ -237,8 +237,9 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   });
 }
 
-rendezvous::RendezvousClient::FailureDecision NodeRendezvous::reportFailure(
-    std::int64_t round, int exitCode, const std::string& report) {
+rendezvous::protocol::RestartDecision NodeRendezvous::reportFailure(std::int64_t round,
+                                                                    int exitCode,
+                                                                    const std::string& report) {
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;

@@ -64,8 +64,8 @@ class NodeRendezvous {
   // for worker rank 0's own TCPStore.
   void setMasterPort(std::uint16_t port) { masterPort_ = port; }
   void asyncJoin(std::function<void(JoinResult)> done);
-  rendezvous::RendezvousClient::FailureDecision reportFailure(std::int64_t round, int exitCode,
-                                                              const std::string& report);
+  rendezvous::protocol::RestartDecision reportFailure(std::int64_t round, int exitCode,
+                                                      const std::string& report);
   void leave(std::int64_t round);
   // Host only: calls `done` once every node has left or the close timeout
   // passed, whichever comes first.

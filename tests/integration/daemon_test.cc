@@ -73,11 +73,10 @@ TEST(Daemon, ClientVanishingMidWaitLeavesTheServerHealthy) {
     RawSocket raw("127.0.0.1", daemon.port());
     ASSERT_TRUE(raw.handshake(kToken));
     std::string bytes;
-    rendezvous::protocol::Request wait;
-    wait.op = rendezvous::protocol::Op::kWait;
-    wait.keys = {"never"};
-    wait.timeoutMs = rendezvous::protocol::kNoTimeout;
-    rendezvous::protocol::encodeRequest(bytes, 7, wait);
+    rendezvous::protocol::encodeRequest(
+        bytes, 7,
+        rendezvous::protocol::Wait{.timeoutMs = rendezvous::protocol::kNoTimeout,
+                                   .keys = {"never"}});
     raw.send(bytes);
   }  // each socket closes with its wait pending
   StoreClient client(daemon.clientOptions());

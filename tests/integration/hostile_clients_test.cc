@@ -168,16 +168,11 @@ TEST(HostileClients, NativeMultiGetOfOneLargeKeyRepeatedIsAnError) {
   Probe probe(daemon);
   RawSocket attacker("127.0.0.1", daemon.port());
   ASSERT_TRUE(attacker.handshake(kToken));
-  protocol::Request get;
-  get.op = protocol::Op::kMultiGet;
+  protocol::MultiGet get{.timeoutMs = 1000, .keys = {}};
   get.keys.assign(600, "big");
-  get.timeoutMs = 1000;
   EXPECT_EQ(nativeCall(attacker, get), protocol::Status::kTooLarge);
   // The connection goes on: a small request still works.
-  protocol::Request ping;
-  ping.op = protocol::Op::kPing;
-  ping.values = {"x"};
-  EXPECT_EQ(nativeCall(attacker, ping, 8), protocol::Status::kOk);
+  EXPECT_EQ(nativeCall(attacker, protocol::Ping{"x"}, 8), protocol::Status::kOk);
   expectAbsorbed(daemon, probe, "native MULTI_GET naming a 1 MiB key 600 times");
 }
 
@@ -325,11 +320,7 @@ TEST(HostileClients, ABurstOfRealClientsIsNeverShed) {
   ASSERT_GE(descriptorLimit(), 2200u) << "the test needs 2200 descriptors (ulimit -n)";
   Daemon daemon;
   std::string hello(protocol::kPreamble);
-  protocol::Request request;
-  request.op = protocol::Op::kHello;
-  request.values = {kToken};
-  request.keys = {"burst"};
-  protocol::encodeRequest(hello, 1, request);
+  protocol::encodeRequest(hello, 1, protocol::Hello{.token = kToken, .clientName = "burst"});
   std::vector<std::unique_ptr<RawSocket>> clients;
   for (int i = 0; i < 2000; ++i) {
     clients.push_back(std::make_unique<RawSocket>("127.0.0.1", daemon.port()));

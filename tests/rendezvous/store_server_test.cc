@@ -173,11 +173,7 @@ TEST_F(StoreServerTest, RequestsBeforeTheHandshakeAreRefused) {
   // A SET sent straight after the preamble, without HELLO.
   RawSocket raw("127.0.0.1", server_->port());
   std::string bytes(protocol::kPreamble);
-  protocol::Request set;
-  set.op = protocol::Op::kSet;
-  set.keys = {"sneaky"};
-  set.values = {"1"};
-  protocol::encodeRequest(bytes, 1, set);
+  protocol::encodeRequest(bytes, 1, protocol::Set{.key = "sneaky", .value = "1"});
   raw.send(bytes);
   bool closed = false;
   raw.readUntilClosed(2s, closed);
@@ -300,11 +296,8 @@ TEST_F(StoreServerTest, DisconnectMidWaitDropsTheWaiter) {
     RawSocket raw("127.0.0.1", server_->port());
     ASSERT_TRUE(raw.handshake(kToken));
     std::string bytes;
-    protocol::Request wait;
-    wait.op = protocol::Op::kWait;
-    wait.keys = {"never"};
-    wait.timeoutMs = protocol::kNoTimeout;
-    protocol::encodeRequest(bytes, 2, wait);
+    protocol::encodeRequest(bytes, 2,
+                            protocol::Wait{.timeoutMs = protocol::kNoTimeout, .keys = {"never"}});
     raw.send(bytes);
     ASSERT_TRUE(eventually([](const StoreServerStats& s) { return s.waiters == 1; }));
   }  // the socket closes here

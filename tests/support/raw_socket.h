@@ -128,11 +128,7 @@ class RawSocket {
   // Sends the preamble and a HELLO with `token`; true when accepted.
   bool handshake(const std::string& token) {
     std::string bytes(protocol::kPreamble);
-    protocol::Request hello;
-    hello.op = protocol::Op::kHello;
-    hello.values = {token};
-    hello.keys = {"raw-test"};
-    protocol::encodeRequest(bytes, 1, hello);
+    protocol::encodeRequest(bytes, 1, protocol::Hello{.token = token, .clientName = "raw-test"});
     if (!send(bytes)) return false;
     protocol::FrameHeader header;
     std::string body;

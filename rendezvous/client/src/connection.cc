@@ -18,9 +18,6 @@
 
 namespace ddprun::rendezvous {
 
-using protocol::Op;
-using protocol::Reply;
-using protocol::Request;
 using protocol::Status;
 
 namespace {
@@ -37,17 +34,16 @@ std::shared_ptr<Connection> Connection::open(const StoreClientOptions& options,
   std::shared_ptr<Connection> connection(
       new Connection(fd, fmt::format("{}:{}", options.host, options.port)));
   connection->sendAll(std::string(protocol::kPreamble), deadline);
-  Request hello;
-  hello.op = Op::kHello;
-  hello.version = protocol::kVersion;
-  hello.values.push_back(options.token);
-  hello.keys.push_back(options.name);
-  const Reply reply = connection->call(hello, deadline);
-  if (reply.status != Status::kOk) {
+  protocol::HelloReply welcome;
+  const auto refused = connection->call(
+      protocol::Hello{
+          .version = protocol::kVersion, .token = options.token, .clientName = options.name},
+      [&welcome](std::string_view body) { return protocol::decodeReply(body, welcome); }, deadline);
+  if (refused) {
     // The server refuses with a frame of id 0, which call() turns into an
     // exception; a non-ok reply to the HELLO id is equally final.
     throw ProtocolError(fmt::format("the store at {} refused the handshake: {}",
-                                    connection->endpoint_, reply.message));
+                                    connection->endpoint_, refused->message));
   }
   return connection;
 }
@@ -107,13 +103,16 @@ void Connection::sendAll(const std::string& bytes, Clock::time_point deadline) {
   }
 }
 
-Reply Connection::call(const Request& request, Clock::time_point deadline) {
+std::optional<protocol::ErrorReply> Connection::call(const protocol::Request& request,
+                                                     const DecodeOk& decodeOk,
+                                                     Clock::time_point deadline) {
   thread_local std::string frame;
   frame.clear();
   const std::uint32_t id = nextRequestId();
   protocol::encodeRequest(frame, id, request);
   Slot slot;
-  slot.op = request.op;
+  slot.op = protocol::opOf(request);
+  slot.decodeOk = &decodeOk;
   {
     std::lock_guard lock(mutex_);
     if (broken_) throwBroken();
@@ -146,11 +145,11 @@ Reply Connection::call(const Request& request, Clock::time_point deadline) {
     if (!slot.done && !broken_ && Clock::now() >= deadline) {
       pending_.erase(id);
       throw TimeoutError(fmt::format("the store at {} did not answer {} in time", endpoint_,
-                                     protocol::opName(request.op)));
+                                     protocol::opName(slot.op)));
     }
   }
   lastUse_ = Clock::now().time_since_epoch().count();
-  return std::move(slot.reply);
+  return std::move(slot.error);
 }
 
 bool Connection::readUntil(const std::function<bool()>& done, Clock::time_point deadline) {
@@ -202,10 +201,7 @@ void Connection::dispatchFrames() {
     const std::string_view body = data.substr(protocol::kHeaderSize, header.bodySize);
     if (header.requestId == 0) {
       // A push: the server refuses us or says goodbye, then closes.
-      Reply push;
-      std::string error;
-      protocol::decodeReply(Op::kPing, header.code, body, push, error);
-      if (push.status == Status::kEvent) {
+      if (header.code == static_cast<std::uint8_t>(Status::kEvent)) {
         protocol::Event event;
         if (protocol::decodeEvent(body, event)) {
           std::lock_guard lock(mutex_);
@@ -214,6 +210,14 @@ void Connection::dispatchFrames() {
         }
         input_.consume(protocol::kHeaderSize + header.bodySize);
         continue;
+      }
+      protocol::ErrorReply push;
+      if (!protocol::decodeError(header.code, body, push)) {
+        push = {Status::kBadRequest,
+                fmt::format("the store at {} pushed a frame that is not a ddprun reply (status "
+                            "{}, {} bytes)",
+                            endpoint_, header.code, body.size()),
+                {}};
       }
       const bool goodbye = push.status == Status::kGoodbye;
       markBroken(push.status, goodbye ? fmt::format("the store at {} closed the connection: {}",
@@ -225,11 +229,19 @@ void Connection::dispatchFrames() {
       auto it = pending_.find(header.requestId);
       if (it != pending_.end()) {  // else: a late reply to a timed-out call
         Slot& slot = *it->second;
-        std::string error;
-        if (!protocol::decodeReply(slot.op, header.code, body, slot.reply, error)) {
-          slot.reply = Reply{};
-          slot.reply.status = Status::kBadRequest;
-          slot.reply.message = error;
+        bool decoded = false;
+        if (header.code == static_cast<std::uint8_t>(Status::kOk)) {
+          decoded = (*slot.decodeOk)(body);
+        } else {
+          decoded = protocol::decodeError(header.code, body, slot.error.emplace());
+        }
+        if (!decoded) {
+          slot.error = protocol::ErrorReply{
+              Status::kBadRequest,
+              fmt::format("the server's {} reply to {} has a malformed body of {} bytes",
+                          protocol::statusName(static_cast<Status>(header.code)),
+                          protocol::opName(slot.op), body.size()),
+              {}};
         }
         slot.done = true;
         pending_.erase(it);

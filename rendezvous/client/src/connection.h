@@ -42,9 +42,17 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Sends `request` and returns its reply (of any status). Throws
-  // TimeoutError at `deadline`, NetworkError when the connection breaks.
-  protocol::Reply call(const protocol::Request& request, Clock::time_point deadline);
+  // Hands an OK reply's body to the caller's decoder (which returns false
+  // when the body does not match the op's reply layout).
+  using DecodeOk = std::function<bool(std::string_view body)>;
+
+  // Sends `request` and waits for its reply. An OK reply is given to
+  // `decodeOk` (on whichever thread reads it, before call() returns) and
+  // nullopt is returned; any other reply is returned as an ErrorReply (an
+  // OK body that does not decode as kBadRequest). Throws TimeoutError at
+  // `deadline`, NetworkError when the connection breaks.
+  std::optional<protocol::ErrorReply> call(const protocol::Request& request,
+                                           const DecodeOk& decodeOk, Clock::time_point deadline);
 
   // The next event the server pushed (rendezvous), or nullopt at
   // `deadline`. Throws NetworkError when the connection breaks.
@@ -64,8 +72,9 @@ class Connection {
  private:
   struct Slot {
     protocol::Op op = protocol::Op::kPing;
+    const DecodeOk* decodeOk = nullptr;
     bool done = false;
-    protocol::Reply reply;
+    std::optional<protocol::ErrorReply> error;
   };
 
   Connection(int fd, std::string endpoint);

@@ -4,38 +4,21 @@
 
 namespace ddprun::rendezvous {
 
-using protocol::Op;
-using protocol::Request;
-
 protocol::Assignment RendezvousClient::join(const protocol::JoinRequest& join,
                                             std::chrono::milliseconds timeout) {
-  Request r;
-  r.op = Op::kJoin;
-  r.join = join;
-  return store_.call(r, timeout).assignment;
+  return store_.call(join, timeout);
 }
 
 void RendezvousClient::leave(const protocol::NodeReport& report) {
-  Request r;
-  r.op = Op::kLeave;
-  r.node = report;
-  store_.call(r, {});
+  store_.call(protocol::Leave{report});
 }
 
-RendezvousClient::FailureDecision RendezvousClient::reportFailure(
-    const protocol::NodeReport& report) {
-  Request r;
-  r.op = Op::kReportFailure;
-  r.node = report;
-  const protocol::Reply reply = store_.call(r, {});
-  return {reply.integer, reply.flag};
+protocol::RestartDecision RendezvousClient::reportFailure(const protocol::NodeReport& report) {
+  return store_.call(protocol::ReportFailure{report});
 }
 
 protocol::RendezvousStatus RendezvousClient::status(const std::string& rdzvId) {
-  Request r;
-  r.op = Op::kRendezvousStatus;
-  r.rdzvId = rdzvId;
-  return store_.call(r, {}).rendezvous;
+  return store_.call(protocol::RendezvousStatusQuery{rdzvId});
 }
 
 std::optional<protocol::Event> RendezvousClient::waitEvent(std::chrono::milliseconds timeout) {

@@ -10,9 +10,6 @@
 
 namespace ddprun::rendezvous {
 
-using protocol::Op;
-using protocol::Reply;
-using protocol::Request;
 using protocol::Status;
 using Clock = std::chrono::steady_clock;
 
@@ -23,44 +20,6 @@ namespace {
 constexpr auto kWaitGrace = std::chrono::seconds(5);
 // A connection unused this long is checked for a goodbye before reuse.
 constexpr auto kIdleCheckAfter = std::chrono::seconds(1);
-
-Request makeRequest(Op op, std::vector<std::string> keys = {},
-                    std::vector<std::string> values = {}) {
-  Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  return r;
-}
-
-// Refuses locally what the server would refuse, before sending it.
-void checkLimits(const Request& r, const protocol::Limits& limits, const std::string& endpoint) {
-  if (r.keys.size() > limits.maxKeysPerRequest) {
-    throw ServerError(fmt::format("store {}: {} keys in one {} is over the limit of {}", endpoint,
-                                  r.keys.size(), protocol::opName(r.op), limits.maxKeysPerRequest));
-  }
-  std::size_t total = 0;
-  for (const auto& key : r.keys) {
-    if (key.size() > limits.maxKeyBytes) {
-      throw ServerError(fmt::format("store {}: a key of {} bytes is over the limit of {} bytes",
-                                    endpoint, key.size(), limits.maxKeyBytes));
-    }
-    total += key.size() + 4;
-  }
-  for (const auto& value : r.values) {
-    if (value.size() > limits.maxValueBytes) {
-      throw ServerError(fmt::format("store {}: a value of {} bytes is over the limit of {} bytes",
-                                    endpoint, value.size(), limits.maxValueBytes));
-    }
-    total += value.size() + 4;
-  }
-  if (total > limits.maxFrameBytes) {
-    throw ServerError(
-        fmt::format("store {}: a {} request of {} bytes is over the frame limit of "
-                    "{} bytes; split it",
-                    endpoint, protocol::opName(r.op), total, limits.maxFrameBytes));
-  }
-}
 
 std::string describeKeys(const std::vector<std::string>& keys) {
   std::string out;
@@ -90,89 +49,85 @@ std::shared_ptr<Connection> StoreClient::connection() {
   return connection_;
 }
 
-Reply StoreClient::call(Request& request, std::chrono::milliseconds waitTimeout) {
+void StoreClient::exchange(const protocol::Request& request, bool waits,
+                           std::chrono::milliseconds waitTimeout,
+                           const std::function<bool(std::string_view)>& decodeOk) {
   Clock::time_point deadline;
-  if (request.op == Op::kGet || request.op == Op::kWait || request.op == Op::kMultiGet ||
-      request.op == Op::kJoin) {
-    request.timeoutMs = protocol::toTimeoutMs(waitTimeout);
-    deadline = request.timeoutMs == protocol::kNoTimeout ? Clock::time_point::max()
-                                                         : Clock::now() + waitTimeout + kWaitGrace;
+  if (waits) {
+    deadline = protocol::toTimeoutMs(waitTimeout) == protocol::kNoTimeout
+                   ? Clock::time_point::max()
+                   : Clock::now() + waitTimeout + kWaitGrace;
   } else {
     deadline = Clock::now() + options_.requestTimeout;
   }
-  checkLimits(request, options_.limits, endpoint_);
-  Reply reply = connection()->call(request, deadline);
-  switch (reply.status) {
+  // Refused here what the server would refuse, before sending it.
+  if (const auto refused = protocol::checkRequest(request, options_.limits); !refused.ok()) {
+    throw ServerError(fmt::format("store {}: {}", endpoint_, refused.message));
+  }
+  const auto error = connection()->call(request, decodeOk, deadline);
+  if (!error) return;
+  switch (error->status) {
     case Status::kOk:
-      return reply;
+      return;
     case Status::kTimeout:
-      throw TimeoutError(fmt::format("store {}: {} (waited {} ms)", endpoint_, reply.message,
+      throw TimeoutError(fmt::format("store {}: {} (waited {} ms)", endpoint_, error->message,
                                      waitTimeout.count()));
     case Status::kAuthFailed:
-      throw AuthError(fmt::format("store {}: {}", endpoint_, reply.message));
+      throw AuthError(fmt::format("store {}: {}", endpoint_, error->message));
     case Status::kClosed:
       throw RendezvousClosedError(fmt::format("store {}: {} (the job failed with exit code {})",
-                                              endpoint_, reply.message, reply.failure.exitCode),
-                                  static_cast<int>(reply.failure.exitCode), reply.failure.report);
+                                              endpoint_, error->message, error->failure.exitCode),
+                                  static_cast<int>(error->failure.exitCode), error->failure.report);
     case Status::kBadRequest:
     case Status::kUnsupportedVersion:
     case Status::kGoodbye:
     case Status::kEvent:
-      throw ProtocolError(fmt::format("store {}: {}", endpoint_, reply.message));
+      throw ProtocolError(fmt::format("store {}: {}", endpoint_, error->message));
     case Status::kTooLarge:
     case Status::kNotInteger:
     case Status::kStoreFull:
-      throw ServerError(fmt::format("store {}: {}", endpoint_, reply.message));
+      throw ServerError(fmt::format("store {}: {}", endpoint_, error->message));
   }
   throw ProtocolError(fmt::format("store {}: unknown reply status", endpoint_));
 }
 
 void StoreClient::set(const std::string& key, std::string_view value) {
-  Request r = makeRequest(Op::kSet, {key}, {std::string(value)});
-  call(r, {});
+  call(protocol::Set{.key = key, .value = std::string(value)});
 }
 
 std::string StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
-  Request r = makeRequest(Op::kGet, {key});
-  return std::move(call(r, timeout).values.at(0));
+  return std::move(call(protocol::Get{.key = key}, timeout).value);
 }
 
 std::int64_t StoreClient::add(const std::string& key, std::int64_t delta) {
-  Request r = makeRequest(Op::kAdd, {key});
-  r.delta = delta;
-  return call(r, {}).integer;
+  return call(protocol::Add{.key = key, .delta = delta}).value;
 }
 
 std::string StoreClient::compareSet(const std::string& key, std::string_view expected,
                                     std::string_view desired) {
-  Request r = makeRequest(Op::kCompareSet, {key}, {std::string(expected), std::string(desired)});
-  return std::move(call(r, {}).values.at(0));
+  return std::move(
+      call(protocol::CompareSet{
+               .key = key, .expected = std::string(expected), .desired = std::string(desired)})
+          .value);
 }
 
 bool StoreClient::check(const std::vector<std::string>& keys) {
-  Request r = makeRequest(Op::kCheck, keys);
-  return call(r, {}).flag;
+  return call(protocol::Check{.keys = keys}).value;
 }
 
 void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  Request r = makeRequest(Op::kWait, keys);
-  call(r, timeout);
+  call(protocol::Wait{.keys = keys}, timeout);
 }
 
 bool StoreClient::deleteKey(const std::string& key) {
-  Request r = makeRequest(Op::kDeleteKey, {key});
-  return call(r, {}).flag;
+  return call(protocol::DeleteKey{.key = key}).value;
 }
 
-std::int64_t StoreClient::numKeys() {
-  Request r = makeRequest(Op::kNumKeys);
-  return call(r, {}).integer;
-}
+std::int64_t StoreClient::numKeys() { return call(protocol::NumKeys{}).value; }
 
 std::vector<std::string> StoreClient::multiGet(const std::vector<std::string>& keys,
                                                std::chrono::milliseconds timeout) {
-  Request r = makeRequest(Op::kMultiGet, keys);
-  Reply reply = call(r, timeout);
+  protocol::ValuesReply reply = call(protocol::MultiGet{.keys = keys}, timeout);
   if (reply.values.size() != keys.size()) {
     throw ProtocolError(fmt::format("store {}: MULTI_GET of {} returned {} values", endpoint_,
                                     describeKeys(keys), reply.values.size()));
@@ -181,17 +136,18 @@ std::vector<std::string> StoreClient::multiGet(const std::vector<std::string>& k
 }
 
 void StoreClient::multiSet(const std::vector<std::pair<std::string, std::string>>& items) {
-  Request r = makeRequest(Op::kMultiSet);
+  protocol::MultiSet request;
+  request.keys.reserve(items.size());
+  request.values.reserve(items.size());
   for (const auto& [key, value] : items) {
-    r.keys.push_back(key);
-    r.values.push_back(value);
+    request.keys.push_back(key);
+    request.values.push_back(value);
   }
-  call(r, {});
+  call(std::move(request));
 }
 
 void StoreClient::append(const std::string& key, std::string_view value) {
-  Request r = makeRequest(Op::kAppend, {key}, {std::string(value)});
-  call(r, {});
+  call(protocol::Append{.key = key, .value = std::string(value)});
 }
 
 void StoreClient::shutdown() {
@@ -200,9 +156,6 @@ void StoreClient::shutdown() {
   connection_->shutdown();
 }
 
-void StoreClient::ping() {
-  Request r = makeRequest(Op::kPing, {}, {std::string()});
-  call(r, {});
-}
+void StoreClient::ping() { call(protocol::Ping{}); }
 
 }  // namespace ddprun::rendezvous

@@ -13,7 +13,6 @@ namespace ddprun::rendezvous {
 
 namespace asio = boost::asio;
 using protocol::Op;
-using protocol::Reply;
 using protocol::Request;
 using protocol::Status;
 
@@ -25,19 +24,11 @@ constexpr std::size_t kMaxHandshakeFrame = 64 * 1024;
 constexpr std::size_t kPendingWaitBytes = 256;
 constexpr std::size_t kPendingKeyBytes = 64;
 
-Status toStatus(StoreResult result) {
-  switch (result) {
-    case StoreResult::kOk:
-      return Status::kOk;
-    case StoreResult::kFull:
-      return Status::kStoreFull;
-    case StoreResult::kNotInteger:
-      return Status::kNotInteger;
-    case StoreResult::kValueTooLarge:
-      return Status::kTooLarge;
-  }
-  return Status::kBadRequest;
-}
+// std::visit over lambdas, one per message type.
+template <typename... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
 
 }  // namespace
 
@@ -159,11 +150,12 @@ void NativeSession::handleFrame(const protocol::FrameHeader& header, std::string
   if (!authenticated_) {
     if (!error.ok()) {
       transport_.reject(error.status, error.message);
-    } else if (request.op != Op::kHello) {
-      transport_.reject(Status::kBadRequest,
-                        fmt::format("it sent {} before HELLO", protocol::opName(request.op)));
+    } else if (const auto* hello = std::get_if<protocol::Hello>(&request)) {
+      handleHello(header.requestId, *hello);
     } else {
-      handleHello(header.requestId, request);
+      transport_.reject(
+          Status::kBadRequest,
+          fmt::format("it sent {} before HELLO", protocol::opName(protocol::opOf(request))));
     }
     return;
   }
@@ -180,26 +172,25 @@ void NativeSession::handleFrame(const protocol::FrameHeader& header, std::string
   handleRequest(header.requestId, request);
 }
 
-void NativeSession::handleHello(std::uint32_t id, const Request& request) {
-  if (request.version < 1 || request.version > protocol::kVersion) {
+void NativeSession::handleHello(std::uint32_t id, const protocol::Hello& hello) {
+  if (hello.version < 1 || hello.version > protocol::kVersion) {
     transport_.reject(Status::kUnsupportedVersion,
                       fmt::format("it speaks protocol version {} and this server speaks 1 to {}; "
                                   "use a ddprun client of the same release",
-                                  request.version, protocol::kVersion));
+                                  hello.version, protocol::kVersion));
     return;
   }
   // An open store (no token configured) serves every client as an agent.
   // Otherwise the agents' token, or a worker credential made from it.
   const std::string& token = context_.options.token;
-  const std::string& sent = request.values.at(0);
-  if (!token.empty() && !constantTimeEquals(sent, token)) {
-    if (auto job = workerCredentialJob(sent, token)) {
+  if (!token.empty() && !constantTimeEquals(hello.token, token)) {
+    if (auto job = workerCredentialJob(hello.token, token)) {
       role_ = Role::kWorker;
       workerJob_ = std::move(*job);
     } else {
       transport_.reject(
           Status::kAuthFailed,
-          sent.empty()
+          hello.token.empty()
               ? "it sent no token and this store requires one; export the same DDPRUN_TOKEN "
                 "(or token file) on every node"
               : "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)");
@@ -208,15 +199,13 @@ void NativeSession::handleHello(std::uint32_t id, const Request& request) {
   }
   authenticated_ = true;
   transport_.markProven();
-  Reply reply;
-  reply.version = request.version;
-  reply.values.push_back(context_.options.name);
-  sendOk(id, Op::kHello, reply);
-  DDPRUN_DEBUG("Client {} ({}) connected.", printable(request.keys.at(0)), transport_.peer());
+  protocol::encodeReply(transport_.output(), id,
+                        protocol::HelloReply{hello.version, context_.options.name});
+  DDPRUN_DEBUG("Client {} ({}) connected.", printable(hello.clientName), transport_.peer());
 }
 
-bool NativeSession::mayUse(std::uint32_t id, const Request& r) {
-  for (const auto& key : r.keys) {
+bool NativeSession::mayUse(std::uint32_t id, const Request& request) {
+  return protocol::allStoreKeys(request, [&](std::string_view key) {
     if (protocol::isControlKey(key) && role_ != Role::kAgent) {
       sendError(id, Status::kAuthFailed,
                 fmt::format("key '{}' is one of ddprun's control keys, which only agents (the "
@@ -233,71 +222,69 @@ bool NativeSession::mayUse(std::uint32_t id, const Request& r) {
                             printable(key), printable(workerJob_)));
       return false;
     }
-  }
-  return true;
+    return true;
+  });
 }
 
-void NativeSession::handleRequest(std::uint32_t id, Request& r) {
+void NativeSession::handleRequest(std::uint32_t id, Request& request) {
+  if (!mayUse(id, request)) return;
   StoreState& state = context_.state;
-  Reply reply;
-  Status status = Status::kOk;
-  if (!mayUse(id, r)) return;
-  switch (r.op) {
-    case Op::kHello:
-      sendError(id, Status::kBadRequest, "HELLO was already sent on this connection");
-      return;
-    case Op::kSet:
-      status = toStatus(state.set(r.keys[0], std::move(r.values[0])));
-      break;
-    case Op::kAppend:
-      status = toStatus(state.append(r.keys[0], r.values[0]));
-      break;
-    case Op::kAdd:
-      status = toStatus(state.add(r.keys[0], r.delta, reply.integer));
-      if (status == Status::kNotInteger) {
-        sendError(id, status,
-                  fmt::format("ADD on key '{}' failed: its value is not a decimal integer, or "
-                              "the sum leaves the 64-bit range",
-                              r.keys[0]));
-        return;
-      }
-      break;
-    case Op::kCompareSet:
-      reply.values.emplace_back();
-      status = toStatus(
-          state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), reply.values[0]));
-      break;
-    case Op::kCheck:
-      reply.flag = state.check(r.keys);
-      break;
-    case Op::kDeleteKey:
-      reply.flag = state.deleteKey(r.keys[0]);
-      break;
-    case Op::kNumKeys:
-      reply.integer = state.numKeys();
-      break;
-    case Op::kMultiSet:
-      status = toStatus(state.multiSet(r.keys, r.values));
-      break;
-    case Op::kPing:
-      reply.values.push_back(std::move(r.values[0]));
-      break;
-    case Op::kGet:
-    case Op::kWait:
-    case Op::kMultiGet:
-      startWait(id, r);
-      return;
-    case Op::kJoin:
-    case Op::kLeave:
-    case Op::kReportFailure:
-    case Op::kRendezvousStatus:
-      handleRendezvous(id, r);
-      return;
-  }
-  sendStatus(id, r.op, status, reply);
+  std::visit(
+      Overloaded{
+          [&](protocol::Hello&) {
+            sendError(id, Status::kBadRequest, "HELLO was already sent on this connection");
+          },
+          [&](protocol::Set& m) {
+            answer<protocol::Set>(id, state.set(m.key, std::move(m.value)));
+          },
+          [&](protocol::Append& m) { answer<protocol::Append>(id, state.append(m.key, m.value)); },
+          [&](protocol::Add& m) {
+            protocol::IntegerReply sum;
+            const StoreResult result = state.add(m.key, m.delta, sum.value);
+            if (result == StoreResult::kNotInteger) {
+              sendError(id, Status::kNotInteger,
+                        fmt::format("ADD on key '{}' failed: its value is not a decimal integer, "
+                                    "or the sum leaves the 64-bit range",
+                                    printable(m.key)));
+              return;
+            }
+            answer<protocol::Add>(id, result, sum);
+          },
+          [&](protocol::CompareSet& m) {
+            protocol::ValueReply now;
+            const StoreResult result =
+                state.compareSet(m.key, m.expected, std::move(m.desired), now.value);
+            answer<protocol::CompareSet>(id, result, now);
+          },
+          [&](protocol::Check& m) {
+            answer<protocol::Check>(id, StoreResult::kOk, {state.check(m.keys)});
+          },
+          [&](protocol::DeleteKey& m) {
+            answer<protocol::DeleteKey>(id, StoreResult::kOk, {state.deleteKey(m.key)});
+          },
+          [&](protocol::NumKeys&) {
+            answer<protocol::NumKeys>(id, StoreResult::kOk, {state.numKeys()});
+          },
+          [&](protocol::MultiSet& m) {
+            answer<protocol::MultiSet>(id, state.multiSet(m.keys, m.values));
+          },
+          [&](protocol::Ping& m) {
+            answer<protocol::Ping>(id, StoreResult::kOk, {std::move(m.payload)});
+          },
+          [&](protocol::Get& m) { startWait(id, Op::kGet, {std::move(m.key)}, m.timeoutMs); },
+          [&](protocol::Wait& m) { startWait(id, Op::kWait, std::move(m.keys), m.timeoutMs); },
+          [&](protocol::MultiGet& m) {
+            startWait(id, Op::kMultiGet, std::move(m.keys), m.timeoutMs);
+          },
+          [&](protocol::JoinRequest&) { handleRendezvous(id, request); },
+          [&](protocol::Leave&) { handleRendezvous(id, request); },
+          [&](protocol::ReportFailure&) { handleRendezvous(id, request); },
+          [&](protocol::RendezvousStatusQuery&) { handleRendezvous(id, request); },
+      },
+      request);
 }
 
-void NativeSession::handleRendezvous(std::uint32_t id, Request& r) {
+void NativeSession::handleRendezvous(std::uint32_t id, Request& request) {
   if (role_ != Role::kAgent) {
     sendError(id, Status::kAuthFailed,
               "a worker credential cannot take part in the rendezvous (only agents can join, "
@@ -309,41 +296,46 @@ void NativeSession::handleRendezvous(std::uint32_t id, Request& r) {
     protocol::encodeClosed(transport_.output(), id, "the server is shutting down", {1, ""});
     return;
   }
-  Reply reply;
   std::string message;
-  Status status = Status::kOk;
-  switch (r.op) {
-    case Op::kJoin:
-      if (r.join.keepAliveMs > 0) {
-        keepAlive_ = std::max(keepAlive_, std::chrono::milliseconds(r.join.keepAliveMs));
-        transport_.rearmDeadline();  // with the heartbeat limit
-      }
-      ++pendingJoins_;
-      if (!member_) {
-        // An agent has joined from this address: its workers' TCPStore
-        // clients (which cannot authenticate) may be served from here.
-        member_ = true;
-        context_.memberAddresses[transport_.peerHost()]++;
-      }
-      rendezvous->join(*this, id, r.join, r.timeoutMs);
-      return;
-    case Op::kLeave:
-      status = rendezvous->leave(*this, r.node, message);
-      break;
-    case Op::kReportFailure:
-      status = rendezvous->reportFailure(*this, r.node, reply.integer, reply.flag, message);
-      break;
-    case Op::kRendezvousStatus:
-      reply.rendezvous = rendezvous->status(r.rdzvId);
-      break;
-    default:
-      return;
-  }
-  if (status == Status::kOk) {
-    sendOk(id, r.op, reply);
-  } else {
-    sendError(id, status, message);
-  }
+  // LEAVE and REPORT_FAILURE: the manager's verdict, then the typed reply.
+  auto reply = [&](Status status, const auto& body) {
+    if (status == Status::kOk) {
+      protocol::encodeReply(transport_.output(), id, body);
+    } else {
+      sendError(id, status, message);
+    }
+  };
+  std::visit(Overloaded{
+                 [&](protocol::JoinRequest& join) {
+                   if (join.keepAliveMs > 0) {
+                     keepAlive_ = std::max(keepAlive_, std::chrono::milliseconds(join.keepAliveMs));
+                     transport_.rearmDeadline();  // with the heartbeat limit
+                   }
+                   ++pendingJoins_;
+                   if (!member_) {
+                     // An agent has joined from this address: its workers' TCPStore
+                     // clients (which cannot authenticate) may be served from here.
+                     member_ = true;
+                     context_.memberAddresses[transport_.peerHost()]++;
+                   }
+                   rendezvous->join(*this, id, join);
+                 },
+                 [&](protocol::Leave& leave) {
+                   const Status status = rendezvous->leave(*this, leave.node, message);
+                   reply(status, protocol::Leave::Reply{});
+                 },
+                 [&](protocol::ReportFailure& failure) {
+                   protocol::RestartDecision decision;
+                   const Status status =
+                       rendezvous->reportFailure(*this, failure.node, decision, message);
+                   reply(status, decision);
+                 },
+                 [&](protocol::RendezvousStatusQuery& query) {
+                   reply(Status::kOk, rendezvous->status(query.rdzvId));
+                 },
+                 [&](auto&) {},  // the key-value ops never come here
+             },
+             request);
 }
 
 void NativeSession::answerJoin(std::uint32_t requestId, Status status,
@@ -352,9 +344,7 @@ void NativeSession::answerJoin(std::uint32_t requestId, Status status,
   if (pendingJoins_ > 0) --pendingJoins_;
   transport_.touch();
   if (status == Status::kOk) {
-    Reply reply;
-    reply.assignment = assignment;
-    sendOk(requestId, Op::kJoin, reply);
+    protocol::encodeReply(transport_.output(), requestId, assignment);
   } else {
     sendError(requestId, status, message);
   }
@@ -375,27 +365,28 @@ void NativeSession::pushEvent(const protocol::Event& event) {
   transport_.flush();
 }
 
-void NativeSession::startWait(std::uint32_t id, Request& r) {
+void NativeSession::startWait(std::uint32_t id, Op op, std::vector<std::string> keys,
+                              std::uint32_t timeoutMs) {
   if (waits_.contains(id)) {
     sendError(id, Status::kBadRequest,
               fmt::format("request id {} already has a pending wait on this connection", id));
     return;
   }
   PendingWait wait;
-  wait.op = r.op;
-  wait.keys = std::move(r.keys);
+  wait.op = op;
+  wait.keys = std::move(keys);
   wait.bytes = kPendingWaitBytes;
   for (const auto& key : wait.keys) wait.bytes += key.size() + kPendingKeyBytes;
   if (!transport_.reserve(wait.bytes)) {
     sendError(id, Status::kStoreFull,
               fmt::format("{} refused: the server's buffer budget of {} bytes is spent",
-                          protocol::opName(r.op), context_.options.maxBufferedBytes));
+                          protocol::opName(op), context_.options.maxBufferedBytes));
     return;
   }
   std::optional<StoreState::WaiterId> waiter;
   if (context_.state.addWaiter(
           wait.keys, [this, id] { completeWait(id); }, waiter) != StoreResult::kOk) {
-    sendStatus(id, r.op, Status::kStoreFull, {});
+    sendStoreError(id, op, StoreResult::kFull);
     return;
   }
   waitBytes_ += wait.bytes;
@@ -409,9 +400,9 @@ void NativeSession::startWait(std::uint32_t id, Request& r) {
   // Every wait ends: "no timeout" and long timeouts stop at maxWaitTime.
   const auto maxWait = context_.options.maxWaitTime;
   const auto timeout =
-      r.timeoutMs == protocol::kNoTimeout
+      timeoutMs == protocol::kNoTimeout
           ? maxWait
-          : std::min<std::chrono::milliseconds>(maxWait, std::chrono::milliseconds(r.timeoutMs));
+          : std::min<std::chrono::milliseconds>(maxWait, std::chrono::milliseconds(timeoutMs));
   wait.timer = std::make_unique<asio::steady_timer>(transport_.executor(), timeout);
   wait.timer->async_wait(
       [self = transport_.shared_from_this(), this, id](boost::system::error_code ec) {
@@ -440,31 +431,39 @@ void NativeSession::completeWait(std::uint32_t id) {
   context_.syncWaiters();
   if (wait.timer) wait.timer->cancel();
   transport_.touch();
-  Reply reply;
-  if (wait.op != Op::kWait) {
-    // Sized before it is built: a reply over the frame limit or the
-    // server's budget (say, one large key named a thousand times) is an
-    // error, never gigabytes of memory.
-    std::size_t bytes = protocol::kHeaderSize + 4;
-    for (const auto& key : wait.keys) {
-      const std::string* value = context_.state.find(key);
-      bytes += 4 + (value ? value->size() : 0);
-    }
-    if (!transport_.reserveReply(bytes)) {
-      sendError(
-          id, Status::kTooLarge,
-          fmt::format("the {} reply would be {} bytes, over the frame limit of {} bytes or "
-                      "what the server can buffer now; ask for fewer keys at a time",
-                      protocol::opName(wait.op), bytes, context_.options.limits.maxFrameBytes));
-      transport_.flush();
-      return;
-    }
-    for (const auto& key : wait.keys) {
-      const std::string* value = context_.state.find(key);
-      reply.values.push_back(value ? *value : std::string());
-    }
+  if (wait.op == Op::kWait) {
+    answer<protocol::Wait>(id, StoreResult::kOk);
+    transport_.flush();
+    return;
   }
-  sendOk(id, wait.op, reply);
+  // Sized before it is built: a reply over the frame limit or the server's
+  // budget (say, one large key named a thousand times) is an error, never
+  // gigabytes of memory.
+  std::size_t bytes = protocol::kHeaderSize + 4;
+  for (const auto& key : wait.keys) {
+    const std::string* value = context_.state.find(key);
+    bytes += 4 + (value ? value->size() : 0);
+  }
+  if (!transport_.reserveReply(bytes)) {
+    sendError(id, Status::kTooLarge,
+              fmt::format("the {} reply would be {} bytes, over the frame limit of {} bytes or "
+                          "what the server can buffer now; ask for fewer keys at a time",
+                          protocol::opName(wait.op), bytes, context_.options.limits.maxFrameBytes));
+    transport_.flush();
+    return;
+  }
+  auto valueOf = [this](const std::string& key) {
+    const std::string* value = context_.state.find(key);
+    return value ? *value : std::string();
+  };
+  if (wait.op == Op::kGet) {
+    answer<protocol::Get>(id, StoreResult::kOk, {valueOf(wait.keys.at(0))});
+  } else {
+    protocol::ValuesReply reply;
+    reply.values.reserve(wait.keys.size());
+    for (const auto& key : wait.keys) reply.values.push_back(valueOf(key));
+    answer<protocol::MultiGet>(id, StoreResult::kOk, reply);
+  }
   transport_.flush();
 }
 
@@ -487,30 +486,34 @@ void NativeSession::timeoutWait(std::uint32_t id) {
   transport_.flush();
 }
 
-void NativeSession::sendOk(std::uint32_t id, Op op, const Reply& reply) {
-  protocol::encodeReply(transport_.output(), id, op, reply);
+template <typename M>
+void NativeSession::answer(std::uint32_t id, StoreResult result, const typename M::Reply& reply) {
+  if (result == StoreResult::kOk) {
+    protocol::encodeReply(transport_.output(), id, reply);
+  } else {
+    sendStoreError(id, M::kOp, result);
+  }
 }
 
-void NativeSession::sendStatus(std::uint32_t id, Op op, Status status, const Reply& reply) {
-  switch (status) {
-    case Status::kOk:
-      sendOk(id, op, reply);
-      return;
-    case Status::kStoreFull:
+void NativeSession::sendStoreError(std::uint32_t id, Op op, StoreResult result) {
+  switch (result) {
+    case StoreResult::kFull:
       sendError(
-          id, status,
+          id, Status::kStoreFull,
           fmt::format("{} refused: the store would exceed its limit of {} bytes (keys, "
                       "values, a {}-byte overhead per key, and waiters)",
                       protocol::opName(op), context_.options.maxTotalBytes, kKeyOverheadBytes));
       return;
-    case Status::kTooLarge:
-      sendError(id, status,
+    case StoreResult::kValueTooLarge:
+      sendError(id, Status::kTooLarge,
                 fmt::format("{} refused: the value would exceed the limit of {} bytes",
                             protocol::opName(op), context_.options.limits.maxValueBytes));
       return;
-    default:
-      sendError(id, status,
-                fmt::format("{} failed: {}", protocol::opName(op), protocol::statusName(status)));
+    case StoreResult::kNotInteger:
+      sendError(id, Status::kNotInteger,
+                fmt::format("{} failed: the value is not a decimal integer", protocol::opName(op)));
+      return;
+    case StoreResult::kOk:
       return;
   }
 }

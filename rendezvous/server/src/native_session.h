@@ -59,18 +59,24 @@ class NativeSession : public DialectSession, public RendezvousManager::Peer {
   enum class Role { kAgent, kWorker };
 
   void handleFrame(const protocol::FrameHeader& header, std::string_view body);
-  void handleHello(std::uint32_t id, const protocol::Request& request);
+  void handleHello(std::uint32_t id, const protocol::Hello& hello);
   // Whether this client may use every key of `request`; if not, the error
   // reply is sent.
   bool mayUse(std::uint32_t id, const protocol::Request& request);
+  // Answers a key-value request, or hands it to startWait/handleRendezvous.
   void handleRequest(std::uint32_t id, protocol::Request& request);
+  // JOIN, LEAVE, REPORT_FAILURE and RENDEZVOUS_STATUS (agents only).
   void handleRendezvous(std::uint32_t id, protocol::Request& request);
-  void startWait(std::uint32_t id, protocol::Request& request);
+  // GET, WAIT and MULTI_GET: answered once every key exists.
+  void startWait(std::uint32_t id, protocol::Op op, std::vector<std::string> keys,
+                 std::uint32_t timeoutMs);
   void completeWait(std::uint32_t id);
   void timeoutWait(std::uint32_t id);
-  void sendOk(std::uint32_t id, protocol::Op op, const protocol::Reply& reply);
-  void sendStatus(std::uint32_t id, protocol::Op op, protocol::Status status,
-                  const protocol::Reply& reply);
+  // The reply to a request of type M: its OK reply, or the error `result`
+  // stands for.
+  template <typename M>
+  void answer(std::uint32_t id, StoreResult result, const typename M::Reply& reply = {});
+  void sendStoreError(std::uint32_t id, protocol::Op op, StoreResult result);
   void sendError(std::uint32_t id, protocol::Status status, std::string_view message);
 
   Transport& transport_;

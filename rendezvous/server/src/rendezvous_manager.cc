@@ -90,7 +90,7 @@ RendezvousManager::Rendezvous& RendezvousManager::getOrCreate(const protocol::Jo
 }
 
 void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
-                             const protocol::JoinRequest& request, std::uint32_t timeoutMs) {
+                             const protocol::JoinRequest& request) {
   Rendezvous& r = getOrCreate(request);
   if (r.closed) {
     peer.answerClosed(requestId, failureOf(r));
@@ -135,9 +135,9 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
   node.masterPort = request.masterPort;
   node.firstSeen = r.firstSeen[request.nodeId];
   node.requestId = requestId;
-  if (timeoutMs != protocol::kNoTimeout) {
+  if (request.timeoutMs != protocol::kNoTimeout) {
     node.timeout = std::make_unique<boost::asio::steady_timer>(
-        executor_, std::chrono::milliseconds(timeoutMs));
+        executor_, std::chrono::milliseconds(request.timeoutMs));
     node.timeout->async_wait([this, id = r.id,
                               nodeId = request.nodeId](boost::system::error_code ec) {
       if (ec) return;
@@ -336,8 +336,7 @@ Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
 }
 
 Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& report,
-                                        std::int64_t& restarts, bool& allowed,
-                                        std::string& message) {
+                                        protocol::RestartDecision& decision, std::string& message) {
   Status status = Status::kOk;
   Rendezvous* r = reportedBy(peer, report, status, message);
   if (r == nullptr) return status;
@@ -355,8 +354,7 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   }
   // A failure in a round that already ended (another node reported first)
   // spends nothing: the decision taken for that round stands.
-  restarts = r->restarts;
-  allowed = !r->closed;
+  decision = {r->restarts, !r->closed};
   return Status::kOk;
 }
 

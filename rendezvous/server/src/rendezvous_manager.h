@@ -58,14 +58,14 @@ class RendezvousManager {
 
   // Registers the join; `peer.answerJoin(requestId, ...)` is called when the
   // round completes, the timeout passes (kTimeout) or the job is closed.
-  void join(Peer& peer, std::uint32_t requestId, const protocol::JoinRequest& request,
-            std::uint32_t timeoutMs);
+  void join(Peer& peer, std::uint32_t requestId, const protocol::JoinRequest& request);
   // The node is done: it leaves the round without ending it for the others.
   protocol::Status leave(Peer& peer, const protocol::NodeReport& report, std::string& message);
-  // A worker of the node failed in `report.round`. Sets `restarts` (used so
-  // far) and `allowed` (false: the budget is spent and the job has failed).
+  // A worker of the node failed in `report.round`. Sets `decision`: the
+  // restarts used so far, and whether the job may restart (false: the
+  // budget is spent and the job has failed).
   protocol::Status reportFailure(Peer& peer, const protocol::NodeReport& report,
-                                 std::int64_t& restarts, bool& allowed, std::string& message);
+                                 protocol::RestartDecision& decision, std::string& message);
   // Who has joined the round being formed, and who is known to be missing
   // (for a waiting node's progress line).
   protocol::RendezvousStatus status(const std::string& rdzvId) const;

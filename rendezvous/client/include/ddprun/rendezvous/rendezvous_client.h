@@ -36,12 +36,9 @@ class RendezvousClient {
                             std::chrono::milliseconds timeout);
   // The node is done: it leaves without ending the round for the others.
   void leave(const protocol::NodeReport& report);
-  struct FailureDecision {
-    std::int64_t restarts = 0;  // used by the job so far
-    bool restartAllowed = false;
-  };
-  // A worker of this node failed in `report.round`.
-  FailureDecision reportFailure(const protocol::NodeReport& report);
+  // A worker of this node failed in `report.round`: whether the job may
+  // restart, and how many restarts it has used.
+  protocol::RestartDecision reportFailure(const protocol::NodeReport& report);
   // Who has joined rendezvous `rdzvId`'s round being formed.
   protocol::RendezvousStatus status(const std::string& rdzvId);
   // The next event the server pushed, or nullopt after `timeout`.

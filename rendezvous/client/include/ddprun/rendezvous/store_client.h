@@ -23,10 +23,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ddprun/common/error.h"
 
@@ -104,7 +106,17 @@ class StoreClient : public Store {
 
  private:
   friend class RendezvousClient;  // its calls share this connection
-  protocol::Reply call(protocol::Request& request, std::chrono::milliseconds waitTimeout);
+
+  // Sends a request of type M and returns its typed OK reply; any other
+  // reply throws (see exchange()). Requests that wait (they have a
+  // timeout field) wait up to `waitTimeout` on the server.
+  template <typename M>
+  typename M::Reply call(M message, std::chrono::milliseconds waitTimeout = {});
+  // Sends `request`, hands an OK reply's body to `decodeOk`, and throws
+  // the error an error reply stands for (TimeoutError, AuthError,
+  // RendezvousClosedError, ProtocolError, ServerError).
+  void exchange(const protocol::Request& request, bool waits, std::chrono::milliseconds waitTimeout,
+                const std::function<bool(std::string_view)>& decodeOk);
   std::shared_ptr<Connection> connection();
 
   StoreClientOptions options_;
@@ -113,5 +125,15 @@ class StoreClient : public Store {
   std::shared_ptr<Connection> connection_;
   bool shutDown_ = false;
 };
+
+template <typename M>
+typename M::Reply StoreClient::call(M message, std::chrono::milliseconds waitTimeout) {
+  constexpr bool kWaits = requires(M & m) { m.timeoutMs; };
+  if constexpr (kWaits) message.timeoutMs = protocol::toTimeoutMs(waitTimeout);
+  typename M::Reply reply;
+  exchange(protocol::Request(std::move(message)), kWaits, waitTimeout,
+           [&reply](std::string_view body) { return protocol::decodeReply(body, reply); });
+  return reply;
+}
 
 }  // namespace ddprun::rendezvous

@@ -1,0 +1,329 @@
+// The native protocol's vocabulary: the ops and reply statuses, and one
+// typed message per op with the type of its OK reply (docs/protocol.md §5
+// and §10b, field for field in wire order). protocol.h encodes, decodes
+// and checks them; this header is only data.
+//
+// Thread-safety: plain structs and free functions, no shared state.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace ddprun::rendezvous::protocol {
+
+inline constexpr std::uint16_t kVersion = 1;
+// A timeout field of this value means "wait without limit".
+inline constexpr std::uint32_t kNoTimeout = 0xFFFFFFFFu;
+
+// Operations a client can ask for. The numbers are part of the wire format.
+enum class Op : std::uint8_t {
+  kHello = 1,
+  kSet = 2,
+  kGet = 3,
+  kAdd = 4,
+  kCompareSet = 5,
+  kCheck = 6,
+  kWait = 7,
+  kDeleteKey = 8,
+  kNumKeys = 9,
+  kMultiGet = 10,
+  kMultiSet = 11,
+  kAppend = 12,
+  kPing = 13,
+  // Rendezvous (docs/protocol.md, "Rendezvous"): computed in the server.
+  kJoin = 14,              // blocks until the node's round is complete
+  kLeave = 15,             // the node is done; the round goes on for the others
+  kReportFailure = 16,     // a worker failed: end the round, or fail the job
+  kRendezvousStatus = 17,  // who has joined the round being formed (progress)
+};
+
+// Reply codes. Anything but kOk carries a human-readable message as body.
+enum class Status : std::uint8_t {
+  kOk = 0,
+  kTimeout = 1,             // a blocking request's timeout passed on the server
+  kAuthFailed = 2,          // wrong or missing token; the server then closes
+  kBadRequest = 3,          // malformed body, unknown op, handshake missing
+  kTooLarge = 4,            // a key, value, count or frame over the limits
+  kUnsupportedVersion = 5,  // HELLO asked for a version the server lacks
+  kNotInteger = 6,          // ADD on a value that is not a decimal integer
+  kStoreFull = 7,           // the store's total size limit would be passed
+  kGoodbye = 8,             // pushed (request id 0) before the server closes
+  kEvent = 9,               // pushed (request id 0): a rendezvous event
+  kClosed = 10,             // the rendezvous is closed (the job failed or ended)
+};
+
+// What a kEvent push says.
+enum class EventType : std::uint8_t {
+  kRoundEnded = 1,  // stop the workers and join again (failure or membership change)
+  kJobFailed = 2,   // no restarts left: stop the workers and report `report`
+};
+
+const char* opName(Op op);
+const char* statusName(Status status);
+bool isKnownOp(std::uint8_t code);
+
+// One request type per op, each naming the type of its OK reply (`Reply`):
+// protocol.md §5 and §10b field for field, in wire order. Each type's
+// layout (written, read, and checked against Limits) is one `fields()`
+// function in protocol.cc.
+
+// The OK reply bodies.
+struct EmptyReply {
+  bool operator==(const EmptyReply&) const = default;
+};
+struct ValueReply {
+  std::string value;
+  bool operator==(const ValueReply&) const = default;
+};
+struct ValuesReply {
+  std::vector<std::string> values;
+  bool operator==(const ValuesReply&) const = default;
+};
+struct IntegerReply {
+  std::int64_t value = 0;
+  bool operator==(const IntegerReply&) const = default;
+};
+struct FlagReply {
+  bool value = false;
+  bool operator==(const FlagReply&) const = default;
+};
+struct HelloReply {
+  std::uint16_t version = kVersion;
+  std::string serverName;
+  bool operator==(const HelloReply&) const = default;
+};
+// The server's answer to JOIN when the round completes.
+struct Assignment {
+  std::int64_t round = 0;
+  std::uint32_t groupRank = 0;
+  std::uint32_t groupWorldSize = 1;
+  std::uint32_t rankOffset = 0;
+  std::uint32_t worldSize = 1;
+  std::int64_t restarts = 0;  // failure restarts used by the job so far
+  std::string masterAddr;
+  std::uint32_t masterPort = 0;
+  bool operator==(const Assignment&) const = default;
+};
+// REPORT_FAILURE's answer.
+struct RestartDecision {
+  std::int64_t restarts = 0;  // failure restarts used by the job so far
+  bool restartAllowed = false;
+  bool operator==(const RestartDecision&) const = default;
+};
+// RENDEZVOUS_STATUS's answer: the round being formed, for a waiting node's
+// progress line and timeout message.
+struct RendezvousStatus {
+  bool exists = false;     // false: no node has joined rendezvous `rdzvId` yet
+  std::int64_t round = 0;  // rounds completed so far
+  bool running = false;    // a round is complete and its workers run
+  std::uint32_t joined = 0;
+  std::uint32_t minNodes = 0;
+  std::uint32_t maxNodes = 0;
+  std::int64_t lastCallMs = -1;      // until the last call ends; -1: not counting
+  std::uint32_t missingCount = 0;    // nodes known to be missing (0: unknown)
+  std::vector<std::string> missing;  // the first kMaxMissingShown of them, described
+  bool operator==(const RendezvousStatus&) const = default;
+};
+inline constexpr std::size_t kMaxMissingShown = 16;
+
+// "; missing: node rank 1, node rank 3 and 97 more", or "" when no node is
+// known to be missing: the same words in the server's timeout and the
+// agent's progress line.
+std::string missingNodesText(const RendezvousStatus& status);
+
+// HELLO: the agents' token or a worker credential; the name is for logs.
+struct Hello {
+  static constexpr Op kOp = Op::kHello;
+  using Reply = HelloReply;
+  std::uint16_t version = kVersion;
+  std::string token;
+  std::string clientName;
+  bool operator==(const Hello&) const = default;
+};
+struct Set {
+  static constexpr Op kOp = Op::kSet;
+  using Reply = EmptyReply;
+  std::string key;
+  std::string value;
+  bool operator==(const Set&) const = default;
+};
+struct Get {
+  static constexpr Op kOp = Op::kGet;
+  using Reply = ValueReply;
+  std::string key;
+  std::uint32_t timeoutMs = 0;
+  bool operator==(const Get&) const = default;
+};
+struct Add {
+  static constexpr Op kOp = Op::kAdd;
+  using Reply = IntegerReply;  // the sum
+  std::string key;
+  std::int64_t delta = 0;
+  bool operator==(const Add&) const = default;
+};
+struct CompareSet {
+  static constexpr Op kOp = Op::kCompareSet;
+  using Reply = ValueReply;  // the value now
+  std::string key;
+  std::string expected;
+  std::string desired;
+  bool operator==(const CompareSet&) const = default;
+};
+struct Check {
+  static constexpr Op kOp = Op::kCheck;
+  using Reply = FlagReply;  // all present
+  std::vector<std::string> keys;
+  bool operator==(const Check&) const = default;
+};
+struct Wait {
+  static constexpr Op kOp = Op::kWait;
+  using Reply = EmptyReply;
+  std::uint32_t timeoutMs = 0;
+  std::vector<std::string> keys;
+  bool operator==(const Wait&) const = default;
+};
+struct DeleteKey {
+  static constexpr Op kOp = Op::kDeleteKey;
+  using Reply = FlagReply;  // it existed
+  std::string key;
+  bool operator==(const DeleteKey&) const = default;
+};
+struct NumKeys {
+  static constexpr Op kOp = Op::kNumKeys;
+  using Reply = IntegerReply;
+  bool operator==(const NumKeys&) const = default;
+};
+struct MultiGet {
+  static constexpr Op kOp = Op::kMultiGet;
+  using Reply = ValuesReply;  // one per key, in order
+  std::uint32_t timeoutMs = 0;
+  std::vector<std::string> keys;
+  bool operator==(const MultiGet&) const = default;
+};
+// keys[i] -> values[i]: both have the same length.
+struct MultiSet {
+  static constexpr Op kOp = Op::kMultiSet;
+  using Reply = EmptyReply;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  bool operator==(const MultiSet&) const = default;
+};
+struct Append {
+  static constexpr Op kOp = Op::kAppend;
+  using Reply = EmptyReply;
+  std::string key;
+  std::string value;
+  bool operator==(const Append&) const = default;
+};
+struct Ping {
+  static constexpr Op kOp = Op::kPing;
+  using Reply = ValueReply;  // the payload, echoed
+  std::string payload;
+  bool operator==(const Ping&) const = default;
+};
+
+// JOIN: a node asks to join rendezvous `rdzvId`; answered when its round
+// is complete.
+struct JoinRequest {
+  static constexpr Op kOp = Op::kJoin;
+  using Reply = Assignment;
+  std::string rdzvId;
+  std::string nodeId;          // unique per agent process
+  std::int64_t nodeRank = -1;  // requested group rank, -1: by arrival
+  std::uint32_t localWorldSize = 1;
+  std::uint32_t minNodes = 1;
+  std::uint32_t maxNodes = 1;
+  std::uint32_t lastCallMs = 0;   // wait for more nodes after min joined
+  std::uint32_t keepAliveMs = 0;  // silence after which the node is dead, 0: never
+  std::uint32_t timeoutMs = 0;    // how long the server waits for the round
+  std::string address;            // address workers use for this node; empty: peer address
+  std::uint32_t masterPort = 0;   // a free port on this node, used if it gets rank 0
+  // The job-wide restart budget: fixed by the JOIN that creates the
+  // rendezvous; later JOINs must agree and REPORT_FAILURE cannot change it.
+  std::int64_t maxRestarts = 0;
+  bool operator==(const JoinRequest&) const = default;
+};
+
+// What LEAVE and REPORT_FAILURE say about the node.
+struct NodeReport {
+  std::string rdzvId;
+  std::string nodeId;
+  std::int64_t round = 0;
+  std::int64_t maxRestarts = 0;  // unused by the server (the JOIN fixed the budget)
+  std::int64_t exitCode = 0;     // REPORT_FAILURE: the root cause's code
+  std::string report;            // REPORT_FAILURE: the root-cause report text
+  bool operator==(const NodeReport&) const = default;
+};
+struct Leave {
+  static constexpr Op kOp = Op::kLeave;
+  using Reply = EmptyReply;
+  NodeReport node;
+  bool operator==(const Leave&) const = default;
+};
+struct ReportFailure {
+  static constexpr Op kOp = Op::kReportFailure;
+  using Reply = RestartDecision;
+  NodeReport node;
+  bool operator==(const ReportFailure&) const = default;
+};
+struct RendezvousStatusQuery {
+  static constexpr Op kOp = Op::kRendezvousStatus;
+  using Reply = RendezvousStatus;
+  std::string rdzvId;
+  bool operator==(const RendezvousStatusQuery&) const = default;
+};
+
+// Any request: alternative i is the message of op i + 1.
+using Request =
+    std::variant<Hello, Set, Get, Add, CompareSet, Check, Wait, DeleteKey, NumKeys, MultiGet,
+                 MultiSet, Append, Ping, JoinRequest, Leave, ReportFailure, RendezvousStatusQuery>;
+
+inline Op opOf(const Request& request) { return static_cast<Op>(request.index() + 1); }
+
+// The CLOSED reply's typed part: how the job failed.
+struct JobFailure {
+  std::int64_t exitCode = 1;
+  std::string report;  // the failing node's root-cause report
+  bool operator==(const JobFailure&) const = default;
+};
+
+// An error reply: any status but kOk, with its message (CLOSED adds the
+// job's failure).
+struct ErrorReply {
+  Status status = Status::kBadRequest;
+  std::string message;
+  JobFailure failure;  // kClosed only
+};
+
+// A kEvent push.
+struct Event {
+  EventType type = EventType::kRoundEnded;
+  std::string rdzvId;
+  std::int64_t round = 0;
+  std::int64_t exitCode = 0;
+  std::string message;  // why the round ended, or the job's failure report
+};
+
+// Control keys: the server's own, which only agents (the full token) may
+// touch (docs/security.md).
+inline constexpr std::string_view kControlKeyPrefix = "__ddprun/";
+inline bool isControlKey(std::string_view key) {
+  return key.substr(0, kControlKeyPrefix.size()) == kControlKeyPrefix;
+}
+
+// The control key the server sets once every node of rendezvous `rdzvId`
+// has left, so the agent hosting the store can WAIT for it before shutting
+// down.
+inline std::string rendezvousFinishedKey(std::string_view rdzvId) {
+  return std::string(kControlKeyPrefix) + "rendezvous/" + std::string(rdzvId) + "/finished";
+}
+
+// Converts a duration to the wire's timeout field (clamped; negative -> 0).
+std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout);
+
+}  // namespace ddprun::rendezvous::protocol

@@ -1,0 +1,99 @@
+#include "ddprun/rendezvous/messages.h"
+
+#include <fmt/format.h>
+
+namespace ddprun::rendezvous::protocol {
+
+const char* opName(Op op) {
+  switch (op) {
+    case Op::kHello:
+      return "HELLO";
+    case Op::kSet:
+      return "SET";
+    case Op::kGet:
+      return "GET";
+    case Op::kAdd:
+      return "ADD";
+    case Op::kCompareSet:
+      return "COMPARE_SET";
+    case Op::kCheck:
+      return "CHECK";
+    case Op::kWait:
+      return "WAIT";
+    case Op::kDeleteKey:
+      return "DELETE_KEY";
+    case Op::kNumKeys:
+      return "NUM_KEYS";
+    case Op::kMultiGet:
+      return "MULTI_GET";
+    case Op::kMultiSet:
+      return "MULTI_SET";
+    case Op::kAppend:
+      return "APPEND";
+    case Op::kPing:
+      return "PING";
+    case Op::kJoin:
+      return "JOIN";
+    case Op::kLeave:
+      return "LEAVE";
+    case Op::kReportFailure:
+      return "REPORT_FAILURE";
+    case Op::kRendezvousStatus:
+      return "RENDEZVOUS_STATUS";
+  }
+  return "UNKNOWN";
+}
+
+const char* statusName(Status status) {
+  switch (status) {
+    case Status::kOk:
+      return "ok";
+    case Status::kTimeout:
+      return "timeout";
+    case Status::kAuthFailed:
+      return "authentication failed";
+    case Status::kBadRequest:
+      return "bad request";
+    case Status::kTooLarge:
+      return "too large";
+    case Status::kUnsupportedVersion:
+      return "unsupported protocol version";
+    case Status::kNotInteger:
+      return "not an integer";
+    case Status::kStoreFull:
+      return "store full";
+    case Status::kGoodbye:
+      return "goodbye";
+    case Status::kEvent:
+      return "event";
+    case Status::kClosed:
+      return "rendezvous closed";
+  }
+  return "unknown status";
+}
+
+bool isKnownOp(std::uint8_t code) {
+  return code >= static_cast<std::uint8_t>(Op::kHello) &&
+         code <= static_cast<std::uint8_t>(Op::kRendezvousStatus);
+}
+
+std::string missingNodesText(const RendezvousStatus& status) {
+  if (status.missingCount == 0) return "";
+  std::string text = "; missing: ";
+  for (std::size_t i = 0; i < status.missing.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += status.missing[i];
+  }
+  if (status.missingCount > status.missing.size()) {
+    text += fmt::format(" and {} more", status.missingCount - status.missing.size());
+  }
+  return text;
+}
+
+std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) return 0;
+  if (timeout.count() >= static_cast<std::int64_t>(kNoTimeout)) return kNoTimeout;
+  return static_cast<std::uint32_t>(timeout.count());
+}
+
+}  // namespace ddprun::rendezvous::protocol
