@@ -9,11 +9,11 @@ install(TARGETS ddprun ddprun-rendezvous RUNTIME DESTINATION ${CMAKE_INSTALL_BIN
 
 if(TARGET ddprun_worker)
   # The exported names: ddprun::worker, ddprun::worker_env, ...
-  foreach(target common rendezvous_wire rendezvous_client worker_env worker_gloo worker)
+  foreach(target common rendezvous_wire rendezvous_client worker_env worker)
     set_target_properties(ddprun_${target} PROPERTIES EXPORT_NAME ${target})
   endforeach()
   install(TARGETS ddprun_common ddprun_rendezvous_wire ddprun_rendezvous_client
-                  ddprun_worker_env ddprun_worker_gloo ddprun_worker
+                  ddprun_worker_env ddprun_worker
           EXPORT ddprunTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -108,8 +109,8 @@ TEST(ProcessGroup, DebugModeNamesBothShapesOnAMismatch) {
       group->allReduce(t);
     } catch (const Error& e) {
       const std::string what = e.what();
-      require(what.find("float32[4] on cpu") != std::string::npos, "names rank 0's shape: " + what);
-      require(what.find("float32[5] on cpu") != std::string::npos, "names rank 1's shape: " + what);
+      require(what.find("TensorShape=[4]") != std::string::npos, "names rank 0's shape: " + what);
+      require(what.find("TensorShape=[5]") != std::string::npos, "names rank 1's shape: " + what);
       return;
     }
     throw Error("the mismatch was not detected");
@@ -125,9 +126,9 @@ TEST(ProcessGroup, DebugModeNamesADtypeMismatch) {
       group->broadcast(t, 0);
     } catch (const Error& e) {
       const std::string what = e.what();
-      require(
-          what.find("float64") != std::string::npos && what.find("float32") != std::string::npos,
-          "names both dtypes: " + what);
+      require(what.find("TensorDtypes=Double") != std::string::npos &&
+                  what.find("TensorDtypes=Float") != std::string::npos,
+              "names both dtypes: " + what);
       return;
     }
     throw Error("the mismatch was not detected");
@@ -160,7 +161,9 @@ TEST(ProcessGroup, DebugModeNamesTheRankThatNeverArrived) {
     try {
       group->allReduce(t);
     } catch (const TimeoutError& e) {
-      require(std::string(e.what()).find("rank(s) 1 never called") != std::string::npos, e.what());
+      require(std::string(e.what()).find("Ranks 1 failed to pass monitoredBarrier") !=
+                  std::string::npos,
+              e.what());
       return;
     }
     throw Error("expected a TimeoutError");
@@ -197,15 +200,66 @@ TEST(ProcessGroup, UnderPlainSrunRankZeroHostsTheStore) {
   });
 }
 
-TEST(ProcessGroup, WithoutDdprunAndWithoutATokenTheErrorSaysWhatToDo) {
-  auto env = Environment::fromVariables(
-      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
-  try {
-    initProcessGroup(env, {Backend::kGloo, 2s});
-    FAIL() << "no error without a token";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("DDPRUN_TOKEN"), std::string::npos) << e.what();
+// What torchrun (or python -m torch.distributed.launch) gives a worker:
+// its variables and no DDPRUN_TOKEN.
+void becomeATorchrunWorker(int rank, int worldSize, std::uint16_t port, bool agentStore) {
+  for (const char* name : {"DDPRUN_TOKEN", "DDPRUN_STORE_HOST", "DDPRUN_STORE_PORT",
+                           "DDPRUN_STORE_PREFIX", "TORCHELASTIC_USE_AGENT_STORE"}) {
+    ::unsetenv(name);
   }
+  const std::map<std::string, std::string> torchrun = {
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(worldSize)},
+      {"LOCAL_WORLD_SIZE", std::to_string(worldSize)},
+      {"GROUP_RANK", "0"},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", std::to_string(port)},
+      {"TORCHELASTIC_RUN_ID", "none"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_USE_AGENT_STORE", agentStore ? "True" : "False"}};
+  for (const auto& [name, value] : torchrun) ::setenv(name.c_str(), value.c_str(), 1);
+}
+
+// torchrun's c10d rendezvous (TORCHELASTIC_USE_AGENT_STORE=False): rank 0
+// hosts PyTorch's TCPStore at MASTER_PORT, as torch.distributed's env://.
+TEST(ProcessGroup, UnderTorchrunWithoutATokenRankZeroHostsATcpStore) {
+  const std::uint16_t port = freePort();
+  spawn(3, [port](int rank) {
+    becomeATorchrunWorker(rank, 3, port, /*agentStore=*/false);
+    const auto env = Environment::detect();
+    require(env.token.empty() && env.source == Environment::Source::kTorchrun, env.describe());
+    auto group = initProcessGroup({Backend::kGloo, 30s});
+    auto t = at::full({3}, rank + 1.0);
+    group->allReduce(t);
+    require(at::equal(t, at::full({3}, 6.0)), "sum over rank 0's TCPStore");
+    require(group->store().getNumKeys() > 0, "the group bootstrapped through the store");
+  });
+}
+
+// torchrun 2.x, and 1.13 with a static rendezvous
+// (TORCHELASTIC_USE_AGENT_STORE=True): the agent hosts a TCPStore at
+// MASTER_PORT and every rank is its client. The agent here is LibTorch's
+// own TCPStore server in the test process.
+TEST(ProcessGroup, UnderTorchrunTheAgentsTcpStoreIsUsed) {
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  auto agentStore = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  const std::uint16_t port = agentStore->getPort();
+  spawn(2, [port](int rank) {
+    becomeATorchrunWorker(rank, 2, port, /*agentStore=*/true);
+    auto group = initProcessGroup({Backend::kGloo, 30s});
+    auto t = at::full({2}, rank + 1.0);
+    group->allReduce(t);
+    require(at::equal(t, at::full({2}, 3.0)), "sum over the agent's TCPStore");
+  });
+  // Both ranks' Gloo addresses went through the agent's store, under the
+  // attempt's prefix.
+  // (ProcessGroupGloo's device 0 keeps its keys under "0/".)
+  EXPECT_TRUE(agentStore->check({"ddprun/none/attempt_0/pg0/0/rank_0"}));
+  EXPECT_TRUE(agentStore->check({"ddprun/none/attempt_0/pg0/0/rank_1"}));
 }
 
 TEST(Spawn, AFailingRankStopsTheOthersAndIsNamed) {

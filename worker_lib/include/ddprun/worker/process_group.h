@@ -1,16 +1,23 @@
 // ProcessGroup: the ranks of one training job and the collectives between
-// them, over NCCL (CUDA tensors) or Gloo (CPU tensors).
+// them: LibTorch's own c10d process groups (ProcessGroupGloo for CPU
+// tensors; ProcessGroupNCCL for CUDA tensors when the linked LibTorch has
+// it), the ones torch.distributed uses.
 //
-// initProcessGroup() reads the Environment, connects to ddprun's store
-// (native protocol, token from DDPRUN_TOKEN) and bootstraps the backend
-// under the attempt's key prefix (DDPRUN_STORE_PREFIX), so a restarted
-// attempt never reads the keys of the one before it. Every blocking call is
-// bounded by the group's timeout: a peer that failed or vanished surfaces
-// as ddprun::TimeoutError or ddprun::NetworkError, never as an endless hang.
+// initProcessGroup() reads the Environment and bootstraps the c10d group
+// through the job's store under the attempt's key prefix, so a restarted
+// attempt never reads the keys of the one before it: ddprun's store (native
+// protocol, worker credential from DDPRUN_TOKEN) when ddprun launched this
+// process, else PyTorch's TCPStore at MASTER_ADDR:MASTER_PORT as torchrun
+// and torch.distributed's env:// do (see job_store.h). Every blocking call
+// is bounded by the group's timeout: a peer that failed or vanished
+// surfaces as ddprun::TimeoutError or ddprun::NetworkError naming this
+// rank, never as an endless hang.
 //
-// With `debugChecks` (or DDPRUN_DEBUG_COLLECTIVES=1) every collective first
-// compares its kind, dtype and shape across ranks through the store and
-// throws ddprun::Error naming both sides when they differ.
+// With `debugChecks` (or DDPRUN_DEBUG_COLLECTIVES=1) the group is wrapped in
+// c10d's ProcessGroupWrapper (what TORCH_DISTRIBUTED_DEBUG=DETAIL does):
+// before each collective the ranks meet in a monitored barrier, which names
+// the ranks that never arrived, and compare the collective's kind, dtypes
+// and shapes, naming both sides when they differ.
 //
 // Example:
 //   auto group = ddprun::worker::initProcessGroup();   // auto: NCCL if CUDA
@@ -35,7 +42,7 @@ namespace at {
 class Tensor;
 }
 
-namespace ddprun::rendezvous {
+namespace c10d {
 class Store;
 }
 
@@ -66,14 +73,14 @@ class Work {
   virtual void wait() = 0;
 };
 
-class CollectiveBackend;
-class CollectiveCheck;
-
 class ProcessGroup {
  public:
+  // The library's state behind the group (c10d objects, defined in
+  // process_group.cc so that this header needs no torch includes).
+  struct Impl;
+
   // Use initProcessGroup(); this constructor is for the library itself.
-  ProcessGroup(Environment environment, std::shared_ptr<rendezvous::Store> store,
-               std::unique_ptr<CollectiveBackend> backend, ProcessGroupOptions options);
+  ProcessGroup(Environment environment, std::unique_ptr<Impl> impl, ProcessGroupOptions options);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -84,8 +91,9 @@ class ProcessGroup {
   const Environment& environment() const { return environment_; }
   // Where this group's tensors live: "cpu" (Gloo) or "cuda:N" (NCCL).
   std::string device() const;
-  // The attempt's store (already under the attempt prefix).
-  rendezvous::Store& store() { return *store_; }
+  // The attempt's store (already under the attempt's and the group's
+  // prefix), as c10d sees it.
+  c10d::Store& store();
 
   // In place: every rank ends with the reduction of all ranks' tensors.
   void allReduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
@@ -101,13 +109,17 @@ class ProcessGroup {
   bool broadcastFlag(bool value, int root = 0);
 
  private:
+  // Checks `tensor` can take part in `what` (device, layout, dtype), else
+  // throws ConfigError saying what to change.
+  void validate(const at::Tensor& tensor, const char* what) const;
+  // Waits for a c10d collective, turning its failure into a ddprun error.
+  class C10dWork;
+
   Environment environment_;
-  std::shared_ptr<rendezvous::Store> store_;
-  std::unique_ptr<CollectiveBackend> backend_;
-  std::unique_ptr<CollectiveCheck> check_;
+  std::unique_ptr<Impl> impl_;
   ProcessGroupOptions options_;
-  // Serialises issuing (check + enqueue), so every rank compares and runs
-  // its collectives in the order it issued them.
+  // Serialises issuing, so every rank enqueues its collectives in the order
+  // it issued them.
   std::mutex issueMutex_;
 };
 

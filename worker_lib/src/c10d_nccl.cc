@@ -1,0 +1,40 @@
+#include <ATen/Context.h>
+#include <fmt/format.h>
+
+#include "c10d_group.h"
+#include "ddprun/common/error.h"
+
+#ifdef DDPRUN_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace ddprun::worker {
+
+bool c10dNcclAvailable() {
+#ifdef DDPRUN_C10D_NCCL
+  return at::hasCUDA() && c10::cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+C10dGroupPtr makeC10dNccl(const c10::intrusive_ptr<c10d::Store>& store,
+                          const Environment& environment, int rank, int size,
+                          std::chrono::milliseconds timeout, std::string& device) {
+#ifdef DDPRUN_C10D_NCCL
+  const int index = environment.deviceIndex(c10::cuda::device_count());
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+  device = fmt::format("cuda:{}", index);
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+#else
+  (void)store, (void)environment, (void)rank, (void)size, (void)timeout, (void)device;
+  throw ConfigError(
+      "the linked LibTorch has no NCCL (a CPU build); link a CUDA build of LibTorch for the "
+      "nccl backend, or use gloo");
+#endif
+}
+
+}  // namespace ddprun::worker
