@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupWrapper.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +60,8 @@ c10d::ReduceOp toC10d(ReduceOp op) {
       return c10d::ReduceOp::MIN;
     case ReduceOp::kMax:
       return c10d::ReduceOp::MAX;
+    case ReduceOp::kProduct:
+      return c10d::ReduceOp::PRODUCT;
   }
   return c10d::ReduceOp::SUM;
 }
@@ -91,26 +94,24 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> makeGloo(const c10::intrusive_ptr<c10
   }
 }
 
-}  // namespace
-
-struct ProcessGroup::Impl {
-  Backend kind = Backend::kGloo;
-  std::string device = "cpu";
-  c10::intrusive_ptr<c10d::Store> store;
-  C10dGroupPtr group;
-};
-
-class ProcessGroup::C10dWork : public Work {
+// A c10d collective in flight; its failure becomes a ddprun error naming
+// the rank and the collective.
+class C10dWork : public Work {
  public:
-  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> after,
-           const ProcessGroup& group, std::string what)
-      : work_(std::move(work)), after_(std::move(after)), group_(group), what_(std::move(what)) {}
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> after, int rank, int size,
+           std::chrono::milliseconds timeout, std::string what)
+      : work_(std::move(work)),
+        after_(std::move(after)),
+        rank_(rank),
+        size_(size),
+        timeout_(timeout),
+        what_(std::move(what)) {}
 
   void wait() override {
     try {
-      work_->wait(group_.options_.timeout);
+      work_->wait(timeout_);
     } catch (const std::exception& e) {
-      rethrow(e, group_.rank(), group_.size(), what_);
+      rethrow(e, rank_, size_, what_);
     }
     if (after_) {
       after_();
@@ -121,9 +122,64 @@ class ProcessGroup::C10dWork : public Work {
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> after_;
-  const ProcessGroup& group_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
   std::string what_;
 };
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  Backend kind = Backend::kGloo;
+  std::string device = "cpu";
+  c10::intrusive_ptr<c10d::Store> store;
+  C10dGroupPtr group;
+  int rank = 0;
+  int size = 1;
+  std::vector<int> globalRanks;  // group rank -> job rank; empty: the same
+  std::chrono::milliseconds timeout{0};
+  bool debug = false;
+  // Serialises issuing, so every rank enqueues its collectives in the order
+  // it issued them.
+  std::mutex issueMutex;
+  std::atomic<int> subgroups{0};
+
+  // Starts a c10d collective (`start` returns its Work) under the issue
+  // lock; `after` runs once it completed.
+  template <typename Start>
+  std::shared_ptr<Work> issue(const std::string& what, Start&& start,
+                              std::function<void()> after = nullptr) {
+    std::lock_guard lock(issueMutex);
+    try {
+      return std::make_shared<C10dWork>(start(*group), std::move(after), rank, size, timeout, what);
+    } catch (const std::exception& e) {
+      rethrow(e, rank, size, what);
+    }
+  }
+};
+
+namespace {
+
+// The c10d group of `rank` among `size` over `store`: Gloo or NCCL, wrapped
+// for the debug checks when asked.
+void connect(ProcessGroup::Impl& impl, const Environment& environment) {
+  if (impl.kind == Backend::kNccl) {
+    impl.group =
+        makeC10dNccl(impl.store, environment, impl.rank, impl.size, impl.timeout, impl.device);
+  } else {
+    impl.group = makeGloo(impl.store, environment, impl.rank, impl.size, impl.timeout);
+  }
+  if (impl.debug && impl.size > 1) {
+    // ProcessGroupWrapper checks every collective through a Gloo group of
+    // its own (its monitored barrier names the ranks that never came).
+    auto helperStore = c10::make_intrusive<c10d::PrefixStore>("debug", impl.store);
+    auto helper = makeGloo(helperStore, environment, impl.rank, impl.size, impl.timeout);
+    impl.group = c10::make_intrusive<c10d::ProcessGroupWrapper>(impl.group, helper);
+  }
+}
+
+}  // namespace
 
 std::string toString(Backend backend) {
   switch (backend) {
@@ -147,6 +203,8 @@ std::string toString(ReduceOp op) {
       return "min";
     case ReduceOp::kMax:
       return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "?";
 }
@@ -164,11 +222,27 @@ ProcessGroup::ProcessGroup(Environment environment, std::unique_ptr<Impl> impl,
 
 ProcessGroup::~ProcessGroup() = default;
 
+int ProcessGroup::rank() const { return impl_->rank; }
+
+int ProcessGroup::size() const { return impl_->size; }
+
+int ProcessGroup::globalRank(int groupRank) const {
+  checkRank(groupRank, "globalRank", "rank");
+  return impl_->globalRanks.empty() ? groupRank : impl_->globalRanks[groupRank];
+}
+
 Backend ProcessGroup::backend() const { return impl_->kind; }
 
 std::string ProcessGroup::device() const { return impl_->device; }
 
 c10d::Store& ProcessGroup::store() { return *impl_->store; }
+
+void ProcessGroup::checkRank(int rank, const char* what, const char* role) const {
+  if (rank < 0 || rank >= size()) {
+    throw ConfigError(fmt::format("{}: {} {} is not a rank of this group of {} (0..{})", what, role,
+                                  rank, size(), size() - 1));
+  }
+}
 
 void ProcessGroup::validate(const at::Tensor& tensor, const char* what) const {
   if (!tensor.defined()) throw ConfigError(fmt::format("{}: the tensor is undefined", what));
@@ -203,99 +277,265 @@ void ProcessGroup::validate(const at::Tensor& tensor, const char* what) const {
       what, toString(impl_->kind), dtypeName(tensor.scalar_type())));
 }
 
-std::shared_ptr<Work> ProcessGroup::allReduceAsync(const at::Tensor& tensor, ReduceOp op) {
-  validate(tensor, "all_reduce");
+namespace {
+
+// kAvg of integers is not an integer: refused rather than truncated.
+void checkAverage(const at::Tensor& tensor, ReduceOp op, const char* what) {
   if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type())) {
     throw ConfigError(fmt::format(
-        "all_reduce: an average of {} tensors is not an integer; reduce a floating-point "
-        "tensor, or use ReduceOp::kSum and divide yourself",
-        dtypeName(tensor.scalar_type())));
+        "{}: an average of {} tensors is not an integer; reduce a floating-point tensor, or use "
+        "ReduceOp::kSum and divide yourself",
+        what, dtypeName(tensor.scalar_type())));
   }
-  std::vector<at::Tensor> tensors{tensor};
+}
+
+// Gloo has no AVG: the sum is divided once the work completed.
+std::function<void()> averageAfter(at::Tensor tensor, ReduceOp op, int size) {
+  if (op != ReduceOp::kAvg || size == 1) return nullptr;
+  return [tensor, size]() mutable { tensor.div_(size); };
+}
+
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::allReduceAsync(const at::Tensor& tensor, ReduceOp op) {
+  validate(tensor, "all_reduce");
+  checkAverage(tensor, op, "all_reduce");
   c10d::AllreduceOptions options;
   options.reduceOp = toC10d(op);
   options.timeout = options_.timeout;
-  std::function<void()> after;
-  if (op == ReduceOp::kAvg && size() > 1) {
-    after = [tensor, n = size()]() mutable { tensor.div_(n); };
-  }
-  const std::string what = fmt::format("all_reduce({}, {})", describeTensor(tensor), toString(op));
-  std::lock_guard lock(issueMutex_);
-  try {
-    return std::make_shared<C10dWork>(impl_->group->allreduce(tensors, options), std::move(after),
-                                      *this, what);
-  } catch (const std::exception& e) {
-    rethrow(e, rank(), size(), what);
-  }
+  return impl_->issue(
+      fmt::format("all_reduce({}, {})", describeTensor(tensor), toString(op)),
+      [&](C10dGroup& g) {
+        std::vector<at::Tensor> tensors{tensor};
+        return g.allreduce(tensors, options);
+      },
+      averageAfter(tensor, op, size()));
 }
 
 void ProcessGroup::allReduce(at::Tensor& tensor, ReduceOp op) {
   allReduceAsync(tensor, op)->wait();
 }
 
-void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+std::shared_ptr<Work> ProcessGroup::broadcastAsync(const at::Tensor& tensor, int root) {
   validate(tensor, "broadcast");
-  if (root < 0 || root >= size()) {
-    throw ConfigError(
-        fmt::format("broadcast: root {} is not a rank of this group (0..{})", root, size() - 1));
-  }
-  std::vector<at::Tensor> tensors{tensor};
+  checkRank(root, "broadcast", "root");
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = options_.timeout;
-  const std::string what = fmt::format("broadcast({}, root={})", describeTensor(tensor), root);
-  std::shared_ptr<Work> work;
-  {
-    std::lock_guard lock(issueMutex_);
-    try {
-      work = std::make_shared<C10dWork>(impl_->group->broadcast(tensors, options), nullptr, *this,
-                                        what);
-    } catch (const std::exception& e) {
-      rethrow(e, rank(), size(), what);
-    }
-  }
-  work->wait();
+  return impl_->issue(fmt::format("broadcast({}, root={})", describeTensor(tensor), root),
+                      [&](C10dGroup& g) {
+                        std::vector<at::Tensor> tensors{tensor};
+                        return g.broadcast(tensors, options);
+                      });
+}
+
+void ProcessGroup::broadcast(at::Tensor& tensor, int root) { broadcastAsync(tensor, root)->wait(); }
+
+void ProcessGroup::reduce(at::Tensor& tensor, int root, ReduceOp op) {
+  validate(tensor, "reduce");
+  checkRank(root, "reduce", "root");
+  checkAverage(tensor, op, "reduce");
+  c10d::ReduceOptions options;
+  options.reduceOp = toC10d(op);
+  options.rootRank = root;
+  options.timeout = options_.timeout;
+  impl_
+      ->issue(
+          fmt::format("reduce({}, root={}, {})", describeTensor(tensor), root, toString(op)),
+          [&](C10dGroup& g) {
+            std::vector<at::Tensor> tensors{tensor};
+            return g.reduce(tensors, options);
+          },
+          rank() == root ? averageAfter(tensor, op, size()) : nullptr)
+      ->wait();
+}
+
+std::vector<at::Tensor> ProcessGroup::allGatherList(const at::Tensor& tensor) {
+  validate(tensor, "all_gather");
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(tensor));
+  c10d::AllgatherOptions options;
+  options.timeout = options_.timeout;
+  impl_
+      ->issue(fmt::format("all_gather({})", describeTensor(tensor)),
+              [&](C10dGroup& g) {
+                std::vector<at::Tensor> inputs{tensor};
+                return g.allgather(outputs, inputs, options);
+              })
+      ->wait();
+  return std::move(outputs[0]);
 }
 
 at::Tensor ProcessGroup::allGather(const at::Tensor& tensor) {
-  validate(tensor, "all_gather");
-  std::vector<int64_t> shape{size()};
-  for (auto extent : tensor.sizes()) shape.push_back(extent);
-  at::Tensor output = at::empty(shape, tensor.options());
-  // c10d fills one tensor per rank: the rows of `output`, in place.
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < size(); ++r) outputs[0].push_back(output[r]);
-  std::vector<at::Tensor> inputs{tensor};
-  c10d::AllgatherOptions options;
+  return at::stack(allGatherList(tensor));
+}
+
+void ProcessGroup::allGatherInto(at::Tensor& output, const at::Tensor& input) {
+  validate(output, "all_gather_into_tensor");
+  if (input.dim() == 0 || output.dim() != input.dim() || output.size(0) != input.size(0) * size() ||
+      output.sizes().slice(1) != input.sizes().slice(1) ||
+      output.scalar_type() != input.scalar_type()) {
+    throw ConfigError(fmt::format(
+        "all_gather_into_tensor: the output must be the input's dtype with {} times its first "
+        "dimension, got {} for {}",
+        size(), describeTensor(output), describeTensor(input)));
+  }
+  output.copy_(at::cat(allGatherList(input)));
+}
+
+std::vector<at::Tensor> ProcessGroup::gather(const at::Tensor& tensor, int root) {
+  validate(tensor, "gather");
+  checkRank(root, "gather", "root");
+  std::vector<std::vector<at::Tensor>> outputs;
+  if (rank() == root) {
+    outputs.emplace_back();
+    for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(tensor));
+  }
+  c10d::GatherOptions options;
+  options.rootRank = root;
   options.timeout = options_.timeout;
-  const std::string what = fmt::format("all_gather({})", describeTensor(tensor));
-  std::shared_ptr<Work> work;
-  {
-    std::lock_guard lock(issueMutex_);
-    try {
-      work = std::make_shared<C10dWork>(impl_->group->allgather(outputs, inputs, options), nullptr,
-                                        *this, what);
-    } catch (const std::exception& e) {
-      rethrow(e, rank(), size(), what);
+  impl_
+      ->issue(fmt::format("gather({}, root={})", describeTensor(tensor), root),
+              [&](C10dGroup& g) {
+                std::vector<at::Tensor> inputs{tensor};
+                return g.gather(outputs, inputs, options);
+              })
+      ->wait();
+  return outputs.empty() ? std::vector<at::Tensor>{} : std::move(outputs[0]);
+}
+
+void ProcessGroup::scatter(at::Tensor& output, const std::vector<at::Tensor>& inputs, int root) {
+  validate(output, "scatter");
+  checkRank(root, "scatter", "root");
+  std::vector<std::vector<at::Tensor>> c10dInputs;
+  if (rank() == root) {
+    if (static_cast<int>(inputs.size()) != size()) {
+      throw ConfigError(fmt::format("scatter: the root passes one tensor per rank ({}), got {}",
+                                    size(), inputs.size()));
+    }
+    for (const auto& input : inputs) validate(input, "scatter");
+    c10dInputs.push_back(inputs);
+  }
+  c10d::ScatterOptions options;
+  options.rootRank = root;
+  options.timeout = options_.timeout;
+  impl_
+      ->issue(fmt::format("scatter({}, root={})", describeTensor(output), root),
+              [&](C10dGroup& g) {
+                std::vector<at::Tensor> outputs{output};
+                return g.scatter(outputs, c10dInputs, options);
+              })
+      ->wait();
+}
+
+void ProcessGroup::reduceScatter(at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                                 ReduceOp op) {
+  validate(output, "reduce_scatter");
+  checkAverage(output, op, "reduce_scatter");
+  if (static_cast<int>(inputs.size()) != size()) {
+    throw ConfigError(
+        fmt::format("reduce_scatter: pass one input per rank ({}), got {}", size(), inputs.size()));
+  }
+  for (const auto& input : inputs) {
+    validate(input, "reduce_scatter");
+    if (input.sizes() != output.sizes()) {
+      throw ConfigError(
+          fmt::format("reduce_scatter: every input must be shaped like the output "
+                      "({}), got {}",
+                      describeTensor(output), describeTensor(input)));
     }
   }
-  work->wait();
-  return output;
+  const std::string what =
+      fmt::format("reduce_scatter({}, {})", describeTensor(output), toString(op));
+  if (impl_->kind == Backend::kGloo) {
+    // LibTorch 1.13's ProcessGroupGloo has no reduce_scatter: one
+    // all_reduce of the stacked inputs, then this rank's slice.
+    at::Tensor all = at::stack(inputs);
+    allReduce(all, op);
+    output.copy_(all[rank()]);
+    return;
+  }
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = toC10d(op);
+  options.timeout = options_.timeout;
+  impl_
+      ->issue(
+          what,
+          [&](C10dGroup& g) {
+            std::vector<at::Tensor> outputs{output};
+            std::vector<std::vector<at::Tensor>> lists{inputs};
+            return g.reduce_scatter(outputs, lists, options);
+          },
+          averageAfter(output, op, size()))
+      ->wait();
+}
+
+void ProcessGroup::allToAll(at::Tensor& output, const at::Tensor& input) {
+  validate(output, "all_to_all");
+  validate(input, "all_to_all");
+  if (input.dim() == 0 || input.size(0) % size() != 0 || output.sizes() != input.sizes()) {
+    throw ConfigError(fmt::format(
+        "all_to_all: input and output must have the same shape with a first dimension divisible "
+        "by {}, got {} and {}",
+        size(), describeTensor(input), describeTensor(output)));
+  }
+  c10d::AllToAllOptions options;
+  options.timeout = options_.timeout;
+  impl_
+      ->issue(fmt::format("all_to_all({})", describeTensor(input)),
+              [&](C10dGroup& g) {
+                std::vector<int64_t> equal;
+                at::Tensor out = output;
+                at::Tensor in = input;
+                return g.alltoall_base(out, in, equal, equal, options);
+              })
+      ->wait();
+}
+
+void ProcessGroup::send(const at::Tensor& tensor, int dst, int tag) {
+  validate(tensor, "send");
+  checkRank(dst, "send", "destination");
+  impl_
+      ->issue(fmt::format("send({}, to={}, tag={})", describeTensor(tensor), dst, tag),
+              [&](C10dGroup& g) {
+                std::vector<at::Tensor> tensors{tensor};
+                return g.send(tensors, dst, tag);
+              })
+      ->wait();
+}
+
+void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) {
+  validate(tensor, "recv");
+  checkRank(src, "recv", "source");
+  impl_
+      ->issue(fmt::format("recv({}, from={}, tag={})", describeTensor(tensor), src, tag),
+              [&](C10dGroup& g) {
+                std::vector<at::Tensor> tensors{tensor};
+                return g.recv(tensors, src, tag);
+              })
+      ->wait();
 }
 
 void ProcessGroup::barrier() {
   c10d::BarrierOptions options;
   options.timeout = options_.timeout;
-  std::shared_ptr<Work> work;
-  {
-    std::lock_guard lock(issueMutex_);
-    try {
-      work = std::make_shared<C10dWork>(impl_->group->barrier(options), nullptr, *this, "barrier");
-    } catch (const std::exception& e) {
-      rethrow(e, rank(), size(), "barrier");
-    }
+  impl_->issue("barrier", [&](C10dGroup& g) { return g.barrier(options); })->wait();
+}
+
+void ProcessGroup::monitoredBarrier(std::chrono::milliseconds timeout, bool waitAllRanks) {
+  if (impl_->kind != Backend::kGloo) {
+    throw ConfigError(
+        "monitoredBarrier: c10d offers it for Gloo groups only; make a Gloo group "
+        "(Backend::kGloo) for it");
   }
-  work->wait();
+  c10d::BarrierOptions options;
+  options.timeout = timeout;
+  std::lock_guard lock(impl_->issueMutex);
+  try {
+    impl_->group->monitoredBarrier(options, waitAllRanks);
+  } catch (const std::exception& e) {
+    rethrow(e, rank(), size(), "monitored_barrier");
+  }
 }
 
 std::string ProcessGroup::broadcastString(const std::string& value, int root) {
@@ -318,6 +558,67 @@ bool ProcessGroup::broadcastFlag(bool value, int root) {
       at::full({1}, value ? 1 : 0, at::TensorOptions().dtype(at::kByte).device(device));
   broadcast(flag, root);
   return flag.cpu().item<uint8_t>() != 0;
+}
+
+std::vector<std::string> ProcessGroup::allGatherBytes(const std::string& bytes) {
+  const auto device = at::Device(impl_->device);
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  const at::Tensor lengths =
+      allGather(at::full({1}, static_cast<int64_t>(bytes.size()), longs)).cpu();
+  const int64_t longest = lengths.max().item<int64_t>();
+  at::Tensor padded = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
+  std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
+  const at::Tensor all = allGather(padded.to(device)).cpu().contiguous();
+  std::vector<std::string> result;
+  for (int r = 0; r < size(); ++r) {
+    const auto* row = static_cast<const char*>(all[r].data_ptr());
+    result.emplace_back(row, static_cast<size_t>(lengths[r][0].item<int64_t>()));
+  }
+  return result;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::newGroup(const std::vector<int>& ranks) {
+  // Every rank counts the call, member or not, so the next subgroup's keys
+  // agree everywhere.
+  const int index = impl_->subgroups++;
+  std::vector<bool> seen(static_cast<size_t>(size()), false);
+  for (int r : ranks) {
+    checkRank(r, "newGroup", "rank");
+    if (seen[r]) throw ConfigError(fmt::format("newGroup: rank {} is listed twice", r));
+    seen[r] = true;
+  }
+  if (ranks.empty()) throw ConfigError("newGroup: the list of ranks is empty");
+  const auto me = std::find(ranks.begin(), ranks.end(), rank());
+  if (me == ranks.end()) return nullptr;
+  auto impl = std::make_unique<Impl>();
+  impl->kind = impl_->kind;
+  impl->timeout = impl_->timeout;
+  impl->debug = impl_->debug;
+  impl->rank = static_cast<int>(me - ranks.begin());
+  impl->size = static_cast<int>(ranks.size());
+  for (int r : ranks) impl->globalRanks.push_back(globalRank(r));
+  impl->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("sub{}", index), impl_->store);
+  connect(*impl, environment_);
+  return std::make_shared<ProcessGroup>(environment_, std::move(impl), options_);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::nodeGroup() {
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(at::Device(impl_->device));
+  const at::Tensor nodes = allGather(at::full({1}, environment_.nodeRank, longs)).cpu();
+  std::vector<int64_t> order;  // node ids, by their first rank
+  for (int r = 0; r < size(); ++r) {
+    const int64_t node = nodes[r][0].item<int64_t>();
+    if (std::find(order.begin(), order.end(), node) == order.end()) order.push_back(node);
+  }
+  std::shared_ptr<ProcessGroup> mine;
+  for (int64_t node : order) {
+    std::vector<int> members;
+    for (int r = 0; r < size(); ++r) {
+      if (nodes[r][0].item<int64_t>() == node) members.push_back(r);
+    }
+    if (auto group = newGroup(members)) mine = std::move(group);
+  }
+  return mine;
 }
 
 bool ncclAvailable() { return c10dNcclAvailable(); }
@@ -344,27 +645,18 @@ std::shared_ptr<ProcessGroup> initProcessGroup(const Environment& environment,
   const std::string groupPrefix = fmt::format("pg{}/", groups++);
   auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->kind = kind;
-  int rank = environment.rank;
-  int size = environment.worldSize;
+  impl->timeout = options.timeout;
+  impl->debug = debugRequested(options);
+  impl->rank = environment.rank;
+  impl->size = environment.worldSize;
   impl->store = connectJobStore(environment, groupPrefix, options.timeout);
   if (!impl->store) {
     // One process: the same c10d group over an in-process store.
     impl->store = c10::make_intrusive<c10d::HashStore>();
-    rank = 0;
-    size = 1;
+    impl->rank = 0;
+    impl->size = 1;
   }
-  if (kind == Backend::kNccl) {
-    impl->group = makeC10dNccl(impl->store, environment, rank, size, options.timeout, impl->device);
-  } else {
-    impl->group = makeGloo(impl->store, environment, rank, size, options.timeout);
-  }
-  if (debugRequested(options) && size > 1) {
-    // ProcessGroupWrapper checks every collective through a Gloo group of
-    // its own (its monitored barrier names the ranks that never came).
-    auto helperStore = c10::make_intrusive<c10d::PrefixStore>("debug/", impl->store);
-    auto helper = makeGloo(helperStore, environment, rank, size, options.timeout);
-    impl->group = c10::make_intrusive<c10d::ProcessGroupWrapper>(impl->group, helper);
-  }
+  connect(*impl, environment);
   return std::make_shared<ProcessGroup>(environment, std::move(impl), options);
 }
 

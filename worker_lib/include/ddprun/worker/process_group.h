@@ -19,10 +19,14 @@
 // the ranks that never arrived, and compare the collective's kind, dtypes
 // and shapes, naming both sides when they differ.
 //
+// The collectives are torch.distributed's, with its semantics; subgroups
+// (newGroup, nodeGroup) are groups of their own with their own ranks.
+//
 // Example:
 //   auto group = ddprun::worker::initProcessGroup();   // auto: NCCL if CUDA
 //   group->allReduce(loss, ddprun::worker::ReduceOp::kAvg);
 //   bool stop = group->broadcastFlag(rank0WantsToStop);
+//   auto node = group->nodeGroup();                    // the ranks of this node
 //
 // Thread-safety: collectives may be issued from several threads; they run
 // in the order they were issued, which must be the same on every rank.
@@ -32,7 +36,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -49,7 +52,7 @@ class Store;
 namespace ddprun::worker {
 
 enum class Backend { kAuto, kNccl, kGloo };
-enum class ReduceOp { kSum, kAvg, kMin, kMax };
+enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
 
 std::string toString(Backend backend);
 std::string toString(ReduceOp op);
@@ -79,14 +82,19 @@ class ProcessGroup {
   // process_group.cc so that this header needs no torch includes).
   struct Impl;
 
-  // Use initProcessGroup(); this constructor is for the library itself.
+  // Use initProcessGroup() or newGroup(); this constructor is for the
+  // library itself.
   ProcessGroup(Environment environment, std::unique_ptr<Impl> impl, ProcessGroupOptions options);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  int rank() const { return environment_.rank; }
-  int size() const { return environment_.worldSize; }
+  // This process's rank in this group, and the group's size (for a
+  // subgroup, not the job's: see globalRank()).
+  int rank() const;
+  int size() const;
+  // The job-wide rank of this group's rank `groupRank`.
+  int globalRank(int groupRank) const;
   Backend backend() const;
   const Environment& environment() const { return environment_; }
   // Where this group's tensors live: "cpu" (Gloo) or "cuda:N" (NCCL).
@@ -95,32 +103,68 @@ class ProcessGroup {
   // prefix), as c10d sees it.
   c10d::Store& store();
 
+  // --- collectives: every rank of the group calls them in the same order.
+  // Tensors are contiguous and on device(); "in place" means the tensor
+  // passed in holds the result.
+
   // In place: every rank ends with the reduction of all ranks' tensors.
   void allReduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   std::shared_ptr<Work> allReduceAsync(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // In place: every rank ends with `root`'s tensor.
   void broadcast(at::Tensor& tensor, int root = 0);
-  // Returns a tensor of shape [size(), *tensor.shape] holding every rank's.
+  std::shared_ptr<Work> broadcastAsync(const at::Tensor& tensor, int root = 0);
+  // In place on `root`: the reduction of all ranks' tensors (the others'
+  // tensors are left unspecified, as in torch.distributed).
+  void reduce(at::Tensor& tensor, int root = 0, ReduceOp op = ReduceOp::kSum);
+  // Every rank's tensor: stacked as [size(), *shape], as a list, or written
+  // into `output` of shape [size() * d0, ...] (all_gather_into_tensor).
   at::Tensor allGather(const at::Tensor& tensor);
+  std::vector<at::Tensor> allGatherList(const at::Tensor& tensor);
+  void allGatherInto(at::Tensor& output, const at::Tensor& input);
+  // On `root`: every rank's tensor, in rank order; elsewhere empty.
+  std::vector<at::Tensor> gather(const at::Tensor& tensor, int root = 0);
+  // `output` receives root's inputs[rank()]; `inputs` (size() tensors shaped
+  // like `output`) is read on `root` only.
+  void scatter(at::Tensor& output, const std::vector<at::Tensor>& inputs, int root = 0);
+  // `output` = the reduction over ranks of their inputs[rank()]; `inputs`
+  // is size() tensors shaped like `output`.
+  void reduceScatter(at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                     ReduceOp op = ReduceOp::kSum);
+  // all_to_all_single with equal splits: `input`'s dim 0 in size() chunks,
+  // chunk i to rank i; `output`'s chunk j comes from rank j.
+  void allToAll(at::Tensor& output, const at::Tensor& input);
+  // Point to point; `tag` tells apart several messages between two ranks.
+  void send(const at::Tensor& tensor, int dst, int tag = 0);
+  void recv(at::Tensor& tensor, int src, int tag = 0);
   void barrier();
+  // Every rank reports to rank 0 within `timeout` (Gloo). A TimeoutError
+  // names the ranks that did not (all of them with waitAllRanks, else the
+  // first).
+  void monitoredBarrier(std::chrono::milliseconds timeout, bool waitAllRanks = true);
 
-  // Small objects from `root` to every rank (an early-stop flag, a string).
+  // Byte strings (objects the caller serialised): from `root` to every
+  // rank, and every rank's to every rank.
   std::string broadcastString(const std::string& value, int root = 0);
   bool broadcastFlag(bool value, int root = 0);
+  std::vector<std::string> allGatherBytes(const std::string& bytes);
+
+  // A group of the ranks `ranks` of this group (their order gives their
+  // ranks in the new group). Every rank of this group calls it, in the same
+  // order, as torch.distributed.new_group; ranks outside get nullptr.
+  std::shared_ptr<ProcessGroup> newGroup(const std::vector<int>& ranks);
+  // The ranks of this group that run on this rank's node (same GROUP_RANK),
+  // one group per node; every rank calls it.
+  std::shared_ptr<ProcessGroup> nodeGroup();
 
  private:
   // Checks `tensor` can take part in `what` (device, layout, dtype), else
   // throws ConfigError saying what to change.
   void validate(const at::Tensor& tensor, const char* what) const;
-  // Waits for a c10d collective, turning its failure into a ddprun error.
-  class C10dWork;
+  void checkRank(int rank, const char* what, const char* role) const;
 
   Environment environment_;
   std::unique_ptr<Impl> impl_;
   ProcessGroupOptions options_;
-  // Serialises issuing, so every rank enqueues its collectives in the order
-  // it issued them.
-  std::mutex issueMutex_;
 };
 
 // Creates the process group of this process from Environment::detect().
