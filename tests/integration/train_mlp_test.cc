@@ -8,10 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <regex>
 
 #include "child_process.h"
 #include "launcher_support.h"
+#include "slurm_variables.h"
 
 namespace ddprun::test_support {
 namespace {
@@ -135,6 +138,65 @@ TEST(TrainMlp, AKilledWorkerResumesFromTheCheckpointWithTheSameResult) {
   EXPECT_EQ(finalChecksum(out), expected) << out;
   fs::remove_all(undisturbedDir);
   fs::remove_all(disturbedDir);
+}
+
+// The same training under the launchers people use without ddprun: Debian's
+// torchrun 1.13 (which sets no DDPRUN_TOKEN: the ranks meet through
+// PyTorch's TCPStore) and a plain srun-style start (SLURM's variables,
+// rank 0 hosts the TCPStore). Both end with ddprun's checksum.
+std::string checksumUnderDdprun(int steps) {
+  const auto result =
+      runDdprun({"--standalone", "--nproc_per_node=2", kTrainMlp, "--steps", std::to_string(steps)},
+                {}, 120s);
+  EXPECT_EQ(result.code, 0) << result.out << result.err;
+  return finalChecksum(result.out);
+}
+
+TEST(TrainMlp, UnderDebiansTorchrunWithoutATokenItTrainsTheSameModel) {
+  if (!fs::exists("/usr/bin/torchrun")) GTEST_SKIP() << "Debian's torchrun is not installed";
+  const std::string expected = checksumUnderDdprun(40);
+  ASSERT_FALSE(expected.empty());
+  const auto logs = scratch("torchrun-logs");
+  // Debian's torchrun 1.13 needs these output options under Python 3.11.
+  ChildProcess torchrun({"/usr/bin/torchrun", "--standalone", "--nproc_per_node=2", "--redirects",
+                         "1", "--tee", "2", "--log_dir", logs.string(), "--monitor_interval", "0.1",
+                         "--no_python", kTrainMlp, "--steps", "40"},
+                        {{"DDPRUN_TOKEN", ""}, {"DDPRUN_STORE_HOST", ""}});
+  const auto code = torchrun.wait(180s);
+  ASSERT_TRUE(code.has_value()) << "torchrun did not finish";
+  ASSERT_EQ(*code, 0) << torchrun.stdoutText() << torchrun.stderrText();
+  // Rank 0's stdout went to <log_dir>/<run id>/attempt_0/0/stdout.log.
+  std::string rankZero;
+  for (const auto& entry : fs::recursive_directory_iterator(logs)) {
+    if (entry.path().filename() != "stdout.log") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    if (text.find("final checksum") != std::string::npos) rankZero = text;
+  }
+  EXPECT_EQ(finalChecksum(rankZero), expected) << rankZero;
+  fs::remove_all(logs);
+}
+
+TEST(TrainMlp, UnderAPlainSrunStyleStartItTrainsTheSameModel) {
+  const std::string expected = checksumUnderDdprun(40);
+  ASSERT_FALSE(expected.empty());
+  const std::uint16_t port = freePort();
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto slurm = slurmVariables(rank, 2, port, "777");
+    // No token and no ddprun: the ranks meet through rank 0's TCPStore.
+    for (const char* name : {"DDPRUN_TOKEN", "DDPRUN_STORE_HOST", "RANK", "WORLD_SIZE"}) {
+      slurm[name] = "";
+    }
+    ranks.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{kTrainMlp, "--steps", "40"}, slurm));
+  }
+  for (auto& rank : ranks) {
+    const auto code = rank->wait(180s);
+    ASSERT_TRUE(code.has_value()) << "a rank did not finish";
+    EXPECT_EQ(*code, 0) << rank->stdoutText() << rank->stderrText();
+  }
+  EXPECT_EQ(finalChecksum(ranks[0]->stdoutText()), expected) << ranks[0]->stdoutText();
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/worker/spawn.h"
 #include "require.h"
+#include "slurm_variables.h"
 #include "unused_port.h"
 
 namespace ddprun::worker {
@@ -348,16 +349,7 @@ TEST(ProcessGroup, UnderPlainSrunRankZeroHostsTheStore) {
                              "DDPRUN_STORE_HOST", "DDPRUN_STORE_PORT", "DDPRUN_STORE_PREFIX"}) {
       ::unsetenv(name);
     }
-    const std::map<std::string, std::string> slurm = {{"SLURM_JOB_ID", "4242"},
-                                                      {"SLURM_PROCID", std::to_string(rank)},
-                                                      {"SLURM_LOCALID", std::to_string(rank)},
-                                                      {"SLURM_NTASKS", "2"},
-                                                      {"SLURM_NNODES", "1"},
-                                                      {"SLURM_NODEID", "0"},
-                                                      {"SLURM_JOB_NODELIST", "localhost"},
-                                                      {"SLURM_TASKS_PER_NODE", "2"},
-                                                      {"MASTER_ADDR", "127.0.0.1"},
-                                                      {"MASTER_PORT", std::to_string(port)}};
+    const auto slurm = test_support::slurmVariables(rank, 2, port, "4242");
     for (const auto& [name, value] : slurm) ::setenv(name.c_str(), value.c_str(), 1);
     const auto env = Environment::detect();
     require(env.source == Environment::Source::kSlurm, env.describe());
