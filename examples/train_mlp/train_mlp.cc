@@ -101,9 +101,13 @@ int run(const Options& o) {
 
   const std::string checkpoint = o.checkpointDir.empty() ? "" : o.checkpointDir + "/checkpoint.pt";
   std::int64_t step = 0;
-  if (o.resume && !checkpoint.empty() && dw::checkpointExists(checkpoint)) {
-    step = dw::loadCheckpoint(checkpoint, *model, &optimizer, group->device());
-    dw::printOnRankZero(*group, fmt::format("resumed from {} at step {}", checkpoint, step));
+  if (o.resume && !checkpoint.empty()) {
+    // Rank 0 decides and sends the file: every rank resumes at one step.
+    if (auto saved =
+            dw::resumeCheckpoint(*group, checkpoint, *model, &optimizer, group->device())) {
+      step = *saved;
+      dw::printOnRankZero(*group, fmt::format("resumed from {} at step {}", checkpoint, step));
+    }
   }
   dw::DdpOptions ddpOptions;
   ddpOptions.sync = o.strategy == "simple" ? dw::GradientSync::kSimple : dw::GradientSync::kOverlap;

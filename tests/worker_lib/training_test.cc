@@ -1,16 +1,23 @@
 // The sampler (against PyTorch 1.13's DistributedSampler output), metrics,
 // the early-stop decision and checkpoints.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <set>
+#include <sstream>
 
+#include "child_process.h"
 #include "ddprun/common/error.h"
 #include "ddprun/worker/checkpoint.h"
 #include "ddprun/worker/process_group.h"
@@ -197,6 +204,184 @@ TEST(Checkpoint, AcceptsTheDdpModulePrefixAndNamesWhatIsMissing) {
   torch::nn::Sequential unrelated(torch::nn::Linear(2, 2));
   EXPECT_THROW(loadCheckpoint(dir + "/plain.pt", *unrelated.ptr(), nullptr), ConfigError);
   EXPECT_THROW(loadCheckpoint(dir + "/missing.pt", *model.ptr(), nullptr), ConfigError);
+  std::filesystem::remove_all(dir);
+}
+
+// Runs Debian's python3 (PyTorch 1.13) on `script`; returns its stdout, or
+// fails the test with its output.
+std::string runPython(const std::string& script) {
+  test_support::ChildProcess python({"/usr/bin/python3", "-c", script});
+  const auto code = python.wait(120s);
+  const std::string out = python.stdoutText();
+  EXPECT_TRUE(code.has_value() && *code == 0) << out << python.stderrText();
+  return out;
+}
+
+bool pythonTorchAvailable() {
+  return std::filesystem::exists("/usr/lib/python3/dist-packages/torch/__init__.py");
+}
+
+TEST(Checkpoint, PythonReadsItAsAStateDict) {
+  if (!pythonTorchAvailable()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string dir = temporaryDirectory();
+  const std::string path = dir + "/cpp.pt";
+  torch::manual_seed(3);
+  auto model = torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01).amsgrad(true));
+  for (int i = 0; i < 2; ++i) {
+    adam.zero_grad();
+    model->forward(torch::randn({8, 3})).sum().backward();
+    adam.step();
+  }
+  writeCheckpoint(path, *model.ptr(), &adam, 42);
+  // Python loads it into the same model and optimizer, and both take the
+  // same next step from the same batch.
+  const std::string out = runPython(fmt::format(R"(
+import torch
+d = torch.load("{}")
+assert sorted(d) == ["model", "optimizer", "step"], sorted(d)
+m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+m.load_state_dict(d["model"])
+o = torch.optim.Adam(m.parameters(), lr=0.01, amsgrad=True)
+o.load_state_dict(d["optimizer"])
+torch.manual_seed(11)
+o.zero_grad(); m(torch.randn(8, 3)).sum().backward(); o.step()
+print(d["step"], " ".join("%.9g" % p.double().sum().item() for p in m.parameters()))
+)",
+                                                path));
+  torch::manual_seed(11);
+  adam.zero_grad();
+  model->forward(torch::randn({8, 3})).sum().backward();
+  adam.step();
+  std::istringstream words(out);
+  int step = 0;
+  words >> step;
+  EXPECT_EQ(step, 42) << out;
+  for (const auto& parameter : model->parameters()) {
+    double pythonSum = 0;
+    words >> pythonSum;
+    EXPECT_NEAR(pythonSum, parameter.to(torch::kDouble).sum().item<double>(), 1e-5) << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Checkpoint, APythonStateDictLoadsInCpp) {
+  if (!pythonTorchAvailable()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string dir = temporaryDirectory();
+  // A plain model.state_dict(), and a DDP-style {"model", "optimizer",
+  // "step"} whose names carry "module.".
+  runPython(fmt::format(R"(
+import torch
+m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+with torch.no_grad():
+    for i, p in enumerate(m.parameters()):
+        p.copy_(torch.arange(p.numel(), dtype=torch.float32).view_as(p) / 10 + i)
+    m[1].running_mean.fill_(0.5)
+torch.save(dict(m.state_dict()), "{0}/plain.pt")
+torch.save(m.state_dict(), "{0}/ordered.pt")
+o = torch.optim.Adam(m.parameters(), lr=0.1)
+o.zero_grad(); m(torch.ones(5, 3)).sum().backward(); o.step()
+sd = {{"module." + k: v for k, v in m.state_dict().items()}}
+torch.save({{"model": sd, "optimizer": o.state_dict(), "step": 7}}, "{0}/wrapped.pt")
+o.zero_grad(); m(torch.ones(5, 3)).sum().backward(); o.step()
+torch.save([p.detach() for p in m.parameters()], "{0}/after.pt")
+)",
+                        dir));
+  auto model = torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
+  EXPECT_EQ(loadCheckpoint(dir + "/plain.pt", *model.ptr(), nullptr), 0);
+  const auto parameters = model->parameters();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    const auto& p = parameters[i];
+    EXPECT_TRUE(torch::allclose(
+        p, torch::arange(p.numel(), torch::kFloat).view_as(p) / 10 + static_cast<double>(i)));
+  }
+  EXPECT_TRUE(torch::equal(model->buffers()[0], torch::full({4}, 0.5)));
+  // model.state_dict() itself is an OrderedDict: LibTorch 2.x reads it,
+  // 1.13 cannot, and the error says how to save it instead.
+#if TORCH_VERSION_MAJOR >= 2
+  EXPECT_EQ(loadCheckpoint(dir + "/ordered.pt", *model.ptr(), nullptr), 0);
+#else
+  try {
+    loadCheckpoint(dir + "/ordered.pt", *model.ptr(), nullptr);
+    ADD_FAILURE() << "LibTorch 1.13 read an OrderedDict";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("dict(model.state_dict())"), std::string::npos)
+        << e.what();
+  }
+#endif
+
+  torch::optim::Adam adam(model->parameters(), 0.1);
+#if TORCH_VERSION_MAJOR >= 2
+  EXPECT_EQ(loadCheckpoint(dir + "/wrapped.pt", *model.ptr(), &adam), 7);
+  // Adam's moments and step count came across: the same next step from the
+  // same batch lands where Python's did.
+  adam.zero_grad();
+  model->forward(torch::ones({5, 3})).sum().backward();
+  adam.step();
+  const auto after = torch::jit::pickle_load([&] {
+    std::ifstream in(dir + "/after.pt", std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  }());
+  const auto expected = after.toList();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(parameters[i], expected.get(i).toTensor(), 1e-5, 1e-6))
+        << i << ": " << parameters[i] << " vs " << expected.get(i).toTensor();
+  }
+#else
+  // LibTorch 1.13's unpickler cannot read Python's optimizer state_dict
+  // (a one-element list of parameter groups): a clear error, not a crash.
+  try {
+    loadCheckpoint(dir + "/wrapped.pt", *model.ptr(), &adam);
+    ADD_FAILURE() << "LibTorch 1.13 read a Python optimizer state_dict";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("exactly one entry"), std::string::npos) << e.what();
+  }
+#endif
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Checkpoint, AFailedSaveReachesEveryRankAndLeavesNoTemporary) {
+  const std::string dir = temporaryDirectory() + "/failed-save";
+  std::filesystem::create_directories(dir);
+  // The checkpoint's directory would have to be a regular file.
+  std::ofstream(dir + "/blocker") << "x";
+  spawn(2, [&](int rank) {
+    auto group = initProcessGroup({Backend::kGloo, 30s});
+    torch::nn::Linear model(2, 2);
+    try {
+      saveCheckpoint(*group, dir + "/blocker/ckpt.pt", *model.ptr(), nullptr, 1);
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      require(what.find("blocker/ckpt.pt") != std::string::npos, what);
+      if (rank == 1) require(what.find("rank 0 could not save") != std::string::npos, what);
+      return;
+    }
+    throw Error("saveCheckpoint returned although rank 0 could not write");
+  });
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename(), "blocker") << "left behind: " << entry.path();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Rank 1 sees no file at its path (no shared file system): it resumes from
+// rank 0's checkpoint anyway, at rank 0's step.
+TEST(Checkpoint, RankZeroDecidesTheResumeForEveryRank) {
+  const std::string dir = temporaryDirectory();
+  torch::manual_seed(4);
+  torch::nn::Linear saved(3, 2);
+  writeCheckpoint(dir + "/rank0.pt", *saved.ptr(), nullptr, 17);
+  spawn(2, [&](int rank) {
+    auto group = initProcessGroup({Backend::kGloo, 30s});
+    torch::manual_seed(100 + rank);
+    torch::nn::Linear model(3, 2);
+    const std::string path = dir + (rank == 0 ? "/rank0.pt" : "/not-on-this-host.pt");
+    const auto step = resumeCheckpoint(*group, path, *model.ptr(), nullptr);
+    require(step == 17, "every rank resumes at rank 0's step");
+    require(torch::equal(model->weight, saved->weight), "with rank 0's parameters");
+    const auto none = resumeCheckpoint(*group, dir + "/absent.pt", *model.ptr(), nullptr);
+    require(!none.has_value(), "no checkpoint on rank 0: nobody resumes");
+  });
   std::filesystem::remove_all(dir);
 }
 

@@ -2,26 +2,39 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
+#include <sstream>
+#include <unordered_map>
 
 #include "ddprun/common/error.h"
 #include "ddprun/worker/process_group.h"
+#include "optimizer_state.h"
 
 namespace ddprun::worker {
 
 namespace {
 
 namespace fs = std::filesystem;
+using Dict = c10::impl::GenericDict;
+
 constexpr char kModel[] = "model";
 constexpr char kOptimizer[] = "optimizer";
+// Optimizers other than SGD, Adam and AdamW: LibTorch's own archive of
+// their state, as a uint8 tensor (Python sees an opaque byte tensor).
+constexpr char kOptimizerArchive[] = "optimizer_libtorch";
 constexpr char kStep[] = "step";
 constexpr char kDdpPrefix[] = "module.";
 
@@ -32,81 +45,233 @@ void syncFile(const fs::path& path) {
   ::close(fd);
 }
 
-// Reads `name`, or its spelling with/without "module.", into `tensor`.
-bool readEither(torch::serialize::InputArchive& archive, const std::string& name,
-                at::Tensor& tensor, bool isBuffer) {
-  if (archive.try_read(name, tensor, isBuffer)) return true;
-  if (archive.try_read(kDdpPrefix + name, tensor, isBuffer)) return true;
-  const std::string prefix = kDdpPrefix;
-  if (name.rfind(prefix, 0) == 0)
-    return archive.try_read(name.substr(prefix.size()), tensor, isBuffer);
-  return false;
+std::string firstLine(const std::exception& e) {
+  const std::string text = e.what();
+  return text.substr(0, text.find("\nException raised from"));
 }
 
-void restore(torch::serialize::InputArchive& archive, const std::string& path,
+std::vector<char> readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("cannot open checkpoint {}", path));
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+// The tensors of a state_dict by name, found with or without the
+// "module." prefix that wrapping a model in DDP adds.
+class NamedTensors {
+ public:
+  void add(const std::string& name, at::Tensor tensor) { tensors_[name] = std::move(tensor); }
+
+  const at::Tensor* find(const std::string& name) const {
+    for (const std::string& candidate :
+         {name, kDdpPrefix + name,
+          name.rfind(kDdpPrefix, 0) == 0 ? name.substr(std::strlen(kDdpPrefix)) : name}) {
+      auto it = tensors_.find(candidate);
+      if (it != tensors_.end()) return &it->second;
+    }
+    return nullptr;
+  }
+
+ private:
+  std::unordered_map<std::string, at::Tensor> tensors_;
+};
+
+void restore(const NamedTensors& saved, const std::string& path,
              const torch::OrderedDict<std::string, at::Tensor>& named, bool isBuffer) {
   torch::NoGradGuard noGrad;
   for (const auto& item : named) {
-    at::Tensor saved;
-    if (!readEither(archive, item.key(), saved, isBuffer)) {
+    const at::Tensor* tensor = saved.find(item.key());
+    if (tensor == nullptr) {
       throw ConfigError(fmt::format(
           "checkpoint {} has no {} '{}' (nor 'module.{}'); was it written for another model?", path,
           isBuffer ? "buffer" : "parameter", item.key(), item.key()));
     }
     at::Tensor target = item.value();
-    if (saved.sizes() != target.sizes()) {
+    if (tensor->sizes() != target.sizes()) {
       throw ConfigError(fmt::format("checkpoint {}: '{}' has shape {} but the model expects {}",
-                                    path, item.key(), fmt::join(saved.sizes(), "x"),
+                                    path, item.key(), fmt::join(tensor->sizes(), "x"),
                                     fmt::join(target.sizes(), "x")));
     }
-    target.copy_(saved);
+    target.copy_(*tensor);
   }
+}
+
+// What a checkpoint file holds, in torch.save's format: a dict that
+// Python's torch.load returns as
+//   {"model": state_dict, "optimizer": optimizer.state_dict(), "step": n}.
+std::vector<char> encode(const torch::nn::Module& module, torch::optim::Optimizer* optimizer,
+                         std::int64_t step) {
+  Dict model(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& item : module.named_parameters())
+    model.insert(item.key(), item.value().detach());
+  for (const auto& item : module.named_buffers()) model.insert(item.key(), item.value().detach());
+  Dict checkpoint(c10::StringType::get(), c10::AnyType::get());
+  checkpoint.insert(kModel, model);
+  if (optimizer != nullptr) {
+    if (auto state = pythonStateDict(*optimizer)) {
+      checkpoint.insert(kOptimizer, *state);
+    } else {
+      torch::serialize::OutputArchive archive;
+      optimizer->save(archive);
+      std::ostringstream bytes;
+      archive.save_to(bytes);
+      const std::string text = bytes.str();
+      at::Tensor blob = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
+      std::memcpy(blob.data_ptr(), text.data(), text.size());
+      checkpoint.insert(kOptimizerArchive, blob);
+    }
+  }
+  checkpoint.insert(kStep, step);
+  return torch::jit::pickle_save(checkpoint);
+}
+
+// Restores the module (and optimizer) from a checkpoint's bytes: ours, a
+// Python torch.save of a state_dict (or of a dict holding "model"), or the
+// LibTorch archive that earlier ddprun versions wrote. Returns the step (0
+// when the file has none).
+std::int64_t decode(const std::vector<char>& bytes, const std::string& path,
+                    torch::nn::Module& module, torch::optim::Optimizer* optimizer,
+                    const std::string& device) {
+  c10::IValue value;
+  bool pickled = true;
+  std::string pickleError;
+  try {
+    value = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    pickled = false;
+    pickleError = firstLine(e);
+  }
+  if ((pickled && value.isNone()) ||
+      pickleError.find("Expected GenericDict but got None") != std::string::npos) {
+    // LibTorch 1.13's unpickler reads a collections.OrderedDict as None
+    // (2.x reads it as a dict).
+    throw ConfigError(fmt::format(
+        "checkpoint {} holds a collections.OrderedDict (Python's model.state_dict() as it is), "
+        "which LibTorch {} cannot read; in Python save a plain dict instead: "
+        "torch.save(dict(model.state_dict()), path), or {{\"model\": dict(model.state_dict()), "
+        "...}}",
+        path, TORCH_VERSION));
+  }
+  if (pickleError.find("Unknown opcode for unpickling") != std::string::npos) {
+    // LibTorch 1.13's unpickler lacks APPEND and SETITEM, with which Python
+    // pickles a list or dict of exactly one entry (an optimizer's single
+    // parameter group, an SGD parameter's state).
+    throw ConfigError(fmt::format(
+        "checkpoint {} holds a list or dict of exactly one entry (as Python's optimizer "
+        "state_dict does), which LibTorch {}'s unpickler cannot read ({}); link LibTorch 2.x, "
+        "or load only the model: torch.save(dict(model.state_dict()), path)",
+        path, TORCH_VERSION, pickleError));
+  }
+  if (!pickled || !value.isGenericDict()) {
+    // The LibTorch archive of ddprun's earlier checkpoints.
+    torch::serialize::InputArchive archive;
+    try {
+      archive.load_from(bytes.data(), bytes.size(), at::Device(device));
+    } catch (const std::exception& e) {
+      throw ConfigError(
+          fmt::format("checkpoint {} is neither a torch.save file ({}) nor a LibTorch archive ({})",
+                      path, pickleError.empty() ? "not a dict" : pickleError, firstLine(e)));
+    }
+    torch::serialize::InputArchive model;
+    torch::serialize::InputArchive* tensors = &archive;
+    if (archive.try_read(kModel, model)) tensors = &model;
+    NamedTensors saved;
+    for (const auto& source : {module.named_parameters(), module.named_buffers()}) {
+      for (const auto& item : source) {
+        at::Tensor t;
+        for (const std::string& name : {item.key(), kDdpPrefix + item.key()}) {
+          if (tensors->try_read(name, t, /*is_buffer=*/false) ||
+              tensors->try_read(name, t, /*is_buffer=*/true)) {
+            saved.add(item.key(), t);
+            break;
+          }
+        }
+      }
+    }
+    restore(saved, path, module.named_parameters(), false);
+    restore(saved, path, module.named_buffers(), true);
+    if (optimizer != nullptr) {
+      torch::serialize::InputArchive state;
+      if (!archive.try_read(kOptimizer, state)) {
+        throw ConfigError(fmt::format("checkpoint {} holds no optimizer state", path));
+      }
+      optimizer->load(state);
+    }
+    c10::IValue step;
+    if (archive.try_read(kStep, step) && step.isInt()) return step.toInt();
+    return 0;
+  }
+  const Dict dict = value.toGenericDict();
+  // Ours (or Python's {"model": ...}); else the dict is a state_dict.
+  const bool wrapped = dict.contains(kModel) && dict.at(kModel).isGenericDict();
+  const Dict tensors = wrapped ? dict.at(kModel).toGenericDict() : dict;
+  NamedTensors saved;
+  for (const auto& entry : tensors) {
+    if (entry.key().isString() && entry.value().isTensor()) {
+      saved.add(entry.key().toStringRef(), entry.value().toTensor());
+    }
+  }
+  restore(saved, path, module.named_parameters(), false);
+  restore(saved, path, module.named_buffers(), true);
+  if (optimizer != nullptr) {
+    if (wrapped && dict.contains(kOptimizer)) {
+      loadPythonStateDict(*optimizer, dict.at(kOptimizer), "checkpoint " + path);
+    } else if (wrapped && dict.contains(kOptimizerArchive)) {
+      const at::Tensor blob = dict.at(kOptimizerArchive).toTensor().contiguous();
+      torch::serialize::InputArchive state;
+      state.load_from(static_cast<const char*>(blob.data_ptr()), blob.numel(), at::Device(device));
+      optimizer->load(state);
+    } else {
+      throw ConfigError(fmt::format("checkpoint {} holds no optimizer state", path));
+    }
+  }
+  if (wrapped && dict.contains(kStep) && dict.at(kStep).isInt()) return dict.at(kStep).toInt();
+  return 0;
 }
 
 }  // namespace
 
 void writeCheckpoint(const std::string& path, const torch::nn::Module& module,
                      torch::optim::Optimizer* optimizer, std::int64_t step) {
-  torch::serialize::OutputArchive archive;
-  torch::serialize::OutputArchive model;
-  for (const auto& item : module.named_parameters()) model.write(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) model.write(item.key(), item.value(), true);
-  archive.write(kModel, model);
-  if (optimizer != nullptr) {
-    torch::serialize::OutputArchive state;
-    optimizer->save(state);
-    archive.write(kOptimizer, state);
-  }
-  archive.write(kStep, c10::IValue(step));
   const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
   const fs::path temporary = target.string() + fmt::format(".tmp.{}", ::getpid());
   try {
-    archive.save_to(temporary.string());
-  } catch (const c10::Error& e) {
-    throw ConfigError(
-        fmt::format("cannot write checkpoint {}: {}", path, e.what_without_backtrace()));
+    const std::vector<char> bytes = encode(module, optimizer, step);
+    if (target.has_parent_path()) fs::create_directories(target.parent_path());
+    {
+      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      out.close();
+      if (!out) throw ConfigError(fmt::format("writing {} failed", temporary.string()));
+    }
+    syncFile(temporary);
+    fs::rename(temporary, target);
+  } catch (const std::exception& e) {
+    // A failed save leaves nothing behind but the previous checkpoint.
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw ConfigError(fmt::format("cannot write checkpoint {}: {}", path, firstLine(e)));
   }
-  syncFile(temporary);
-  fs::rename(temporary, target);
   if (target.has_parent_path()) syncFile(target.parent_path());
 }
 
 void saveCheckpoint(ProcessGroup& group, const std::string& path, const torch::nn::Module& module,
                     torch::optim::Optimizer* optimizer, std::int64_t step) {
-  std::optional<ConfigError> failure;
+  std::string failure;
   if (group.rank() == 0) {
     try {
       writeCheckpoint(path, module, optimizer, step);
-    } catch (const ConfigError& e) {
-      failure = e;
+    } catch (const std::exception& e) {
+      failure = e.what();
     }
   }
-  // Rank 0's outcome reaches everyone, so no rank trains on believing a
-  // checkpoint exists that was never written.
-  const bool ok = group.broadcastFlag(!failure.has_value(), 0);
-  if (failure) throw *failure;
-  if (!ok) throw ConfigError(fmt::format("rank 0 could not write checkpoint {}", path));
+  // Rank 0's outcome, with its reason, reaches everyone, so no rank trains
+  // on believing a checkpoint exists that was never written.
+  failure = group.broadcastString(failure, 0);
+  if (!failure.empty()) {
+    throw ConfigError(group.rank() == 0 ? failure
+                                        : fmt::format("rank 0 could not save: {}", failure));
+  }
 }
 
 bool checkpointExists(const std::string& path) { return fs::is_regular_file(path); }
@@ -116,28 +281,50 @@ std::int64_t loadCheckpoint(const std::string& path, torch::nn::Module& module,
   if (!checkpointExists(path)) {
     throw ConfigError(fmt::format("checkpoint {} does not exist", path));
   }
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(path, at::Device(device));
-  } catch (const c10::Error& e) {
-    throw ConfigError(fmt::format("checkpoint {} is not a readable LibTorch archive: {}", path,
-                                  e.what_without_backtrace()));
-  }
-  torch::serialize::InputArchive model;
-  torch::serialize::InputArchive* tensors = &archive;
-  if (archive.try_read(kModel, model)) tensors = &model;
-  restore(*tensors, path, module.named_parameters(), false);
-  restore(*tensors, path, module.named_buffers(), true);
-  if (optimizer != nullptr) {
-    torch::serialize::InputArchive state;
-    if (!archive.try_read(kOptimizer, state)) {
-      throw ConfigError(fmt::format("checkpoint {} holds no optimizer state", path));
+  return decode(readFile(path), path, module, optimizer, device);
+}
+
+std::optional<std::int64_t> resumeCheckpoint(ProcessGroup& group, const std::string& path,
+                                             torch::nn::Module& module,
+                                             torch::optim::Optimizer* optimizer,
+                                             const std::string& device) {
+  // Rank 0 alone decides, and sends the file's bytes: every rank resumes
+  // from the same step, with or without a shared file system.
+  std::string bytes;
+  std::string failure;
+  bool exists = false;
+  if (group.rank() == 0) {
+    exists = checkpointExists(path);
+    if (exists) {
+      try {
+        const auto content = readFile(path);
+        bytes.assign(content.begin(), content.end());
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
     }
-    optimizer->load(state);
   }
-  c10::IValue step;
-  if (archive.try_read(kStep, step) && step.isInt()) return step.toInt();
-  return 0;
+  failure = group.broadcastString(failure, 0);
+  if (!failure.empty()) {
+    throw ConfigError(fmt::format("rank 0 could not read checkpoint {}: {}", path, failure));
+  }
+  if (!group.broadcastFlag(exists, 0)) return std::nullopt;
+  bytes = group.broadcastString(bytes, 0);
+  std::string error;
+  std::int64_t step = 0;
+  try {
+    step = decode(std::vector<char>(bytes.begin(), bytes.end()), path, module, optimizer, device);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // A rank that cannot take the checkpoint (another model) stops them all.
+  const auto errors = group.allGatherBytes(error);
+  for (int r = 0; r < group.size(); ++r) {
+    if (!errors[r].empty()) {
+      throw ConfigError(fmt::format("rank {} could not resume from {}: {}", r, path, errors[r]));
+    }
+  }
+  return step;
 }
 
 }  // namespace ddprun::worker
