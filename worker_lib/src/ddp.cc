@@ -1,17 +1,24 @@
 #include "ddprun/worker/ddp.h"
 
+#include <fmt/format.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
+#include <torch/csrc/distributed/c10d/logger.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "ddprun/common/error.h"
 #include "ddprun/worker/process_group.h"
+#include "process_group_access.h"
 
 namespace ddprun::worker {
 
@@ -19,230 +26,221 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Copies rank 0's tensors to every rank: one broadcast per dtype.
+std::string firstLine(const std::exception& e) {
+  const std::string text = e.what();
+  return text.substr(0, text.find("\nException raised from"));
+}
+
+// Rank 0's tensors to every rank, one broadcast per dtype (Python's
+// _sync_module_states does the same with _broadcast_coalesced).
 void broadcastFromRankZero(ProcessGroup& group, const std::vector<at::Tensor>& tensors) {
-  torch::NoGradGuard noGrad;
   std::map<at::ScalarType, std::vector<at::Tensor>> byType;
   for (const auto& t : tensors) byType[t.scalar_type()].push_back(t);
-  for (auto& [type, group_tensors] : byType) {
+  torch::NoGradGuard noGrad;
+  for (auto& [type, sameType] : byType) {
     std::vector<at::Tensor> flat;
-    for (const auto& t : group_tensors) flat.push_back(t.reshape(-1));
-    at::Tensor coalesced = at::cat(flat);
+    for (const auto& t : sameType) flat.push_back(t.reshape(-1));
+    at::Tensor coalesced = at::cat(flat).to(at::Device(group.device())).contiguous();
     group.broadcast(coalesced, 0);
     std::int64_t offset = 0;
-    for (auto& t : group_tensors) {
-      t.copy_(coalesced.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
+    for (auto& t : sameType) {
+      const auto n = t.numel();
+      t.copy_(coalesced.narrow(0, offset, n).view_as(t));
+      offset += n;
     }
   }
 }
 
 }  // namespace
 
-// Owns the buckets and the autograd hooks of one DistributedDataParallel.
+// The c10d::Reducer and what the C++ API adds around it: the Reducer is
+// prepared for each synchronised backward by a pre-hook on the parameters'
+// gradient accumulators (Python's DDP does it in forward(), which a C++
+// module does not route through us), and end-of-backward callbacks time the
+// finalisation.
 class DistributedDataParallel::Reducer {
  public:
-  Reducer(std::vector<at::Tensor> parameters, ProcessGroup& group, DdpOptions options)
-      : group_(group), options_(options) {
-    assignBuckets(std::move(parameters));
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      auto accumulator = torch::autograd::impl::grad_accumulator(slots_[i].parameter);
-      const auto key = accumulator->add_post_hook(std::make_unique<ReadyHook>(*this, i));
-      hooks_.push_back({accumulator, key});
+  Reducer(std::vector<at::Tensor> parameters, ProcessGroup& group, const DdpOptions& options)
+      : parameters_(std::move(parameters)), options_(options) {
+    auto c10dGroup = ProcessGroupAccess::c10dGroup(group);
+    // c10d's check may fire on some ranks only (each compares the others
+    // with itself); the verdict is shared so every rank raises.
+    std::string mismatch;
+    try {
+      c10d::verify_params_across_processes(c10dGroup, parameters_, c10::nullopt);
+    } catch (const std::exception& e) {
+      mismatch = firstLine(e);
+    }
+    const auto verdicts = group.allGatherBytes(mismatch);
+    for (int r = 0; r < group.size(); ++r) {
+      if (verdicts[r].empty()) continue;
+      throw ConfigError(fmt::format(
+          "DistributedDataParallel: the ranks' models differ (rank {} found): {} (every rank "
+          "must build the same model before wrapping it)",
+          r, verdicts[r]));
+    }
+    const bool simple = options.sync == GradientSync::kSimple;
+    const std::size_t unlimited = std::numeric_limits<std::size_t>::max() / 2;
+    const std::size_t first = simple ? unlimited : options.firstBucketBytes;
+    const std::size_t cap = simple ? unlimited : options.bucketBytes;
+    // As Python's DDP (1.13): one bucket for the first step when the
+    // Reducer will rebuild the buckets after it (in the order gradients
+    // arrived, capped at [first, cap]); else buckets assigned over the
+    // parameters, reversed so the last layers fill the first bucket.
+    const bool rebuilds = options.staticGraph || !options.findUnusedParameters;
+    const std::vector<std::size_t> caps =
+        rebuilds ? std::vector<std::size_t>{unlimited} : std::vector<std::size_t>{first, cap};
+    auto [indices, limits] = c10d::compute_bucket_assignment_by_size(
+        parameters_, caps, std::vector<bool>(parameters_.size(), false));
+    std::reverse(indices.begin(), indices.end());
+    std::reverse(limits.begin(), limits.end());
+    std::unordered_map<size_t, std::string> names;
+    reducer_ = std::make_shared<c10d::Reducer>(
+        parameters_, std::move(indices), std::move(limits), c10dGroup,
+        std::vector<bool>(parameters_.size(), false), static_cast<int64_t>(cap),
+        options.findUnusedParameters, options.gradientAsBucketView, std::move(names),
+        static_cast<int64_t>(first));
+    // The Reducer reports through a Logger and expects one (1.13 calls it
+    // unchecked when it looks for unused parameters).
+    logger_ = std::make_shared<c10d::Logger>(reducer_);
+    reducer_->set_logger(logger_);
+    logger_->set_construction_data_and_log("ddprun::worker::DistributedDataParallel", {}, -1,
+                                           /*broadcast_buffers=*/true, /*has_sync_bn=*/false,
+                                           options.staticGraph);
+    if (options.staticGraph) {
+      reducer_->set_static_graph();
+      logger_->set_static_graph();
+    }
+    if (options.commHook == CommHook::kAllReduce) {
+      reducer_->register_builtin_comm_hook(c10d::BuiltinCommHookType::ALLREDUCE);
+    } else if (options.commHook == CommHook::kFp16Compress) {
+      reducer_->register_builtin_comm_hook(c10d::BuiltinCommHookType::FP16_COMPRESS);
+    }
+    state_ = std::make_shared<State>();
+    state_->owner = this;
+    for (const auto& parameter : parameters_) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(parameter);
+      accumulator->add_pre_hook(std::make_unique<BackwardStarts>(state_));
     }
   }
 
   ~Reducer() {
-    for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
+    // The pre-hooks stay on the parameters; they fall silent.
+    std::lock_guard lock(state_->mutex);
+    state_->owner = nullptr;
   }
 
-  std::atomic<bool> enabled{true};
+  bool enabled = true;
+
+  // Python's DDP prepares the Reducer at the end of forward(): with
+  // findUnusedParameters the outputs say which parameters this step uses.
+  void markForwardOutputs(const std::vector<at::Tensor>& outputs) {
+    if (!enabled) return;
+    {
+      std::lock_guard lock(state_->mutex);
+      if (state_->prepared) return;
+      state_->prepared = true;
+    }
+    announce(options_.findUnusedParameters && !options_.staticGraph ? outputs
+                                                                    : std::vector<at::Tensor>{});
+  }
 
   DdpStepStats stats() const {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(state_->mutex);
     return stats_;
   }
-  int bucketCount() const { return static_cast<int>(buckets_.size()); }
   std::vector<std::size_t> bucketBytes() const {
     std::vector<std::size_t> bytes;
-    for (const auto& bucket : buckets_) bytes.push_back(bucket.flat.nbytes());
+    for (const auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
+      bytes.push_back(
+          static_cast<std::size_t>(bucket.getBuffer().numel() * bucket.getBuffer().element_size()));
+    }
     return bytes;
   }
 
  private:
-  struct Slot {
-    at::Tensor parameter;
-    // The parameter's place in its bucket (aliases the bucket's storage).
-    at::Tensor gradient;
-    std::size_t bucket = 0;
-    std::int64_t offset = 0;
-    bool ready = false;
-  };
-  struct Bucket {
-    at::Tensor flat;
-    std::vector<std::size_t> slots;
-    std::int64_t elements = 0;
-    // 1 / world size as a 0-dim tensor of the bucket's dtype and device.
-    at::Tensor scale;
-    std::size_t pending = 0;
-    std::shared_ptr<Work> work;
+  struct State {
+    std::mutex mutex;
+    Reducer* owner = nullptr;
+    bool prepared = false;    // the coming backward pass was announced to the Reducer
+    bool inBackward = false;  // a synchronised backward pass is running
+    int seen = 0;             // gradient accumulators reached in this pass
   };
 
-  // Runs after AccumulateGrad has updated the parameter's .grad().
-  class ReadyHook : public torch::autograd::FunctionPostHook {
+  // Runs before a parameter's gradient is accumulated: the first one of a
+  // synchronised backward pass prepares the Reducer, as Python's DDP does
+  // at the end of forward().
+  class BackwardStarts : public torch::autograd::FunctionPreHook {
    public:
-    ReadyHook(Reducer& reducer, std::size_t slot) : reducer_(reducer), slot_(slot) {}
+    explicit BackwardStarts(std::shared_ptr<State> state) : state_(std::move(state)) {}
     torch::autograd::variable_list operator()(
-        const torch::autograd::variable_list& outputs,
-        const torch::autograd::variable_list& /*inputs*/) override {
-      reducer_.onGradientReady(slot_);
-      return outputs;
+        const torch::autograd::variable_list& grads) override {
+      std::unique_lock lock(state_->mutex);
+      if (state_->owner != nullptr) state_->owner->gradientArrives(lock);
+      return grads;
     }
 
    private:
-    Reducer& reducer_;
-    std::size_t slot_;
+    std::shared_ptr<State> state_;
   };
 
-  // Reverse registration order approximates the order backward produces
-  // gradients; a bucket never mixes dtypes or devices. As in PyTorch's
-  // compute_bucket_assignment_by_size, a bucket closes once it reaches its
-  // cap (the parameter that crosses it stays in), so the first bucket fills
-  // early and its all-reduce overlaps the rest of backward.
-  void assignBuckets(std::vector<at::Tensor> parameters) {
-    using Kind = std::pair<at::ScalarType, std::string>;
-    std::map<Kind, std::size_t> open;
-    std::map<Kind, int> closed;
-    for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
-      const at::Tensor& p = *it;
-      const Kind kind{p.scalar_type(), p.device().str()};
-      auto found = open.find(kind);
-      if (found == open.end()) {
-        buckets_.emplace_back();
-        found = open.emplace(kind, buckets_.size() - 1).first;
-      }
-      Bucket& bucket = buckets_[found->second];
-      Slot slot;
-      slot.parameter = p;
-      slot.bucket = found->second;
-      slot.offset = bucket.elements;
-      bucket.elements += p.numel();
-      bucket.slots.push_back(slots_.size());
-      slots_.push_back(std::move(slot));
-      if (options_.sync == GradientSync::kSimple) continue;  // one bucket per kind
-      const std::size_t cap = closed[kind] == 0 ? options_.firstBucketBytes : options_.bucketBytes;
-      const auto bytes = static_cast<std::size_t>(bucket.elements) * p.element_size();
-      if (bytes >= cap) {
-        open.erase(found);
-        ++closed[kind];
-      }
-    }
-    for (auto& bucket : buckets_) {
-      const at::Tensor& first = slots_[bucket.slots.front()].parameter;
-      bucket.flat = at::zeros({bucket.elements}, first.options());
-      bucket.scale = at::scalar_tensor(1.0 / group_.size(), first.options());
-      bucket.pending = bucket.slots.size();
-      for (auto index : bucket.slots) {
-        Slot& slot = slots_[index];
-        slot.gradient = at::empty({0}, bucket.flat.options())
-                            .set_(bucket.flat.storage(), slot.offset, slot.parameter.sizes(),
-                                  slot.parameter.contiguous().strides());
-      }
-    }
+  // What Python's forward() does around the module, in its order.
+  void announce(const std::vector<at::Tensor>& outputs) {
+    reducer_->prepare_for_forward();
+    reducer_->rebuild_buckets();
+    reducer_->prepare_for_backward(outputs);
   }
 
-  void onGradientReady(std::size_t index) {
-    std::lock_guard lock(mutex_);
+  void gradientArrives(std::unique_lock<std::mutex>& lock) {
     if (!enabled) return;
-    if (!finalizeQueued_) {
-      finalizeQueued_ = true;
-      launchedDuringBackward_ = 0;
-      torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
-    }
-    Slot& slot = slots_[index];
-    if (slot.ready) return;
-    copyIn(slot);
-    Bucket& bucket = buckets_[slot.bucket];
-    if (--bucket.pending == 0 && options_.sync == GradientSync::kOverlap) {
-      launchedDuringBackward_ += launchReady();
-    }
-  }
-
-  // Puts the parameter's gradient, divided by the world size, into its
-  // place in the bucket (unless autograd already accumulated it there, see
-  // finalize()). Dividing here, as PyTorch's reducer does, fuses the
-  // division into the copy and keeps it off the communication path: the
-  // buckets are then summed.
-  void copyIn(Slot& slot) {
-    torch::NoGradGuard noGrad;
-    const at::Tensor& grad = slot.parameter.grad();
-    const at::Tensor& scale = buckets_[slot.bucket].scale;
-    if (!grad.defined()) {
-      slot.gradient.zero_();
-    } else if (grad.data_ptr() != slot.gradient.data_ptr()) {
-      at::mul_out(slot.gradient, grad, scale);
-    } else {
-      slot.gradient.mul_(scale);
-    }
-    slot.ready = true;
-  }
-
-  // Launches, in bucket order, every bucket whose gradients are all in.
-  int launchReady() {
-    int launched = 0;
-    while (nextBucket_ < buckets_.size() && buckets_[nextBucket_].pending == 0) {
-      Bucket& bucket = buckets_[nextBucket_++];
-      bucket.work = group_.allReduceAsync(bucket.flat, ReduceOp::kSum);
-      ++launched;
-    }
-    return launched;
-  }
-
-  // Queued into the autograd engine by the first hook of a backward pass;
-  // runs when that pass has finished.
-  void finalize() {
-    std::lock_guard lock(mutex_);
-    // Parameters that got no gradient this pass (unused on this rank).
-    for (auto& slot : slots_) {
-      if (slot.ready) continue;
-      copyIn(slot);
-      --buckets_[slot.bucket].pending;
-    }
-    launchReady();
-    const auto start = Clock::now();
-    for (auto& bucket : buckets_) bucket.work->wait();
-    stats_.exposedCommSeconds = std::chrono::duration<double>(Clock::now() - start).count();
-    stats_.buckets = static_cast<int>(buckets_.size());
-    stats_.bucketsLaunchedDuringBackward = launchedDuringBackward_;
-    // The averaged values are in the buckets. Each .grad() becomes (or
-    // already is) its slot of the bucket, so no copy back, and the next
-    // backward accumulates straight into the bucket (PyTorch's
-    // gradient_as_bucket_view). The slot aliases the bucket's storage without
-    // being an autograd view, so optimizers may detach_() and zero_() it.
-    for (auto& slot : slots_) {
-      const at::Tensor& grad = slot.parameter.grad();
-      if (!grad.defined() || grad.data_ptr() != slot.gradient.data_ptr()) {
-        slot.parameter.mutable_grad() = slot.gradient;
+    if (!state_->inBackward) {
+      state_->inBackward = true;
+      state_->seen = 0;
+      const bool announced = state_->prepared;
+      const bool firstIteration = iterations_++ == 0;
+      lock.unlock();
+      if (!announced) {
+        if (options_.findUnusedParameters && !options_.staticGraph) {
+          throw ConfigError(
+              "DistributedDataParallel with findUnusedParameters: call "
+              "ddp.markForwardOutputs(outputs) after the forward pass, before backward");
+        }
+        announce({});
       }
-      slot.ready = false;
+      auto& engine = torch::autograd::Engine::get_default_engine();
+      if (options_.staticGraph && firstIteration) {
+        engine.queue_callback([this] { reducer_->delay_all_reduce(); });
+      }
+      // At the end of backward this pass is over.
+      engine.queue_callback([state = state_] {
+        std::lock_guard inner(state->mutex);
+        state->prepared = false;
+        state->inBackward = false;
+      });
+      lock.lock();
     }
-    for (auto& bucket : buckets_) {
-      bucket.pending = bucket.slots.size();
-      bucket.work.reset();
+    if (++state_->seen == static_cast<int>(parameters_.size())) {
+      // Every gradient arrived: time the wait for the Reducer's finalisation.
+      const auto lastGradient = Clock::now();
+      auto state = state_;
+      torch::autograd::Engine::get_default_engine().queue_callback([this, state, lastGradient] {
+        torch::autograd::Engine::get_default_engine().queue_callback([this, state, lastGradient] {
+          std::lock_guard inner(state->mutex);
+          if (state->owner == nullptr) return;
+          stats_.buckets = static_cast<int>(reducer_->get_grad_buckets(true).size());
+          stats_.exposedCommSeconds =
+              std::chrono::duration<double>(Clock::now() - lastGradient).count();
+        });
+      });
     }
-    nextBucket_ = 0;
-    finalizeQueued_ = false;
   }
 
-  ProcessGroup& group_;
+  std::vector<at::Tensor> parameters_;
   DdpOptions options_;
-  std::vector<Slot> slots_;
-  std::vector<Bucket> buckets_;
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> hooks_;
-  mutable std::mutex mutex_;
-  std::size_t nextBucket_ = 0;
-  bool finalizeQueued_ = false;
-  int launchedDuringBackward_ = 0;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Logger> logger_;
+  std::shared_ptr<State> state_;
+  std::int64_t iterations_ = 0;
   DdpStepStats stats_;
 };
 
@@ -254,9 +252,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   if (options.bucketBytes == 0 || options.firstBucketBytes == 0) {
     throw ConfigError("DistributedDataParallel: bucket sizes must be positive");
   }
-  std::vector<at::Tensor> state = module_->parameters();
-  for (const auto& buffer : module_->buffers()) state.push_back(buffer);
-  if (!state.empty()) broadcastFromRankZero(*group_, state);
   std::vector<at::Tensor> trainable;
   for (const auto& p : module_->parameters()) {
     if (p.requires_grad()) trainable.push_back(p);
@@ -264,7 +259,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   if (trainable.empty()) {
     throw ConfigError("DistributedDataParallel: the module has no parameter that requires grad");
   }
-  reducer_ = std::make_unique<Reducer>(std::move(trainable), *group_, options);
+  // The shape check runs first, so a mismatch is named instead of a
+  // broadcast failing on it.
+  reducer_ = std::make_unique<Reducer>(trainable, *group_, options);
+  std::vector<at::Tensor> state = module_->parameters();
+  for (const auto& buffer : module_->buffers()) state.push_back(buffer);
+  broadcastFromRankZero(*group_, state);
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -276,6 +276,23 @@ DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
 
 DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->enabled = previous_; }
 
+void DistributedDataParallel::markForwardOutputs(const std::vector<at::Tensor>& outputs) {
+  reducer_->markForwardOutputs(outputs);
+}
+
+void DistributedDataParallel::zeroGrad() {
+  for (auto& parameter : module_->parameters()) {
+    at::Tensor& grad = parameter.mutable_grad();
+    if (!grad.defined()) continue;
+    if (grad.grad_fn()) {
+      grad = grad.detach();
+    } else {
+      grad.requires_grad_(false);
+    }
+    grad.zero_();
+  }
+}
+
 void DistributedDataParallel::broadcastBuffers() {
   auto buffers = module_->buffers();
   if (!buffers.empty()) broadcastFromRankZero(*group_, buffers);
@@ -283,7 +300,9 @@ void DistributedDataParallel::broadcastBuffers() {
 
 DdpStepStats DistributedDataParallel::lastStepStats() const { return reducer_->stats(); }
 
-int DistributedDataParallel::bucketCount() const { return reducer_->bucketCount(); }
+int DistributedDataParallel::bucketCount() const {
+  return static_cast<int>(reducer_->bucketBytes().size());
+}
 
 std::vector<std::size_t> DistributedDataParallel::bucketBytes() const {
   return reducer_->bucketBytes();

@@ -18,6 +18,7 @@
 #include "c10d_group.h"
 #include "ddprun/common/error.h"
 #include "job_store.h"
+#include "process_group_access.h"
 #include "tensor_description.h"
 
 namespace ddprun::worker {
@@ -620,6 +621,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::nodeGroup() {
   }
   return mine;
 }
+
+C10dGroupPtr ProcessGroupAccess::c10dGroup(ProcessGroup& group) { return group.impl_->group; }
 
 bool ncclAvailable() { return c10dNcclAvailable(); }
 

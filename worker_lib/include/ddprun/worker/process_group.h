@@ -157,6 +157,7 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> nodeGroup();
 
  private:
+  friend struct ProcessGroupAccess;  // the library's own view of the c10d group
   // Checks `tensor` can take part in `what` (device, layout, dtype), else
   // throws ConfigError saying what to change.
   void validate(const at::Tensor& tensor, const char* what) const;

@@ -1,0 +1,16 @@
+// The library's own view of a ProcessGroup's c10d group, for the parts of
+// LibTorch that take one (c10d::Reducer, verify_params_across_processes).
+//
+// Thread-safety: as the group.
+#pragma once
+
+#include "c10d_group.h"
+#include "ddprun/worker/process_group.h"
+
+namespace ddprun::worker {
+
+struct ProcessGroupAccess {
+  static C10dGroupPtr c10dGroup(ProcessGroup& group);
+};
+
+}  // namespace ddprun::worker
