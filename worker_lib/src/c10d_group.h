@@ -15,10 +15,9 @@
 
 #include "ddprun/worker/environment.h"
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
 namespace ddprun::worker {
@@ -29,6 +28,13 @@ using C10dGroup = c10d::Backend;
 using C10dGroup = c10d::ProcessGroup;
 #endif
 using C10dGroupPtr = c10::intrusive_ptr<C10dGroup>;
+
+// The c10d::ProcessGroup that c10d's DDP pieces (Reducer,
+// verify_params_across_processes) take: the group itself on 1.13; on 2.x a
+// ProcessGroup that dispatches to `group` for `deviceType`.
+c10::intrusive_ptr<c10d::ProcessGroup> asProcessGroup(const C10dGroupPtr& group,
+                                                      const c10::intrusive_ptr<c10d::Store>& store,
+                                                      int rank, int size, bool nccl);
 
 // True when the linked LibTorch has ProcessGroupNCCL and a CUDA device is
 // usable.

@@ -11,6 +11,22 @@
 
 namespace ddprun::worker {
 
+c10::intrusive_ptr<c10d::ProcessGroup> asProcessGroup(const C10dGroupPtr& group,
+                                                      const c10::intrusive_ptr<c10d::Store>& store,
+                                                      int rank, int size, bool nccl) {
+#if TORCH_VERSION_MAJOR >= 2
+  auto dispatcher = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
+  const auto type =
+      nccl ? c10d::ProcessGroup::BackendType::NCCL : c10d::ProcessGroup::BackendType::GLOO;
+  dispatcher->setBackend(nccl ? c10::DeviceType::CUDA : c10::DeviceType::CPU, type, group);
+  dispatcher->setDefaultBackend(type);
+  return dispatcher;
+#else
+  (void)store, (void)rank, (void)size, (void)nccl;
+  return group;
+#endif
+}
+
 bool c10dNcclAvailable() {
 #ifdef DDPRUN_C10D_NCCL
   return at::hasCUDA() && c10::cuda::device_count() > 0;

@@ -1,8 +1,11 @@
 #include "ddprun/worker/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
@@ -96,6 +99,31 @@ void restore(const NamedTensors& saved, const std::string& path,
   }
 }
 
+// torch.save's format for `value`, as torch::jit::pickle_save writes it but
+// without the type tags it adds to typed dicts (a GLOBAL
+// torch.jit._pickle.restore_type_tag), which torch.load refuses since 2.6
+// (weights_only=True by default). Lists must be generic (not c10::List<int>
+// and the like), for the same reason.
+std::vector<char> torchSave(const c10::IValue& value) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* bytes, size_t n) { pickle.insert(pickle.end(), bytes, bytes + n); }, nullptr,
+      nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t n) {
+    const auto* begin = static_cast<const char*>(bytes);
+    archive.insert(archive.end(), begin, begin + n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                     writer);
+  writer.writeEndOfFile();
+  return archive;
+}
+
 // What a checkpoint file holds, in torch.save's format: a dict that
 // Python's torch.load returns as
 //   {"model": state_dict, "optimizer": optimizer.state_dict(), "step": n}.
@@ -122,7 +150,7 @@ std::vector<char> encode(const torch::nn::Module& module, torch::optim::Optimize
     }
   }
   checkpoint.insert(kStep, step);
-  return torch::jit::pickle_save(checkpoint);
+  return torchSave(checkpoint);
 }
 
 // Restores the module (and optimizer) from a checkpoint's bytes: ours, a
@@ -143,14 +171,14 @@ std::int64_t decode(const std::vector<char>& bytes, const std::string& path,
   }
   if ((pickled && value.isNone()) ||
       pickleError.find("Expected GenericDict but got None") != std::string::npos) {
-    // LibTorch 1.13's unpickler reads a collections.OrderedDict as None
-    // (2.x reads it as a dict).
+    // LibTorch's unpickler (1.13 and 2.6) reads a collections.OrderedDict
+    // as None.
     throw ConfigError(fmt::format(
         "checkpoint {} holds a collections.OrderedDict (Python's model.state_dict() as it is), "
         "which LibTorch {} cannot read; in Python save a plain dict instead: "
         "torch.save(dict(model.state_dict()), path), or {{\"model\": dict(model.state_dict()), "
-        "...}}",
-        path, TORCH_VERSION));
+        "...}} (the unpickler said: {})",
+        path, TORCH_VERSION, pickled ? "None" : pickleError));
   }
   if (pickleError.find("Unknown opcode for unpickling") != std::string::npos) {
     // LibTorch 1.13's unpickler lacks APPEND and SETITEM, with which Python

@@ -62,7 +62,7 @@ class DistributedDataParallel::Reducer {
  public:
   Reducer(std::vector<at::Tensor> parameters, ProcessGroup& group, const DdpOptions& options)
       : parameters_(std::move(parameters)), options_(options) {
-    auto c10dGroup = ProcessGroupAccess::c10dGroup(group);
+    auto c10dGroup = ProcessGroupAccess::processGroup(group);
     // c10d's check may fire on some ranks only (each compares the others
     // with itself); the verdict is shared so every rank raises.
     std::string mismatch;

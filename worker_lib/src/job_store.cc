@@ -1,6 +1,7 @@
 #include "job_store.h"
 
 #include <fmt/format.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -83,6 +84,11 @@ c10::intrusive_ptr<c10d::Store> connectTcpStore(const Environment& environment,
   options.numWorkers = environment.worldSize;
   options.waitWorkers = false;
   options.timeout = timeout;
+#if TORCH_VERSION_MAJOR >= 2
+  // PyTorch's own switch, as torch.distributed's env:// reads it: LibTorch
+  // 2.x defaults to its libuv backend, which a build without libuv refuses.
+  if (const char* libuv = std::getenv("USE_LIBUV")) options.useLibUV = std::strcmp(libuv, "0") != 0;
+#endif
   try {
     return c10::make_intrusive<c10d::TCPStore>(environment.masterAddr, options);
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+#include <torch/version.h>
 
 #include <memory>
 
@@ -17,8 +18,14 @@ using Dict = c10::impl::GenericDict;
 
 Dict stringDict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 
-std::string stateKey(const at::Tensor& parameter) {
+// How LibTorch's optimizers key their per-parameter state: the parameter's
+// TensorImpl address, as text on 1.13 and as a pointer on 2.x.
+auto stateKey(const at::Tensor& parameter) {
+#if TORCH_VERSION_MAJOR >= 2
+  return static_cast<void*>(parameter.unsafeGetTensorImpl());
+#else
   return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+#endif
 }
 
 // Python's group keys for the options of SGD, Adam and AdamW (1.13 names).
@@ -98,7 +105,7 @@ std::optional<c10::IValue> pythonStateDict(const torch::optim::Optimizer& optimi
   for (const auto& group : optimizer.param_groups()) {
     Dict g = stringDict();
     putOptions(g, group.options());
-    c10::List<int64_t> params;
+    c10::impl::GenericList params(c10::AnyType::get());  // generic: see torchSave()
     for (const auto& parameter : group.params()) {
       params.push_back(index);
       const auto found = optimizer.state().find(stateKey(parameter));

@@ -136,6 +136,8 @@ struct ProcessGroup::Impl {
   std::string device = "cpu";
   c10::intrusive_ptr<c10d::Store> store;
   C10dGroupPtr group;
+  // The group as a c10d::ProcessGroup for the Reducer (made on first use).
+  c10::intrusive_ptr<c10d::ProcessGroup> dispatcher;
   int rank = 0;
   int size = 1;
   std::vector<int> globalRanks;  // group rank -> job rank; empty: the same
@@ -622,7 +624,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::nodeGroup() {
   return mine;
 }
 
-C10dGroupPtr ProcessGroupAccess::c10dGroup(ProcessGroup& group) { return group.impl_->group; }
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAccess::processGroup(ProcessGroup& group) {
+  ProcessGroup::Impl& impl = *group.impl_;
+  std::lock_guard lock(impl.issueMutex);
+  if (!impl.dispatcher) {
+    impl.dispatcher =
+        asProcessGroup(impl.group, impl.store, impl.rank, impl.size, impl.kind == Backend::kNccl);
+  }
+  return impl.dispatcher;
+}
 
 bool ncclAvailable() { return c10dNcclAvailable(); }
 

@@ -10,7 +10,8 @@
 namespace ddprun::worker {
 
 struct ProcessGroupAccess {
-  static C10dGroupPtr c10dGroup(ProcessGroup& group);
+  // The group as c10d's DDP pieces take it (see asProcessGroup()).
+  static c10::intrusive_ptr<c10d::ProcessGroup> processGroup(ProcessGroup& group);
 };
 
 }  // namespace ddprun::worker
