@@ -11,6 +11,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/worker/process_group.h"
 #include "ddprun/worker/spawn.h"
+#include "ddprun/worker/sync_batch_norm.h"
 #include "require.h"
 
 namespace ddprun::worker {
@@ -272,20 +273,24 @@ TEST(DistributedDataParallel, AStalledReductionRaisesOnEveryRank) {
 // order gradients arrived with caps [1 MiB, 25 MiB]: [[fc3.b, fc3.w, fc2.b,
 // fc2.w], [fc1.b, fc1.w]] for this model.
 TEST(DistributedDataParallel, BucketsFollowPyTorchsAssignment) {
-  Environment single;
-  auto group = initProcessGroup(single, {Backend::kGloo, 5s});
-  torch::nn::Sequential mlp(torch::nn::Linear(1024, 2048), torch::nn::ReLU(),
-                            torch::nn::Linear(2048, 2048), torch::nn::ReLU(),
-                            torch::nn::Linear(2048, 100));
-  DistributedDataParallel overlap(mlp.ptr(), group);
-  // One bucket until the first step shows the order gradients arrive in.
-  EXPECT_EQ(overlap.bucketBytes(), (std::vector<std::size_t>{4 * 6500452}));
-  // The Reducer rebuilds them when the second step begins.
-  mlp->forward(torch::randn({2, 1024})).sum().backward();
-  mlp->forward(torch::randn({2, 1024})).sum().backward();
-  EXPECT_EQ(overlap.bucketBytes(),
-            (std::vector<std::size_t>{4 * (100 + 2048 * 100 + 2048 + 2048 * 2048),
-                                      4 * (2048 + 1024 * 2048)}));
+  // In a child: backward in this process would start autograd's threads,
+  // after which LibTorch 2.x refuses autograd in forked ranks (spawn()).
+  spawn(1, [](int) {
+    auto group = initProcessGroup({Backend::kGloo, 5s});
+    torch::nn::Sequential mlp(torch::nn::Linear(1024, 2048), torch::nn::ReLU(),
+                              torch::nn::Linear(2048, 2048), torch::nn::ReLU(),
+                              torch::nn::Linear(2048, 100));
+    DistributedDataParallel overlap(mlp.ptr(), group);
+    // One bucket until the first step shows the order gradients arrive in.
+    require(overlap.bucketBytes() == std::vector<std::size_t>{4 * 6500452}, "one bucket first");
+    // The Reducer rebuilds them when the second step begins.
+    mlp->forward(torch::randn({2, 1024})).sum().backward();
+    mlp->forward(torch::randn({2, 1024})).sum().backward();
+    require(overlap.bucketBytes() ==
+                std::vector<std::size_t>{4 * (100 + 2048 * 100 + 2048 + 2048 * 2048),
+                                         4 * (2048 + 1024 * 2048)},
+            "Python's rebuilt buckets");
+  });
 }
 
 TEST(DistributedDataParallel, RefusesAModuleWithoutTrainableParameters) {
@@ -294,6 +299,64 @@ TEST(DistributedDataParallel, RefusesAModuleWithoutTrainableParameters) {
   auto frozen = std::make_shared<torch::nn::LinearImpl>(2, 2);
   for (auto& p : frozen->parameters()) p.set_requires_grad(false);
   EXPECT_THROW(DistributedDataParallel(frozen, group), ConfigError);
+}
+
+// SyncBatchNorm on two ranks with half a batch each: outputs, input and
+// parameter gradients, and running statistics are those of one BatchNorm
+// over the whole batch.
+TEST(SyncBatchNorm, MatchesOneBatchNormOverTheWholeBatch) {
+  spawn(kWorld, [](int rank) {
+    torch::set_num_threads(1);
+    auto group = initProcessGroup({Backend::kGloo, 20s});
+    torch::manual_seed(7);
+    const auto x = torch::randn({16, 3, 5}, torch::kDouble) * 3 + 1;
+    const auto weights = torch::randn({16, 3, 5}, torch::kDouble);  // the loss's
+    const auto gamma = torch::randn({3}, torch::kDouble);
+    const auto beta = torch::randn({3}, torch::kDouble);
+    auto setAffine = [&](at::Tensor& w, at::Tensor& b) {
+      torch::NoGradGuard noGrad;
+      w.copy_(gamma);
+      b.copy_(beta);
+    };
+    torch::nn::BatchNorm1d reference(torch::nn::BatchNormOptions(3));
+    reference->to(torch::kDouble);
+    setAffine(reference->weight, reference->bias);
+    auto xAll = x.clone().requires_grad_(true);
+    const auto yAll = reference->forward(xAll);
+    (yAll * weights).sum().backward();
+
+    SyncBatchNorm sync(torch::nn::BatchNormOptions(3), group);
+    sync->to(torch::kDouble);
+    setAffine(sync->weight, sync->bias);
+    const auto rows = torch::indexing::Slice(rank * 8, rank * 8 + 8);
+    auto xMine = x.index({rows}).clone().requires_grad_(true);
+    const auto y = sync->forward(xMine);
+    (y * weights.index({rows})).sum().backward();
+
+    require(torch::allclose(y, yAll.index({rows}), 1e-9, 1e-9), "outputs");
+    require(torch::allclose(xMine.grad(), xAll.grad().index({rows}), 1e-9, 1e-9),
+            "input gradients");
+    auto gradWeight = sync->weight.grad().clone();
+    auto gradBias = sync->bias.grad().clone();
+    group->allReduce(gradWeight);  // what DDP does (as a sum here: the loss is a sum)
+    group->allReduce(gradBias);
+    require(torch::allclose(gradWeight, reference->weight.grad(), 1e-9, 1e-9), "weight grad");
+    require(torch::allclose(gradBias, reference->bias.grad(), 1e-9, 1e-9), "bias grad");
+    require(torch::allclose(sync->running_mean, reference->running_mean, 1e-9, 1e-9),
+            "running mean");
+    require(torch::allclose(sync->running_var, reference->running_var, 1e-9, 1e-9),
+            "running var (unbiased over the whole batch)");
+    sync->eval();
+    reference->eval();
+    require(
+        torch::allclose(sync->forward(xMine), reference->forward(xAll).index({rows}), 1e-9, 1e-9),
+        "eval uses the running statistics");
+    // The names of BatchNorm's state, so state_dicts match Python's.
+    std::vector<std::string> names;
+    for (const auto& item : sync->named_buffers()) names.push_back(item.key());
+    require(names == std::vector<std::string>{"running_mean", "running_var", "num_batches_tracked"},
+            "buffer names");
+  });
 }
 
 }  // namespace

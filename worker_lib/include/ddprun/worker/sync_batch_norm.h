@@ -1,0 +1,49 @@
+// SyncBatchNorm: batch normalisation whose batch statistics are those of
+// the whole group's batch, as torch.nn.SyncBatchNorm (which LibTorch's C++
+// API lacks, and which Python 1.13 offers for CUDA only). In training every
+// forward all-reduces each channel's sum, sum of squares and count (one
+// all-reduce), and every backward all-reduces the two gradient sums (one
+// more); in eval it is plain batch norm with the running statistics.
+// Parameters and buffers have BatchNorm's names (weight, bias,
+// running_mean, running_var, num_batches_tracked), so state_dicts match
+// Python's. Input: [N, C, *] for any number of trailing dimensions.
+//
+// Example:
+//   auto group = ddprun::worker::initProcessGroup();
+//   auto bn = register_module("bn", ddprun::worker::SyncBatchNorm(
+//                                       torch::nn::BatchNormOptions(64), group));
+//
+// Thread-safety: one training thread, as any module; every rank of the
+// group runs its forward and backward in the same order.
+#pragma once
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/options/batchnorm.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+
+namespace ddprun::worker {
+
+class ProcessGroup;
+
+class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
+ public:
+  SyncBatchNormImpl(torch::nn::BatchNormOptions options, std::shared_ptr<ProcessGroup> group);
+
+  void reset() override;
+  at::Tensor forward(const at::Tensor& input);
+
+  torch::nn::BatchNormOptions options;
+  at::Tensor weight;
+  at::Tensor bias;
+  at::Tensor running_mean;
+  at::Tensor running_var;
+  at::Tensor num_batches_tracked;
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+TORCH_MODULE(SyncBatchNorm);
+
+}  // namespace ddprun::worker
