@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/parse.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/tcp_connect.h"
 #include "poll_timeout.h"
@@ -31,8 +32,7 @@ constexpr std::size_t kMaxReplyFrame = std::size_t{1} << 30;
 std::shared_ptr<Connection> Connection::open(const StoreClientOptions& options,
                                              Clock::time_point deadline) {
   const int fd = connectWithBackoff(options.host, options.port, deadline, options.cancelConnect);
-  std::shared_ptr<Connection> connection(
-      new Connection(fd, fmt::format("{}:{}", options.host, options.port)));
+  std::shared_ptr<Connection> connection(new Connection(fd, hostPort(options.host, options.port)));
   connection->sendAll(std::string(protocol::kPreamble), deadline);
   protocol::HelloReply welcome;
   const auto refused = connection->call(

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-
 #include "connection.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/parse.h"

@@ -141,8 +141,11 @@ asio::awaitable<void> StoreServer::Impl::listen() {
       co_await retryTimer.async_wait(kAwait);
       continue;
     }
+    // One lookup: the address charged here is the one the Transport gives
+    // back when it closes.
     boost::system::error_code ignored;
-    const auto remote = socket.remote_endpoint(ignored);
+    auto remote = socket.remote_endpoint(ignored);
+    if (ignored) remote = {};
     const std::string address = ignored ? std::string() : remote.address().to_string();
     if (!context.budget.admit(address)) {
       context.counters.rejected++;
@@ -155,7 +158,7 @@ asio::awaitable<void> StoreServer::Impl::listen() {
       continue;
     }
     configureAccepted(socket, context.options);
-    auto connection = std::make_shared<Transport>(std::move(socket), context);
+    auto connection = std::make_shared<Transport>(std::move(socket), remote, context);
     asio::co_spawn(io, connection->run(), asio::detached);
   }
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/common/parse.h"
 #include "native_session.h"
 #include "server_context.h"
 #include "tcpstore_session.h"
@@ -28,7 +29,8 @@ constexpr std::size_t kMaxBufferedOutput = 128 * 1024 * 1024;
 
 }  // namespace
 
-Transport::Transport(asio::ip::tcp::socket socket, ServerContext& context)
+Transport::Transport(asio::ip::tcp::socket socket, const asio::ip::tcp::endpoint& remote,
+                     ServerContext& context)
     : socket_(std::move(socket)),
       context_(context),
       charge_(context.budget),
@@ -36,11 +38,11 @@ Transport::Transport(asio::ip::tcp::socket socket, ServerContext& context)
       lastActivity_(started_),
       watchdogTimer_(socket_.get_executor()),
       drained_(socket_.get_executor()) {
-  boost::system::error_code ec;
-  if (const auto endpoint = socket_.remote_endpoint(ec); !ec) {
-    peerHost_ = endpoint.address().to_string();
-    peer_ = fmt::format("{}:{}", peerHost_, endpoint.port());
+  if (remote.port() != 0) {
+    peerHost_ = remote.address().to_string();
+    peer_ = hostPort(peerHost_, remote.port());
   }
+  boost::system::error_code ec;
   socket_.non_blocking(true, ec);  // flush() writes directly when it can
   context_.connections.insert(this);
   context_.counters.accepted++;
@@ -205,8 +207,11 @@ void Transport::flush() {
       close();
       return;
     }
-    // A large reply's buffer is not kept (nor charged) while idle.
+    // A large reply's buffer is not kept (nor charged) while idle, and what
+    // a reply reserved is given back now: a reply sent from a callback (a
+    // wait another client's SET completed) may not be followed by a read.
     if (output_.capacity() > kIdleBufferBytes) std::string().swap(output_);
+    updateCharge();
     return;
   }
   writing_ = true;

@@ -39,7 +39,10 @@ class Transport : public std::enable_shared_from_this<Transport> {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Transport(boost::asio::ip::tcp::socket socket, ServerContext& context);
+  // `remote` is the peer's endpoint as the listener admitted it (its
+  // address is what the per-address count was charged to).
+  Transport(boost::asio::ip::tcp::socket socket, const boost::asio::ip::tcp::endpoint& remote,
+            ServerContext& context);
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;

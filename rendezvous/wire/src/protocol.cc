@@ -48,7 +48,9 @@ void appendFrame(std::string& out, std::uint32_t requestId, std::uint8_t code, B
 // --- the three ways a layout is walked ---------------------------------------
 //
 // A message's layout is one fields(io, message) function (below); `io` is
-// one of these. Every method returns false to stop the walk.
+// one of these. Every method returns false to stop the walk. key() is a
+// store key (the access check sees it); name() is any other string read
+// under the same size limit (a rendezvous id, a node id, a client name).
 
 // Appends the fields to a frame body.
 class Writer {
@@ -59,6 +61,7 @@ class Writer {
   bool i64(std::int64_t v) { return putI64(out_, v), true; }
   bool flag(bool v) { return putU8(out_, v ? 1 : 0), true; }
   bool key(std::string_view s) { return putString(out_, s), true; }
+  bool name(std::string_view s) { return key(s); }
   bool value(std::string_view s) { return putString(out_, s), true; }
   bool keys(const std::vector<std::string>& list) {
     putU32(out_, static_cast<std::uint32_t>(list.size()));
@@ -89,6 +92,7 @@ class RequestDecoder {
   bool u32(std::uint32_t& v) { return reader_.u32(v); }
   bool i64(std::int64_t& v) { return reader_.i64(v); }
   bool key(std::string& s) { return string(s, limits_.maxKeyBytes, "key"); }
+  bool name(std::string& s) { return key(s); }
   bool value(std::string& s) { return string(s, limits_.maxValueBytes, "value"); }
   bool keys(std::vector<std::string>& list) {
     std::uint32_t n = 0;
@@ -167,6 +171,7 @@ class LimitChecker {
   bool u32(std::uint32_t) { return add(4); }
   bool i64(std::int64_t) { return add(8); }
   bool key(std::string_view s) { return string(s, limits_.maxKeyBytes, "key"); }
+  bool name(std::string_view s) { return key(s); }
   bool value(std::string_view s) { return string(s, limits_.maxValueBytes, "value"); }
   bool keys(const std::vector<std::string>& list) {
     if (!count(list.size())) return false;
@@ -230,6 +235,7 @@ class KeyVisitor {
   bool u32(std::uint32_t) { return true; }
   bool i64(std::int64_t) { return true; }
   bool key(std::string_view s) { return allowed_(s); }
+  bool name(std::string_view) { return true; }  // ids and names, not store keys
   bool value(std::string_view) { return true; }
   bool keys(const std::vector<std::string>& list) {
     return std::all_of(list.begin(), list.end(), allowed_);
@@ -296,7 +302,7 @@ bool fields(auto& io, OneOf<FlagReply> auto& r) { return io.flag(r.value); }
 // The token is read under the value limit and the name under the key limit;
 // before authentication the 64 KiB frame limit bounds both.
 bool fields(auto& io, OneOf<Hello> auto& m) {
-  return io.u16(m.version) && io.value(m.token) && io.key(m.clientName);
+  return io.u16(m.version) && io.value(m.token) && io.name(m.clientName);
 }
 bool fields(auto& io, OneOf<HelloReply> auto& r) {
   return io.u16(r.version) && io.value(r.serverName);
@@ -340,9 +346,9 @@ bool fields(auto& io, OneOf<Ping> auto& m) { return io.value(m.payload); }
 
 // JOIN: the JoinRequest -> the Assignment
 bool fields(auto& io, OneOf<JoinRequest> auto& j) {
-  return io.key(j.rdzvId) && io.key(j.nodeId) && io.i64(j.nodeRank) && io.u32(j.localWorldSize) &&
+  return io.name(j.rdzvId) && io.name(j.nodeId) && io.i64(j.nodeRank) && io.u32(j.localWorldSize) &&
          io.u32(j.minNodes) && io.u32(j.maxNodes) && io.u32(j.lastCallMs) &&
-         io.u32(j.keepAliveMs) && io.u32(j.timeoutMs) && io.key(j.address) &&
+         io.u32(j.keepAliveMs) && io.u32(j.timeoutMs) && io.name(j.address) &&
          io.u32(j.masterPort) && io.i64(j.maxRestarts);
 }
 bool fields(auto& io, OneOf<Assignment> auto& a) {
@@ -355,7 +361,7 @@ bool fields(auto& io, OneOf<Assignment> auto& a) {
 // REPORT_FAILURE: the NodeReport -> i64 restarts used, u8 restart allowed
 bool fields(auto& io, OneOf<Leave, ReportFailure> auto& m) {
   auto& n = m.node;
-  return io.key(n.rdzvId) && io.key(n.nodeId) && io.i64(n.round) && io.i64(n.maxRestarts) &&
+  return io.name(n.rdzvId) && io.name(n.nodeId) && io.i64(n.round) && io.i64(n.maxRestarts) &&
          io.i64(n.exitCode) && io.value(n.report);
 }
 bool fields(auto& io, OneOf<RestartDecision> auto& r) {
@@ -363,7 +369,7 @@ bool fields(auto& io, OneOf<RestartDecision> auto& r) {
 }
 
 // RENDEZVOUS_STATUS: str rdzv_id -> the RendezvousStatus
-bool fields(auto& io, OneOf<RendezvousStatusQuery> auto& m) { return io.key(m.rdzvId); }
+bool fields(auto& io, OneOf<RendezvousStatusQuery> auto& m) { return io.name(m.rdzvId); }
 bool fields(auto& io, OneOf<RendezvousStatus> auto& st) {
   return io.flag(st.exists) && io.i64(st.round) && io.flag(st.running) && io.u32(st.joined) &&
          io.u32(st.minNodes) && io.u32(st.maxNodes) && io.i64(st.lastCallMs) &&
@@ -437,17 +443,8 @@ DecodeError checkRequest(const Request& request, const Limits& limits) {
 }
 
 bool allStoreKeys(const Request& request, const std::function<bool(std::string_view)>& allowed) {
-  return std::visit(
-      [&](const auto& message) {
-        using M = std::decay_t<decltype(message)>;
-        if constexpr (OneOf<M, Hello, JoinRequest, Leave, ReportFailure, RendezvousStatusQuery>) {
-          return true;  // their strings are no store keys
-        } else {
-          KeyVisitor visitor(allowed);
-          return fields(visitor, message);
-        }
-      },
-      request);
+  KeyVisitor visitor(allowed);
+  return std::visit([&](const auto& message) { return fields(visitor, message); }, request);
 }
 
 void encodeReply(std::string& out, std::uint32_t id, const EmptyReply& r) {

@@ -46,7 +46,6 @@ void Decoder::reset() {
   haveWord_ = haveDelta_ = haveCount_ = false;
   count_ = 0;
   held_ = 0;
-  pendingField_ = 0;
 }
 
 // The field the request under construction needs next (reference:
@@ -107,7 +106,6 @@ Parse Decoder::feed(std::string_view in, std::size_t& consumed, Request& out, st
       haveOp_ = true;
     }
     const Field field = next();
-    pendingField_ = 0;
     if (field == Field::kDone) {
       consumed = pos;
       out = std::move(request_);
@@ -142,13 +140,11 @@ Parse Decoder::feed(std::string_view in, std::size_t& consumed, Request& out, st
         return fail(fmt::format("a TCPStore request is over the limit of {} bytes",
                                 limits_.maxRequestBytes));
       }
-      pendingField_ = sizeof(size) + size;
       if (in.size() - at < size) break;
       auto& list = key ? request_.keys : request_.values;
       list.emplace_back(in.data() + at, size);
       pos = at + size;
       held_ += size + kFieldOverheadBytes;
-      pendingField_ = 0;
     }
   }
   consumed = pos;

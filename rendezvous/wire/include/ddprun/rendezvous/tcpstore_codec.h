@@ -83,9 +83,6 @@ class Decoder {
 
   // Bytes held by the request under construction (fields + overheads).
   std::size_t heldBytes() const { return held_; }
-  // The most input bytes the next field can need (its length prefix and
-  // text): how large the input buffer must be allowed to grow.
-  std::size_t pendingFieldBytes() const { return pendingField_; }
 
  private:
   enum class Field { kNone, kWord, kDelta, kCount, kKey, kValue, kDone };
@@ -101,7 +98,6 @@ class Decoder {
   bool haveCount_ = false;
   std::uint64_t count_ = 0;
   std::size_t held_ = 0;
-  std::size_t pendingField_ = 0;
 };
 
 // Reply pieces.
