@@ -141,6 +141,7 @@ TEST(Checkpoint, RoundTripsModelOptimizerAndStepAtomically) {
     adam.zero_grad();
     model->forward(torch::randn({8, 3})).sum().backward();
     adam.step();
+    adam.param_groups()[0].options().set_lr(0.005);  // as a scheduler would
     saveCheckpoint(*group, path, *model.ptr(), &adam, 17);
     // Every rank sees the complete file and no temporary is left.
     require(checkpointExists(path), "the checkpoint exists on every rank after save");
@@ -151,6 +152,8 @@ TEST(Checkpoint, RoundTripsModelOptimizerAndStepAtomically) {
     auto fresh = torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
     torch::optim::Adam freshAdam(fresh->parameters(), 0.01);
     require(loadCheckpoint(path, *fresh.ptr(), &freshAdam) == 17, "step");
+    require(freshAdam.param_groups()[0].options().get_lr() == 0.005,
+            "the learning rate the run had reached");
     for (std::size_t i = 0; i < model->parameters().size(); ++i) {
       require(torch::equal(model->parameters()[i], fresh->parameters()[i]), "parameter");
     }

@@ -2,7 +2,7 @@
 // one place: the type of a c10d process group that runs collectives
 // (LibTorch 1.13: c10d::ProcessGroup; 2.x: c10d::Backend, which the 2.x
 // ProcessGroup dispatches to), and the NCCL group when the linked LibTorch
-// was built with it (DDPRUN_C10D_NCCL).
+// was built with it (USE_C10D_NCCL).
 //
 // Thread-safety: the functions keep no state.
 #pragma once

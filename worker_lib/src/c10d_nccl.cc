@@ -4,7 +4,7 @@
 #include "c10d_group.h"
 #include "ddprun/common/error.h"
 
-#ifdef DDPRUN_C10D_NCCL
+#ifdef USE_C10D_NCCL
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -28,7 +28,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> asProcessGroup(const C10dGroupPtr& group,
 }
 
 bool c10dNcclAvailable() {
-#ifdef DDPRUN_C10D_NCCL
+#ifdef USE_C10D_NCCL
   return at::hasCUDA() && c10::cuda::device_count() > 0;
 #else
   return false;
@@ -38,7 +38,7 @@ bool c10dNcclAvailable() {
 C10dGroupPtr makeC10dNccl(const c10::intrusive_ptr<c10d::Store>& store,
                           const Environment& environment, int rank, int size,
                           std::chrono::milliseconds timeout, std::string& device) {
-#ifdef DDPRUN_C10D_NCCL
+#ifdef USE_C10D_NCCL
   const int index = environment.deviceIndex(c10::cuda::device_count());
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
   device = fmt::format("cuda:{}", index);

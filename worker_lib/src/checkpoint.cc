@@ -13,7 +13,6 @@
 #include <torch/version.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +23,7 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/worker/process_group.h"
+#include "error_text.h"
 #include "optimizer_state.h"
 
 namespace ddprun::worker {
@@ -46,11 +46,6 @@ void syncFile(const fs::path& path) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
-}
-
-std::string firstLine(const std::exception& e) {
-  const std::string text = e.what();
-  return text.substr(0, text.find("\nException raised from"));
 }
 
 std::vector<char> readFile(const std::string& path) {
@@ -167,7 +162,7 @@ std::int64_t decode(const std::vector<char>& bytes, const std::string& path,
     value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
     pickled = false;
-    pickleError = firstLine(e);
+    pickleError = messageOf(e);
   }
   if ((pickled && value.isNone()) ||
       pickleError.find("Expected GenericDict but got None") != std::string::npos) {
@@ -198,7 +193,7 @@ std::int64_t decode(const std::vector<char>& bytes, const std::string& path,
     } catch (const std::exception& e) {
       throw ConfigError(
           fmt::format("checkpoint {} is neither a torch.save file ({}) nor a LibTorch archive ({})",
-                      path, pickleError.empty() ? "not a dict" : pickleError, firstLine(e)));
+                      path, pickleError.empty() ? "not a dict" : pickleError, messageOf(e)));
     }
     torch::serialize::InputArchive model;
     torch::serialize::InputArchive* tensors = &archive;
@@ -278,7 +273,7 @@ void writeCheckpoint(const std::string& path, const torch::nn::Module& module,
     // A failed save leaves nothing behind but the previous checkpoint.
     std::error_code ignored;
     fs::remove(temporary, ignored);
-    throw ConfigError(fmt::format("cannot write checkpoint {}: {}", path, firstLine(e)));
+    throw ConfigError(fmt::format("cannot write checkpoint {}: {}", path, messageOf(e)));
   }
   if (target.has_parent_path()) syncFile(target.parent_path());
 }

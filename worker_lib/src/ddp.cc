@@ -18,6 +18,7 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/worker/process_group.h"
+#include "error_text.h"
 #include "process_group_access.h"
 
 namespace ddprun::worker {
@@ -25,11 +26,6 @@ namespace ddprun::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string firstLine(const std::exception& e) {
-  const std::string text = e.what();
-  return text.substr(0, text.find("\nException raised from"));
-}
 
 // Rank 0's tensors to every rank, one broadcast per dtype (Python's
 // _sync_module_states does the same with _broadcast_coalesced).
@@ -69,7 +65,7 @@ class DistributedDataParallel::Reducer {
     try {
       c10d::verify_params_across_processes(c10dGroup, parameters_, c10::nullopt);
     } catch (const std::exception& e) {
-      mismatch = firstLine(e);
+      mismatch = messageOf(e);
     }
     const auto verdicts = group.allGatherBytes(mismatch);
     for (int r = 0; r < group.size(); ++r) {
@@ -118,9 +114,10 @@ class DistributedDataParallel::Reducer {
     }
     state_ = std::make_shared<State>();
     state_->owner = this;
-    for (const auto& parameter : parameters_) {
-      auto accumulator = torch::autograd::impl::grad_accumulator(parameter);
-      accumulator->add_pre_hook(std::make_unique<BackwardStarts>(state_));
+    state_->arrived.assign(parameters_.size(), false);
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+      accumulator->add_pre_hook(std::make_unique<BackwardStarts>(state_, i));
     }
   }
 
@@ -134,15 +131,22 @@ class DistributedDataParallel::Reducer {
 
   // Python's DDP prepares the Reducer at the end of forward(): with
   // findUnusedParameters the outputs say which parameters this step uses.
+  // A forward pass ended: whatever pass came before is over.
   void markForwardOutputs(const std::vector<at::Tensor>& outputs) {
     if (!enabled) return;
     {
       std::lock_guard lock(state_->mutex);
-      if (state_->prepared) return;
       state_->prepared = true;
+      state_->inBackward = false;
     }
-    announce(options_.findUnusedParameters && !options_.staticGraph ? outputs
-                                                                    : std::vector<at::Tensor>{});
+    try {
+      announce(options_.findUnusedParameters && !options_.staticGraph ? outputs
+                                                                      : std::vector<at::Tensor>{});
+    } catch (...) {
+      std::lock_guard lock(state_->mutex);
+      state_->prepared = false;
+      throw;
+    }
   }
 
   DdpStepStats stats() const {
@@ -151,7 +155,7 @@ class DistributedDataParallel::Reducer {
   }
   std::vector<std::size_t> bucketBytes() const {
     std::vector<std::size_t> bytes;
-    for (const auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
+    for (const auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/false)) {
       bytes.push_back(
           static_cast<std::size_t>(bucket.getBuffer().numel() * bucket.getBuffer().element_size()));
     }
@@ -164,7 +168,11 @@ class DistributedDataParallel::Reducer {
     Reducer* owner = nullptr;
     bool prepared = false;    // the coming backward pass was announced to the Reducer
     bool inBackward = false;  // a synchronised backward pass is running
-    int seen = 0;             // gradient accumulators reached in this pass
+    // The parameters whose gradient arrived in this pass. A parameter
+    // arriving twice means a new pass: how a pass that failed midway (and
+    // never ran its end-of-backward callbacks) is told from the next one.
+    std::vector<bool> arrived;
+    std::size_t seen = 0;
   };
 
   // Runs before a parameter's gradient is accumulated: the first one of a
@@ -172,16 +180,18 @@ class DistributedDataParallel::Reducer {
   // at the end of forward().
   class BackwardStarts : public torch::autograd::FunctionPreHook {
    public:
-    explicit BackwardStarts(std::shared_ptr<State> state) : state_(std::move(state)) {}
+    BackwardStarts(std::shared_ptr<State> state, std::size_t index)
+        : state_(std::move(state)), index_(index) {}
     torch::autograd::variable_list operator()(
         const torch::autograd::variable_list& grads) override {
       std::unique_lock lock(state_->mutex);
-      if (state_->owner != nullptr) state_->owner->gradientArrives(lock);
+      if (state_->owner != nullptr) state_->owner->gradientArrives(lock, index_);
       return grads;
     }
 
    private:
     std::shared_ptr<State> state_;
+    std::size_t index_;
   };
 
   // What Python's forward() does around the module, in its order.
@@ -191,48 +201,57 @@ class DistributedDataParallel::Reducer {
     reducer_->prepare_for_backward(outputs);
   }
 
-  void gradientArrives(std::unique_lock<std::mutex>& lock) {
+  void gradientArrives(std::unique_lock<std::mutex>& lock, std::size_t index) {
     if (!enabled) return;
-    if (!state_->inBackward) {
-      state_->inBackward = true;
-      state_->seen = 0;
-      const bool announced = state_->prepared;
-      const bool firstIteration = iterations_++ == 0;
-      lock.unlock();
-      if (!announced) {
-        if (options_.findUnusedParameters && !options_.staticGraph) {
-          throw ConfigError(
-              "DistributedDataParallel with findUnusedParameters: call "
-              "ddp.markForwardOutputs(outputs) after the forward pass, before backward");
-        }
-        announce({});
-      }
-      auto& engine = torch::autograd::Engine::get_default_engine();
-      if (options_.staticGraph && firstIteration) {
-        engine.queue_callback([this] { reducer_->delay_all_reduce(); });
-      }
-      // At the end of backward this pass is over.
-      engine.queue_callback([state = state_] {
-        std::lock_guard inner(state->mutex);
-        state->prepared = false;
-        state->inBackward = false;
-      });
-      lock.lock();
-    }
-    if (++state_->seen == static_cast<int>(parameters_.size())) {
-      // Every gradient arrived: time the wait for the Reducer's finalisation.
+    if (!state_->inBackward || state_->arrived[index]) startPass(lock);
+    state_->arrived[index] = true;
+    if (++state_->seen == parameters_.size()) {
+      // Every gradient arrived: time the wait for the Reducer's finalisation
+      // (a callback queued from a callback runs after the Reducer's own).
       const auto lastGradient = Clock::now();
-      auto state = state_;
-      torch::autograd::Engine::get_default_engine().queue_callback([this, state, lastGradient] {
+      torch::autograd::Engine::get_default_engine().queue_callback([this, state = state_,
+                                                                    lastGradient] {
         torch::autograd::Engine::get_default_engine().queue_callback([this, state, lastGradient] {
           std::lock_guard inner(state->mutex);
           if (state->owner == nullptr) return;
-          stats_.buckets = static_cast<int>(reducer_->get_grad_buckets(true).size());
+          stats_.buckets =
+              static_cast<int>(reducer_->get_grad_buckets(/*return_zero_tensors=*/false).size());
           stats_.exposedCommSeconds =
               std::chrono::duration<double>(Clock::now() - lastGradient).count();
         });
       });
     }
+  }
+
+  // The first gradient of a synchronised backward pass. The flags are
+  // cleared first, so a pass that fails here is not taken for a running one.
+  void startPass(std::unique_lock<std::mutex>& lock) {
+    const bool announced = state_->prepared;
+    state_->prepared = false;
+    state_->inBackward = false;
+    state_->arrived.assign(parameters_.size(), false);
+    state_->seen = 0;
+    if (!announced && options_.findUnusedParameters && !options_.staticGraph) {
+      throw ConfigError(
+          "DistributedDataParallel with findUnusedParameters: call "
+          "ddp.markForwardOutputs(outputs) after the forward pass, before backward");
+    }
+    const bool firstIteration = iterations_++ == 0;
+    lock.unlock();
+    if (!announced) announce({});
+    auto& engine = torch::autograd::Engine::get_default_engine();
+    if (options_.staticGraph && firstIteration) {
+      engine.queue_callback([this, state = state_] {
+        if (state->owner != nullptr) reducer_->delay_all_reduce();
+      });
+    }
+    // At the end of backward this pass is over.
+    engine.queue_callback([state = state_] {
+      std::lock_guard inner(state->mutex);
+      state->inBackward = false;
+    });
+    lock.lock();
+    state_->inBackward = true;
   }
 
   std::vector<at::Tensor> parameters_;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 
+#include "ddprun/common/env.h"
 #include "ddprun/common/error.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "hosted_daemon.h"
@@ -29,13 +30,13 @@ Kind kindOf(const Environment& environment) {
 // torchrun (1.13 with a static rendezvous, and every 2.x) says whether its
 // agent hosts the store at MASTER_ADDR:MASTER_PORT.
 bool agentHostsTheStore() {
-  const char* value = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const char* value = std::getenv(env::kUseAgentStore);
   return value != nullptr && (std::strcmp(value, "True") == 0 || std::strcmp(value, "1") == 0);
 }
 
 std::string attemptPrefix(const Environment& environment) {
   if (!environment.storePrefix.empty()) return environment.storePrefix;
-  const char* runId = std::getenv("TORCHELASTIC_RUN_ID");
+  const char* runId = std::getenv(env::kRunId);
   if (runId == nullptr) runId = std::getenv("SLURM_JOB_ID");
   return fmt::format("ddprun/{}/attempt_{}/", runId ? runId : "job", environment.restartCount);
 }
@@ -70,6 +71,22 @@ c10::intrusive_ptr<c10d::Store> connectNative(const Environment& environment,
   return c10::make_intrusive<NativeC10dStore>(std::move(store), timeout);
 }
 
+// Which of the three the environment selects, for messages.
+std::string describeJobStore(const Environment& environment) {
+  switch (kindOf(environment)) {
+    case Kind::kDdprun:
+      return fmt::format("ddprun's store at {}:{}", environment.storeHost, environment.storePort);
+    case Kind::kHostedDaemon:
+      return fmt::format("ddprun-rendezvous hosted by rank 0 at {}:{}", environment.masterAddr,
+                         environment.masterPort);
+    case Kind::kTcpStore:
+      return fmt::format("PyTorch's TCPStore at {}:{} ({})", environment.masterAddr,
+                         environment.masterPort,
+                         agentHostsTheStore() ? "torchrun's agent store" : "hosted by rank 0");
+  }
+  return "?";
+}
+
 c10::intrusive_ptr<c10d::Store> connectTcpStore(const Environment& environment,
                                                 std::chrono::milliseconds timeout) {
   if (environment.masterAddr.empty() || environment.masterPort <= 0) {
@@ -98,21 +115,6 @@ c10::intrusive_ptr<c10d::Store> connectTcpStore(const Environment& environment,
 }
 
 }  // namespace
-
-std::string describeJobStore(const Environment& environment) {
-  switch (kindOf(environment)) {
-    case Kind::kDdprun:
-      return fmt::format("ddprun's store at {}:{}", environment.storeHost, environment.storePort);
-    case Kind::kHostedDaemon:
-      return fmt::format("ddprun-rendezvous hosted by rank 0 at {}:{}", environment.masterAddr,
-                         environment.masterPort);
-    case Kind::kTcpStore:
-      return fmt::format("PyTorch's TCPStore at {}:{} ({})", environment.masterAddr,
-                         environment.masterPort,
-                         agentHostsTheStore() ? "torchrun's agent store" : "hosted by rank 0");
-  }
-  return "?";
-}
 
 c10::intrusive_ptr<c10d::Store> connectJobStore(const Environment& environment,
                                                 const std::string& groupPrefix,

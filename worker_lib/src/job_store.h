@@ -27,9 +27,4 @@ c10::intrusive_ptr<c10d::Store> connectJobStore(const Environment& environment,
                                                 const std::string& groupPrefix,
                                                 std::chrono::milliseconds timeout);
 
-// Which of the three the environment selects, for messages: "ddprun's
-// store at HOST:PORT", "ddprun-rendezvous hosted by rank 0 at ...",
-// "PyTorch's TCPStore at ... (torchrun's agent store)".
-std::string describeJobStore(const Environment& environment);
-
 }  // namespace ddprun::worker

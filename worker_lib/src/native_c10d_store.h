@@ -38,8 +38,6 @@ class NativeC10dStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
-  rendezvous::Store& native() { return *store_; }
-
  private:
   std::shared_ptr<rendezvous::Store> store_;
 };

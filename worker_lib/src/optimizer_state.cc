@@ -61,6 +61,39 @@ void putOptions(Dict& group, const torch::optim::OptimizerOptions& options) {
   }
 }
 
+// A number Python may have saved as an int (weight_decay=0) or a float.
+double number(const c10::IValue& value) {
+  return value.isDouble() ? value.toDouble() : static_cast<double>(value.toInt());
+}
+
+// The group's hyper-parameters back from Python's keys (what putOptions
+// wrote), so a learning rate a scheduler changed survives a resume.
+void takeOptions(torch::optim::OptimizerOptions& options, const Dict& group) {
+  auto betas = [&] {
+    const auto pair = group.at("betas").toTupleRef().elements();
+    return std::make_tuple(number(pair.at(0)), number(pair.at(1)));
+  };
+  if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&options)) {
+    sgd->lr(number(group.at("lr")))
+        .momentum(number(group.at("momentum")))
+        .dampening(number(group.at("dampening")))
+        .weight_decay(number(group.at("weight_decay")))
+        .nesterov(group.at("nesterov").toBool());
+  } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) {
+    adam->lr(number(group.at("lr")))
+        .betas(betas())
+        .eps(number(group.at("eps")))
+        .weight_decay(number(group.at("weight_decay")))
+        .amsgrad(group.at("amsgrad").toBool());
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) {
+    adamw->lr(number(group.at("lr")))
+        .betas(betas())
+        .eps(number(group.at("eps")))
+        .weight_decay(number(group.at("weight_decay")))
+        .amsgrad(group.at("amsgrad").toBool());
+  }
+}
+
 // Adam's and AdamW's per-parameter state share their fields.
 template <typename State>
 Dict adamState(const State& s) {
@@ -160,13 +193,15 @@ void loadPythonStateDict(torch::optim::Optimizer& optimizer, const c10::IValue& 
   const Dict state = dict.at("state").toGenericDict();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     auto& group = optimizer.param_groups()[g];
-    const auto params = groups.get(g).toGenericDict().at("params").toList();
+    const Dict savedGroup = groups.get(g).toGenericDict();
+    const auto params = savedGroup.at("params").toList();
     if (params.size() != group.params().size()) {
       throw ConfigError(
           fmt::format("{}: parameter group {} has {} parameters in the checkpoint "
                       "and {} in this optimizer",
                       source, g, params.size(), group.params().size()));
     }
+    takeOptions(group.options(), savedGroup);
     for (std::size_t j = 0; j < group.params().size(); ++j) {
       // The checkpoint's own numbering of this parameter.
       const int64_t saved = params.get(j).toInt();

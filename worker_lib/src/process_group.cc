@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <unistd.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -17,6 +16,7 @@
 
 #include "c10d_group.h"
 #include "ddprun/common/error.h"
+#include "error_text.h"
 #include "job_store.h"
 #include "process_group_access.h"
 #include "tensor_description.h"
@@ -37,9 +37,7 @@ bool debugRequested(const ProcessGroupOptions& options) {
 // debug wrapper found ddprun::Error, anything else NetworkError, all naming
 // this rank and the collective.
 [[noreturn]] void rethrow(const std::exception& e, int rank, int size, const std::string& what) {
-  const std::string text = e.what();
-  // c10::Error appends a C++ backtrace after the first line; keep the message.
-  const std::string message = text.substr(0, text.find("\nException raised from"));
+  const std::string message = messageOf(e);
   const std::string full = fmt::format("rank {} of {}: {} failed: {}", rank, size, what, message);
   if (message.find("Detected mismatch between collectives") != std::string::npos) {
     throw Error(full);  // the ranks issued different collectives: a bug, not the network
@@ -87,30 +85,30 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> makeGloo(const c10::intrusive_ptr<c10
   try {
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
   } catch (const std::exception& e) {
-    const std::string text = e.what();
     throw NetworkError(fmt::format(
         "rank {} could not connect Gloo to its {} peers: {} (check that every rank started and "
         "that GLOO_SOCKET_IFNAME names an interface the other nodes can reach)",
-        rank, size - 1, text.substr(0, text.find("\nException raised from"))));
+        rank, size - 1, messageOf(e)));
   }
 }
 
 // A c10d collective in flight; its failure becomes a ddprun error naming
-// the rank and the collective.
+// the rank and the collective. Its timeout is the collective's own (every
+// collective's options carry the group's), so wait() adds none: a second
+// bound would make NCCL's wait spin the CPU.
 class C10dWork : public Work {
  public:
   C10dWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> after, int rank, int size,
-           std::chrono::milliseconds timeout, std::string what)
+           std::string what)
       : work_(std::move(work)),
         after_(std::move(after)),
         rank_(rank),
         size_(size),
-        timeout_(timeout),
         what_(std::move(what)) {}
 
   void wait() override {
     try {
-      work_->wait(timeout_);
+      work_->wait();
     } catch (const std::exception& e) {
       rethrow(e, rank_, size_, what_);
     }
@@ -125,7 +123,6 @@ class C10dWork : public Work {
   std::function<void()> after_;
   int rank_;
   int size_;
-  std::chrono::milliseconds timeout_;
   std::string what_;
 };
 
@@ -155,7 +152,7 @@ struct ProcessGroup::Impl {
                               std::function<void()> after = nullptr) {
     std::lock_guard lock(issueMutex);
     try {
-      return std::make_shared<C10dWork>(start(*group), std::move(after), rank, size, timeout, what);
+      return std::make_shared<C10dWork>(start(*group), std::move(after), rank, size, what);
     } catch (const std::exception& e) {
       rethrow(e, rank, size, what);
     }
@@ -219,9 +216,8 @@ Backend parseBackend(const std::string& name) {
   throw ConfigError(fmt::format("unknown backend '{}'; use auto, nccl or gloo", name));
 }
 
-ProcessGroup::ProcessGroup(Environment environment, std::unique_ptr<Impl> impl,
-                           ProcessGroupOptions options)
-    : environment_(std::move(environment)), impl_(std::move(impl)), options_(options) {}
+ProcessGroup::ProcessGroup(Environment environment, std::unique_ptr<Impl> impl)
+    : environment_(std::move(environment)), impl_(std::move(impl)) {}
 
 ProcessGroup::~ProcessGroup() = default;
 
@@ -305,7 +301,7 @@ std::shared_ptr<Work> ProcessGroup::allReduceAsync(const at::Tensor& tensor, Red
   checkAverage(tensor, op, "all_reduce");
   c10d::AllreduceOptions options;
   options.reduceOp = toC10d(op);
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   return impl_->issue(
       fmt::format("all_reduce({}, {})", describeTensor(tensor), toString(op)),
       [&](C10dGroup& g) {
@@ -324,7 +320,7 @@ std::shared_ptr<Work> ProcessGroup::broadcastAsync(const at::Tensor& tensor, int
   checkRank(root, "broadcast", "root");
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   return impl_->issue(fmt::format("broadcast({}, root={})", describeTensor(tensor), root),
                       [&](C10dGroup& g) {
                         std::vector<at::Tensor> tensors{tensor};
@@ -341,7 +337,7 @@ void ProcessGroup::reduce(at::Tensor& tensor, int root, ReduceOp op) {
   c10d::ReduceOptions options;
   options.reduceOp = toC10d(op);
   options.rootRank = root;
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   impl_
       ->issue(
           fmt::format("reduce({}, root={}, {})", describeTensor(tensor), root, toString(op)),
@@ -358,7 +354,7 @@ std::vector<at::Tensor> ProcessGroup::allGatherList(const at::Tensor& tensor) {
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(tensor));
   c10d::AllgatherOptions options;
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   impl_
       ->issue(fmt::format("all_gather({})", describeTensor(tensor)),
               [&](C10dGroup& g) {
@@ -396,7 +392,7 @@ std::vector<at::Tensor> ProcessGroup::gather(const at::Tensor& tensor, int root)
   }
   c10d::GatherOptions options;
   options.rootRank = root;
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   impl_
       ->issue(fmt::format("gather({}, root={})", describeTensor(tensor), root),
               [&](C10dGroup& g) {
@@ -421,7 +417,7 @@ void ProcessGroup::scatter(at::Tensor& output, const std::vector<at::Tensor>& in
   }
   c10d::ScatterOptions options;
   options.rootRank = root;
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   impl_
       ->issue(fmt::format("scatter({}, root={})", describeTensor(output), root),
               [&](C10dGroup& g) {
@@ -448,8 +444,6 @@ void ProcessGroup::reduceScatter(at::Tensor& output, const std::vector<at::Tenso
                       describeTensor(output), describeTensor(input)));
     }
   }
-  const std::string what =
-      fmt::format("reduce_scatter({}, {})", describeTensor(output), toString(op));
   if (impl_->kind == Backend::kGloo) {
     // LibTorch 1.13's ProcessGroupGloo has no reduce_scatter: one
     // all_reduce of the stacked inputs, then this rank's slice.
@@ -460,10 +454,10 @@ void ProcessGroup::reduceScatter(at::Tensor& output, const std::vector<at::Tenso
   }
   c10d::ReduceScatterOptions options;
   options.reduceOp = toC10d(op);
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   impl_
       ->issue(
-          what,
+          fmt::format("reduce_scatter({}, {})", describeTensor(output), toString(op)),
           [&](C10dGroup& g) {
             std::vector<at::Tensor> outputs{output};
             std::vector<std::vector<at::Tensor>> lists{inputs};
@@ -483,7 +477,7 @@ void ProcessGroup::allToAll(at::Tensor& output, const at::Tensor& input) {
         size(), describeTensor(input), describeTensor(output)));
   }
   c10d::AllToAllOptions options;
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   impl_
       ->issue(fmt::format("all_to_all({})", describeTensor(input)),
               [&](C10dGroup& g) {
@@ -521,7 +515,7 @@ void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) {
 
 void ProcessGroup::barrier() {
   c10d::BarrierOptions options;
-  options.timeout = options_.timeout;
+  options.timeout = impl_->timeout;
   impl_->issue("barrier", [&](C10dGroup& g) { return g.barrier(options); })->wait();
 }
 
@@ -602,7 +596,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::newGroup(const std::vector<int>& ran
   for (int r : ranks) impl->globalRanks.push_back(globalRank(r));
   impl->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("sub{}", index), impl_->store);
   connect(*impl, environment_);
-  return std::make_shared<ProcessGroup>(environment_, std::move(impl), options_);
+  return std::make_shared<ProcessGroup>(environment_, std::move(impl));
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::nodeGroup() {
@@ -670,7 +664,7 @@ std::shared_ptr<ProcessGroup> initProcessGroup(const Environment& environment,
     impl->size = 1;
   }
   connect(*impl, environment);
-  return std::make_shared<ProcessGroup>(environment, std::move(impl), options);
+  return std::make_shared<ProcessGroup>(environment, std::move(impl));
 }
 
 }  // namespace ddprun::worker

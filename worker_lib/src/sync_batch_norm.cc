@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 #include <torch/autograd.h>
-#include <torch/nn/init.h>
 
-#include <cstdint>
 #include <vector>
 
 #include "ddprun/common/error.h"
@@ -31,6 +29,12 @@ at::Tensor perChannel(const at::Tensor& values, const at::Tensor& input) {
   return values.view(shape);
 }
 
+// Keeps the group alive in the autograd graph (saved_data holds IValues).
+struct GroupHolder : torch::CustomClassHolder {
+  explicit GroupHolder(std::shared_ptr<ProcessGroup> g) : group(std::move(g)) {}
+  std::shared_ptr<ProcessGroup> group;
+};
+
 // y = (x - mean) * invstd * weight + bias with the group's statistics; its
 // backward all-reduces the two gradient sums the input's gradient needs
 // (the weight's and bias's gradients stay local: DDP averages them).
@@ -38,11 +42,11 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& mean,
-                            const at::Tensor& invstd, double count, ProcessGroup* group) {
+                            const at::Tensor& invstd, double count,
+                            const std::shared_ptr<ProcessGroup>& group) {
     ctx->save_for_backward({input, weight, mean, invstd});
     ctx->saved_data["count"] = count;
-    // The module that owns the group outlives every graph built from it.
-    ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<std::intptr_t>(group));
+    ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
     auto y = (input - perChannel(mean, input)) * perChannel(invstd, input);
     return y * perChannel(weight, input) + perChannel(bias, input);
   }
@@ -54,8 +58,9 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const at::Tensor& mean = saved[2];
     const at::Tensor& invstd = saved[3];
     const double count = ctx->saved_data["count"].toDouble();
-    auto* group = reinterpret_cast<ProcessGroup*>(
-        static_cast<std::intptr_t>(ctx->saved_data["group"].toInt()));
+    const auto holder =
+        c10::static_intrusive_pointer_cast<GroupHolder>(ctx->saved_data["group"].toCapsule());
+    ProcessGroup* group = holder->group.get();
     const at::Tensor dy = gradients[0].contiguous();
     const auto dims = reducedDims(input);
     const at::Tensor centred = input - perChannel(mean, input);
@@ -115,8 +120,11 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   }
   const at::Tensor w = options.affine() ? weight : torch::ones({c}, input.options());
   const at::Tensor b = options.affine() ? bias : torch::zeros({c}, input.options());
-  if (!is_training() && options.track_running_stats()) {
-    return torch::batch_norm(input, w, b, running_mean, running_var, false, 0.0, options.eps(),
+  if (!is_training()) {
+    // Eval is local, as in Python: the running statistics, or (without
+    // them) this batch's own.
+    return torch::batch_norm(input, w, b, running_mean, running_var,
+                             /*training=*/!options.track_running_stats(), 0.0, options.eps(),
                              false);
   }
   // Each rank's per-channel mean and biased variance and its count,
@@ -140,7 +148,7 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
     const at::Tensor vars = all.narrow(1, c, c);
     mean = (means * counts).sum(0) / total;
     var = ((vars + (means - mean).pow(2)) * counts).sum(0) / total;
-    if (options.track_running_stats() && is_training()) {
+    if (options.track_running_stats()) {
       num_batches_tracked += 1;
       const double momentum = options.momentum().has_value()
                                   ? *options.momentum()
@@ -151,7 +159,7 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
     }
   }
   const at::Tensor invstd = (var + options.eps()).rsqrt();
-  return SyncBatchNormFunction::apply(input, w, b, mean, invstd, total, group_.get());
+  return SyncBatchNormFunction::apply(input, w, b, mean, invstd, total, group_);
 }
 
 }  // namespace ddprun::worker

@@ -43,7 +43,6 @@
 // it and keep its parameters (do not add or replace parameters after).
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <vector>

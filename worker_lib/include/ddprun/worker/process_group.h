@@ -63,8 +63,10 @@ struct ProcessGroupOptions {
   Backend backend = Backend::kAuto;
   // Bound on bootstrap and on every collective.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
-  // Compare collectives across ranks before running them (slower: one store
-  // round trip per collective). Also on when DDPRUN_DEBUG_COLLECTIVES=1.
+  // Compare collectives across ranks before running them (c10d's
+  // ProcessGroupWrapper: a monitored barrier and an all-gather of the
+  // collective's fingerprint before each one, so slower). Also on when
+  // DDPRUN_DEBUG_COLLECTIVES=1.
   bool debugChecks = false;
 };
 
@@ -84,7 +86,7 @@ class ProcessGroup {
 
   // Use initProcessGroup() or newGroup(); this constructor is for the
   // library itself.
-  ProcessGroup(Environment environment, std::unique_ptr<Impl> impl, ProcessGroupOptions options);
+  ProcessGroup(Environment environment, std::unique_ptr<Impl> impl);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -165,7 +167,6 @@ class ProcessGroup {
 
   Environment environment_;
   std::unique_ptr<Impl> impl_;
-  ProcessGroupOptions options_;
 };
 
 // Creates the process group of this process from Environment::detect().

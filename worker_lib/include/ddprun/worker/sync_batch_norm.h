@@ -1,9 +1,10 @@
 // SyncBatchNorm: batch normalisation whose batch statistics are those of
 // the whole group's batch, as torch.nn.SyncBatchNorm (which LibTorch's C++
 // API lacks, and which Python 1.13 offers for CUDA only). In training every
-// forward all-reduces each channel's sum, sum of squares and count (one
-// all-reduce), and every backward all-reduces the two gradient sums (one
-// more); in eval it is plain batch norm with the running statistics.
+// forward all-gathers each rank's per-channel mean, variance and count (one
+// all-gather) and merges them, and every backward all-reduces the two
+// per-channel gradient sums (one all-reduce); eval is local batch norm with
+// the running statistics.
 // Parameters and buffers have BatchNorm's names (weight, bias,
 // running_mean, running_var, num_batches_tracked), so state_dicts match
 // Python's. Input: [N, C, *] for any number of trailing dimensions.
