@@ -68,11 +68,18 @@ double number(const c10::IValue& value) {
 
 // The group's hyper-parameters back from Python's keys (what putOptions
 // wrote), so a learning rate a scheduler changed survives a resume.
+// Adam's and AdamW's options share their fields.
+template <typename Options>
+void takeAdamOptions(Options& options, const Dict& group) {
+  const auto betas = group.at("betas").toTupleRef().elements();
+  options.lr(number(group.at("lr")))
+      .betas(std::make_tuple(number(betas.at(0)), number(betas.at(1))))
+      .eps(number(group.at("eps")))
+      .weight_decay(number(group.at("weight_decay")))
+      .amsgrad(group.at("amsgrad").toBool());
+}
+
 void takeOptions(torch::optim::OptimizerOptions& options, const Dict& group) {
-  auto betas = [&] {
-    const auto pair = group.at("betas").toTupleRef().elements();
-    return std::make_tuple(number(pair.at(0)), number(pair.at(1)));
-  };
   if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&options)) {
     sgd->lr(number(group.at("lr")))
         .momentum(number(group.at("momentum")))
@@ -80,17 +87,9 @@ void takeOptions(torch::optim::OptimizerOptions& options, const Dict& group) {
         .weight_decay(number(group.at("weight_decay")))
         .nesterov(group.at("nesterov").toBool());
   } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) {
-    adam->lr(number(group.at("lr")))
-        .betas(betas())
-        .eps(number(group.at("eps")))
-        .weight_decay(number(group.at("weight_decay")))
-        .amsgrad(group.at("amsgrad").toBool());
+    takeAdamOptions(*adam, group);
   } else if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) {
-    adamw->lr(number(group.at("lr")))
-        .betas(betas())
-        .eps(number(group.at("eps")))
-        .weight_decay(number(group.at("weight_decay")))
-        .amsgrad(group.at("amsgrad").toBool());
+    takeAdamOptions(*adamw, group);
   }
 }
 
