@@ -230,6 +230,23 @@ TEST_F(StoreServerTest, OversizedKeyGetsAnErrorAndTheConnectionContinues) {
   EXPECT_EQ(c->get("k", 1s), "fits");
 }
 
+// A peer of another release is told so at HELLO, before it sends a
+// request this server would decode differently.
+TEST_F(StoreServerTest, AnOlderProtocolVersionIsRefusedAtHello) {
+  RawSocket raw("127.0.0.1", server_->port());
+  std::string bytes(protocol::kPreamble);
+  protocol::encodeRequest(bytes, 1,
+                          protocol::Hello{.version = 1, .token = kToken, .clientName = "old"});
+  raw.send(bytes);
+  protocol::FrameHeader header;
+  std::string body;
+  ASSERT_TRUE(raw.readFrame(header, body, 5s));
+  EXPECT_EQ(header.code, static_cast<std::uint8_t>(protocol::Status::kUnsupportedVersion));
+  protocol::ErrorReply reply;
+  ASSERT_TRUE(protocol::decodeError(header.code, body, reply));
+  EXPECT_NE(reply.message.find("version 1"), std::string::npos) << reply.message;
+}
+
 TEST_F(StoreServerTest, ClientRefusesOversizedRequestsBeforeSending) {
   auto options = clientOptions();
   options.limits.maxKeyBytes = 8;

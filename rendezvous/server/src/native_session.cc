@@ -173,11 +173,11 @@ void NativeSession::handleFrame(const protocol::FrameHeader& header, std::string
 }
 
 void NativeSession::handleHello(std::uint32_t id, const protocol::Hello& hello) {
-  if (hello.version < 1 || hello.version > protocol::kVersion) {
+  if (hello.version < protocol::kMinVersion || hello.version > protocol::kVersion) {
     transport_.reject(Status::kUnsupportedVersion,
-                      fmt::format("it speaks protocol version {} and this server speaks 1 to {}; "
+                      fmt::format("it speaks protocol version {} and this server speaks {} to {}; "
                                   "use a ddprun client of the same release",
-                                  hello.version, protocol::kVersion));
+                                  hello.version, protocol::kMinVersion, protocol::kVersion));
     return;
   }
   // An open store (no token configured) serves every client as an agent.

@@ -42,9 +42,13 @@ def read_frame(sock):
     return code
 
 
+PROTOCOL_VERSION = 2  # protocol::kVersion
+
+
 def native(host, port, credential, rdzv):
     sock = socket.create_connection((host, port), timeout=5)
-    sock.sendall(b"DDPR" + frame(1, 1, struct.pack("<H", 1) + s(credential) + s("attacker")))
+    hello = struct.pack("<H", PROTOCOL_VERSION) + s(credential) + s("attacker")
+    sock.sendall(b"DDPR" + frame(1, 1, hello))
     print("hello", read_frame(sock))
     next_id = [2]
 

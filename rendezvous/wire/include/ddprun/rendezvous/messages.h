@@ -16,7 +16,11 @@
 
 namespace ddprun::rendezvous::protocol {
 
-inline constexpr std::uint16_t kVersion = 1;
+// Version 2: JOIN carries the restart budget, CLOSED the job's outcome as
+// fields, and RENDEZVOUS_STATUS exists. Version 1 peers are refused at
+// HELLO (their JOIN would not decode).
+inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kMinVersion = 2;
 // A timeout field of this value means "wait without limit".
 inline constexpr std::uint32_t kNoTimeout = 0xFFFFFFFFu;
 
