@@ -38,7 +38,7 @@ using protocol::ParseResult;
 using protocol::Request;
 using protocol::Status;
 
-// The server's frame limit before the handshake (session.cc).
+// The server's frame limit before the handshake (native_session.cc).
 constexpr std::size_t kHandshakeFrameBytes = 64 * 1024;
 // Limits small enough that fuzzed inputs reach every kTooLarge branch.
 constexpr Limits kTinyLimits{

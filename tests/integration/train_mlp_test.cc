@@ -153,7 +153,8 @@ std::string checksumUnderDdprun(int steps) {
 }
 
 TEST(TrainMlp, UnderDebiansTorchrunWithoutATokenItTrainsTheSameModel) {
-  if (!fs::exists("/usr/bin/torchrun")) GTEST_SKIP() << "Debian's torchrun is not installed";
+  ASSERT_TRUE(fs::exists("/usr/bin/torchrun"))
+      << "Debian's torchrun is missing: scripts/setup installs python3-torch";
   const std::string expected = checksumUnderDdprun(40);
   ASSERT_FALSE(expected.empty());
   const auto logs = scratch("torchrun-logs");
