@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""ddprun::worker against Python torch.distributed 1.13 on this machine.
+"""ddprun::worker against Python torch.distributed 1.13 and 2.6 on this machine.
 
 Both sides run as 2 ranks under build/bin/ddprun with one LibTorch thread per
 rank and the same Gloo underneath; the launcher only starts them (every time
-is measured inside the workers). Runs alternate C++ / Python --repeat times
-and the report gives the median of the per-run medians.
+is measured inside the workers). Each version is compared with itself:
+build/bin/worker_bench (LibTorch 1.13) against Debian 12's Python 1.13, and
+build-torch2/bin/worker_bench (LibTorch 2.6, built here on first use inside
+the trixie root of scripts/setup-torch2) against Python 2.6 from that root.
+Runs alternate C++ / Python --repeat times and the report gives the median of
+the per-run medians and the median of the per-run ratios.
 
-    bench/distributed_bench.py [--build build] [--repeat 3] [--json out.json]
+    bench/distributed_bench.py [--build build] [--repeat 3] [--versions 1.13,2.6]
+                               [--json out.json]
 
 Rows:
   all_reduce  latency (median per call) and algorithm bandwidth, 4 B .. 100 MiB
@@ -30,10 +35,17 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(build, worker, args):
+ROOT = os.path.dirname(HERE)
+TORCH2_RUN = os.path.join(ROOT, "scripts", "torch2-run")
+
+
+def run(build, worker, args, version="1.13"):
     command = [os.path.join(build, "bin", "ddprun"), "--standalone", "--nproc_per_node=2",
                *worker, *args]
     env = dict(os.environ, PYTHON_EXEC="/usr/bin/python3")
+    if version == "2.6":
+        # Debian built 2.6 without libuv: PyTorch's own switch to the legacy store.
+        env.update(PYTHON_EXEC=os.path.join(ROOT, "scripts", "torch2-python"), USE_LIBUV="0")
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
@@ -60,11 +72,32 @@ def main():
     parser.add_argument("--sizes", default=None, help="comma-separated bytes")
     parser.add_argument("--json", default=None)
     parser.add_argument("--only", choices=["allreduce", "ddp"], default=None)
+    parser.add_argument("--versions", default="1.13,2.6",
+                        help="LibTorch/PyTorch versions to compare: 1.13, 2.6 or both")
     args = parser.parse_args()
-    cpp = [os.path.join(args.build, "bin", "worker_bench")]
+    versions = args.versions.split(",")
+    for version in versions:
+        if version == "2.6":
+            torch2 = os.path.join(ROOT, "build-torch2")
+            if not os.path.exists(os.path.join(torch2, "CMakeCache.txt")):
+                subprocess.run([TORCH2_RUN, "cmake", "--preset", "torch2"], cwd=ROOT, check=True,
+                               stdout=subprocess.DEVNULL)
+            subprocess.run([TORCH2_RUN, "cmake", "--build", "--preset", "torch2", "--target",
+                            "worker_bench"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        elif version != "1.13":
+            sys.exit(f"--versions: unknown version {version!r} (1.13 or 2.6)")
     py = [os.path.join(HERE, "worker_bench.py")]
     sizes = ["--sizes", args.sizes] if args.sizes else []
+    for version in versions:
+        print(f"\n## LibTorch/PyTorch {version}", flush=True)
+        measure(args, version, py, sizes)
 
+
+def measure(args, version, py, sizes):
+    if version == "2.6":
+        cpp = [TORCH2_RUN, os.path.join(ROOT, "build-torch2", "bin", "worker_bench")]
+    else:
+        cpp = [os.path.join(args.build, "bin", "worker_bench")]
     allreduce = {"ddprun": {}, "python": {}}
     ddp = {}
     configs = (("ddprun overlap", cpp, "overlap", []),
@@ -74,11 +107,11 @@ def main():
                ("python no_sync", py, "nosync", []),
                ("ddprun overlap, 4 MiB buckets", cpp, "overlap", ["--bucket_mb", "4"]))
     for repeat in range(args.repeat):
-        print(f"run {repeat + 1}/{args.repeat}", file=sys.stderr, flush=True)
+        print(f"{version}: run {repeat + 1}/{args.repeat}", file=sys.stderr, flush=True)
         if args.only != "ddp":
             pairs = (("ddprun", cpp), ("python", py))
             for name, worker in (pairs if repeat % 2 == 0 else reversed(pairs)):
-                for r in run(args.build, worker, ["allreduce", *sizes]):
+                for r in run(args.build, worker, ["allreduce", *sizes], version):
                     allreduce[name].setdefault(r["bytes"], []).append(r["seconds"])
         if args.only == "allreduce":
             continue
@@ -86,7 +119,8 @@ def main():
         # Alternate the order so slow phases of the shared machine hit both.
         order = configs if repeat % 2 == 0 else tuple(reversed(configs))
         for name, worker, strategy, extra in order:
-            for r in run(args.build, worker, ["ddp", "--strategy", strategy, *steps, *extra]):
+            for r in run(args.build, worker, ["ddp", "--strategy", strategy, *steps, *extra],
+                         version):
                 entry = ddp.setdefault(name, {"seconds": [], "exposed": [], "comm": [],
                                               "parameters": r["parameters"]})
                 entry["seconds"].append(r["seconds"])
@@ -133,7 +167,8 @@ def main():
         print(f"\n{ddp['ddprun overlap']['parameters']:,} parameters, batch 64 "
               f"per rank, {args.steps} timed steps per run, {args.repeat} runs")
     if args.json:
-        with open(args.json, "w") as f:
+        path = args.json if version == "1.13" else args.json.replace(".json", "") + "-2.6.json"
+        with open(path, "w") as f:
             json.dump(report, f, indent=2)
 
 

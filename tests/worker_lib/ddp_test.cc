@@ -371,5 +371,61 @@ TEST(SyncBatchNorm, MatchesOneBatchNormOverTheWholeBatch) {
   });
 }
 
+// convertSyncBatchNorm: a Sequential's BatchNorms become
+// SyncBatchNorms with the same state, and the converted model on two ranks
+// with half a batch each computes what the original computes on the whole
+// batch; a BatchNorm inside a typed module is refused with its path.
+TEST(SyncBatchNorm, ConvertsTheBatchNormsOfASequential) {
+  spawn(kWorld, [](int rank) {
+    torch::set_num_threads(1);
+    auto group = initProcessGroup({Backend::kGloo, 20s});
+    torch::manual_seed(3);
+    torch::nn::Sequential original(torch::nn::Linear(4, 6), torch::nn::BatchNorm1d(6),
+                                   torch::nn::ReLU(), torch::nn::Linear(6, 5),
+                                   torch::nn::BatchNorm1d(5));
+    original->to(torch::kDouble);
+    {
+      torch::NoGradGuard noGrad;
+      original[1]->as<torch::nn::BatchNorm1d>()->running_mean.fill_(0.5);
+    }
+    auto converted = convertSyncBatchNorm(original, group);
+    require(converted->size() == 5, "five entries");
+    require(converted[1]->as<SyncBatchNorm>() != nullptr, "the first BatchNorm is synchronised");
+    require(converted[4]->as<SyncBatchNorm>() != nullptr, "the second BatchNorm is synchronised");
+    require(converted[0].get() == original[0].get(), "other layers are shared");
+    require(torch::allclose(converted[1]->as<SyncBatchNorm>()->running_mean,
+                            torch::full({6}, 0.5, torch::kDouble)),
+            "running statistics are carried over");
+    // The state_dict keeps Python's names.
+    std::vector<std::string> names;
+    for (const auto& item : converted->named_parameters()) names.push_back(item.key());
+    require(names == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias",
+                                              "3.weight", "3.bias", "4.weight", "4.bias"},
+            "parameter names");
+
+    torch::manual_seed(9);
+    const auto x = torch::randn({12, 4}, torch::kDouble);
+    const auto expected = original->forward(x);
+    const auto rows = torch::indexing::Slice(rank * 6, rank * 6 + 6);
+    const auto mine = converted->forward(x.index({rows}));
+    require(torch::allclose(mine, expected.index({rows}), 1e-9, 1e-9),
+            "two ranks with half a batch each compute the whole batch's normalisation");
+
+    struct BlockImpl : torch::nn::Module {
+      BlockImpl() { bn = register_module("bn", torch::nn::BatchNorm1d(3)); }
+      torch::Tensor forward(const torch::Tensor& x) { return bn(x); }
+      torch::nn::BatchNorm1d bn{nullptr};
+    };
+    torch::nn::Sequential typed(torch::nn::Linear(3, 3), std::make_shared<BlockImpl>());
+    try {
+      convertSyncBatchNorm(typed, group);
+    } catch (const ConfigError& e) {
+      require(std::string(e.what()).find("'1.bn'") != std::string::npos, e.what());
+      return;
+    }
+    throw Error("a BatchNorm in a typed member was not refused");
+  });
+}
+
 }  // namespace
 }  // namespace ddprun::worker

@@ -13,16 +13,19 @@ namespace ddprun::worker {
 
 c10::intrusive_ptr<c10d::ProcessGroup> asProcessGroup(const C10dGroupPtr& group,
                                                       const c10::intrusive_ptr<c10d::Store>& store,
-                                                      int rank, int size, bool nccl) {
+                                                      int rank, int size, Backend kind) {
 #if TORCH_VERSION_MAJOR >= 2
   auto dispatcher = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
-  const auto type =
-      nccl ? c10d::ProcessGroup::BackendType::NCCL : c10d::ProcessGroup::BackendType::GLOO;
-  dispatcher->setBackend(nccl ? c10::DeviceType::CUDA : c10::DeviceType::CPU, type, group);
+  using Type = c10d::ProcessGroup::BackendType;
+  const Type type = kind == Backend::kNccl  ? Type::NCCL
+                    : kind == Backend::kMpi ? Type::MPI
+                                            : Type::GLOO;
+  dispatcher->setBackend(kind == Backend::kNccl ? c10::DeviceType::CUDA : c10::DeviceType::CPU,
+                         type, group);
   dispatcher->setDefaultBackend(type);
   return dispatcher;
 #else
-  (void)store, (void)rank, (void)size, (void)nccl;
+  (void)store, (void)rank, (void)size, (void)kind;
   return group;
 #endif
 }

@@ -14,9 +14,11 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "ddprun/common/error.h"
+#include "ddprun/worker/join.h"
 #include "ddprun/worker/process_group.h"
 #include "error_text.h"
 #include "process_group_access.h"
@@ -27,9 +29,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Rank 0's tensors to every rank, one broadcast per dtype (Python's
+// The root's tensors to every rank, one broadcast per dtype (Python's
 // _sync_module_states does the same with _broadcast_coalesced).
-void broadcastFromRankZero(ProcessGroup& group, const std::vector<at::Tensor>& tensors) {
+void broadcastFrom(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
   std::map<at::ScalarType, std::vector<at::Tensor>> byType;
   for (const auto& t : tensors) byType[t.scalar_type()].push_back(t);
   torch::NoGradGuard noGrad;
@@ -37,7 +39,7 @@ void broadcastFromRankZero(ProcessGroup& group, const std::vector<at::Tensor>& t
     std::vector<at::Tensor> flat;
     for (const auto& t : sameType) flat.push_back(t.reshape(-1));
     at::Tensor coalesced = at::cat(flat).to(at::Device(group.device())).contiguous();
-    group.broadcast(coalesced, 0);
+    group.broadcast(coalesced, root);
     std::int64_t offset = 0;
     for (auto& t : sameType) {
       const auto n = t.numel();
@@ -57,8 +59,9 @@ void broadcastFromRankZero(ProcessGroup& group, const std::vector<at::Tensor>& t
 class DistributedDataParallel::Reducer {
  public:
   Reducer(std::vector<at::Tensor> parameters, ProcessGroup& group, const DdpOptions& options)
-      : parameters_(std::move(parameters)), options_(options) {
+      : parameters_(std::move(parameters)), options_(options), group_(group) {
     auto c10dGroup = ProcessGroupAccess::processGroup(group);
+    dispatcher_ = c10dGroup;
     // c10d's check may fire on some ranks only (each compares the others
     // with itself); the verdict is shared so every rank raises.
     std::string mismatch;
@@ -153,6 +156,50 @@ class DistributedDataParallel::Reducer {
     std::lock_guard lock(state_->mutex);
     return stats_;
   }
+  // Join (join.h): while set, every announced pass tells the joined ranks
+  // that this one still trains.
+  void beginJoin(const JoinOptions& options) {
+    if (options_.staticGraph) {
+      throw ConfigError(
+          "Join: DistributedDataParallel with staticGraph cannot shadow uneven inputs (its first "
+          "step's delayed reduction has no joined-rank counterpart); drop staticGraph");
+    }
+    if (join_) throw ConfigError("Join: this DistributedDataParallel already has a Join");
+    join_ = options;
+  }
+
+  void endJoin() {
+    if (!join_) return;
+    join_.reset();
+    // The Reducer divides by the group size again.
+    reducer_->set_forward_pass_work_handle({}, /*useStaticWorldSize=*/true);
+  }
+
+  // One synchronised pass of the ranks still training, answered by a
+  // joined rank in their order: the bucket rebuild, zero gradients bucket
+  // by bucket through the Reducer's comm hook, a zero used-parameter map.
+  void shadowStep() {
+    const std::string what = "Join: shadowing another rank's training step";
+    try {
+      reducer_->rebuild_buckets();
+      std::vector<c10::intrusive_ptr<c10::ivalue::Future>> pending;
+      for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
+        pending.push_back(reducer_->run_comm_hook(bucket));
+      }
+      for (auto& future : pending) {
+        future->wait();
+        if (future->hasError()) std::rethrow_exception(future->exception_ptr());
+      }
+    } catch (const std::exception& e) {
+      rethrowCollectiveError(e, group_.rank(), group_.size(), what);
+    }
+    if (options_.findUnusedParameters) {
+      at::Tensor unused = at::zeros_like(reducer_->get_local_used_map_on_device());
+      group_.allReduce(unused);
+    }
+    reducer_->push_rebuilt_params_for_all_indices();
+  }
+
   std::vector<std::size_t> bucketBytes() const {
     std::vector<std::size_t> bytes;
     for (const auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/false)) {
@@ -197,8 +244,27 @@ class DistributedDataParallel::Reducer {
   // What Python's forward() does around the module, in its order.
   void announce(const std::vector<at::Tensor>& outputs) {
     reducer_->prepare_for_forward();
+    if (join_) notifyJoined();
     reducer_->rebuild_buckets();
     reducer_->prepare_for_backward(outputs);
+  }
+
+  // Python's Join.notify_join_context: a one from every rank still training
+  // (the joined ones add zero); the Reducer divides by the sum unless the
+  // initial world size is kept.
+  void notifyJoined() {
+    std::vector<at::Tensor> one{at::ones({1}, at::TensorOptions().device(group_.device()))};
+    reducer_->set_forward_pass_work_handle(dispatcher_->allreduce(one),
+                                           join_->divideByInitialWorldSize);
+    if (!join_->throwOnEarlyTermination) return;
+    at::Tensor someoneFinished = at::zeros({1}, at::TensorOptions().device(group_.device()));
+    group_.allReduce(someoneFinished);
+    if (someoneFinished.item<double>() != 0) {
+      throw Error(fmt::format(
+          "rank {} of {}: another rank ran out of inputs and throwOnEarlyTermination is set: "
+          "every rank stops here",
+          group_.rank(), group_.size()));
+    }
   }
 
   void gradientArrives(std::unique_lock<std::mutex>& lock, std::size_t index) {
@@ -256,6 +322,9 @@ class DistributedDataParallel::Reducer {
 
   std::vector<at::Tensor> parameters_;
   DdpOptions options_;
+  ProcessGroup& group_;
+  c10::intrusive_ptr<c10d::ProcessGroup> dispatcher_;
+  std::optional<JoinOptions> join_;
   std::shared_ptr<c10d::Reducer> reducer_;
   std::shared_ptr<c10d::Logger> logger_;
   std::shared_ptr<State> state_;
@@ -283,7 +352,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   reducer_ = std::make_unique<Reducer>(trainable, *group_, options);
   std::vector<at::Tensor> state = module_->parameters();
   for (const auto& buffer : module_->buffers()) state.push_back(buffer);
-  broadcastFromRankZero(*group_, state);
+  broadcastFrom(*group_, state, 0);
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -314,7 +383,26 @@ void DistributedDataParallel::zeroGrad() {
 
 void DistributedDataParallel::broadcastBuffers() {
   auto buffers = module_->buffers();
-  if (!buffers.empty()) broadcastFromRankZero(*group_, buffers);
+  if (!buffers.empty()) broadcastFrom(*group_, buffers, 0);
+}
+
+void DistributedDataParallel::beginJoin(const JoinOptions& options) {
+  reducer_->beginJoin(options);
+}
+
+void DistributedDataParallel::endJoin() { reducer_->endJoin(); }
+
+void DistributedDataParallel::shadowStep() { reducer_->shadowStep(); }
+
+// Python's _sync_final_model: every rank takes the model of the last rank
+// to join (the highest such rank).
+void DistributedDataParallel::syncFinalModel(bool lastJoiner) {
+  at::Tensor source = at::full({1}, lastJoiner ? group_->rank() : -1,
+                               at::TensorOptions().dtype(at::kLong).device(group_->device()));
+  group_->allReduce(source, ReduceOp::kMax);
+  std::vector<at::Tensor> state = module_->parameters();
+  for (const auto& buffer : module_->buffers()) state.push_back(buffer);
+  broadcastFrom(*group_, state, static_cast<int>(source.item<int64_t>()));
 }
 
 DdpStepStats DistributedDataParallel::lastStepStats() const { return reducer_->stats(); }

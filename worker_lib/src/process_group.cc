@@ -14,6 +14,8 @@
 #include <functional>
 #include <mutex>
 
+#include <unistd.h>
+
 #include "c10d_group.h"
 #include "ddprun/common/error.h"
 #include "error_text.h"
@@ -30,24 +32,6 @@ constexpr char kDebugVariable[] = "DDPRUN_DEBUG_COLLECTIVES";
 bool debugRequested(const ProcessGroupOptions& options) {
   const char* value = std::getenv(kDebugVariable);
   return options.debugChecks || (value != nullptr && std::strcmp(value, "1") == 0);
-}
-
-// c10d's failures are c10::Error (std::exception) with Gloo's or NCCL's
-// text; a timeout among them becomes TimeoutError, a mismatch that the
-// debug wrapper found ddprun::Error, anything else NetworkError, all naming
-// this rank and the collective.
-[[noreturn]] void rethrow(const std::exception& e, int rank, int size, const std::string& what) {
-  const std::string message = messageOf(e);
-  const std::string full = fmt::format("rank {} of {}: {} failed: {}", rank, size, what, message);
-  if (message.find("Detected mismatch between collectives") != std::string::npos) {
-    throw Error(full);  // the ranks issued different collectives: a bug, not the network
-  }
-  if (message.find("imed out") != std::string::npos ||
-      message.find("imeout") != std::string::npos ||
-      message.find("monitoredBarrier") != std::string::npos) {
-    throw TimeoutError(full);
-  }
-  throw NetworkError(full);
 }
 
 c10d::ReduceOp toC10d(ReduceOp op) {
@@ -99,18 +83,18 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> makeGloo(const c10::intrusive_ptr<c10
 class C10dWork : public Work {
  public:
   C10dWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> after, int rank, int size,
-           std::string what)
+           std::function<std::string()> describe)
       : work_(std::move(work)),
         after_(std::move(after)),
         rank_(rank),
         size_(size),
-        what_(std::move(what)) {}
+        describe_(std::move(describe)) {}
 
   void wait() override {
     try {
       work_->wait();
     } catch (const std::exception& e) {
-      rethrow(e, rank_, size_, what_);
+      rethrowCollectiveError(e, rank_, size_, describe_());
     }
     if (after_) {
       after_();
@@ -123,7 +107,7 @@ class C10dWork : public Work {
   std::function<void()> after_;
   int rank_;
   int size_;
-  std::string what_;
+  std::function<std::string()> describe_;  // formatted only for an error message
 };
 
 }  // namespace
@@ -146,15 +130,17 @@ struct ProcessGroup::Impl {
   std::atomic<int> subgroups{0};
 
   // Starts a c10d collective (`start` returns its Work) under the issue
-  // lock; `after` runs once it completed.
+  // lock; `after` runs once it completed. `describe` names the collective
+  // in an error message (called only then: no formatting on success).
   template <typename Start>
-  std::shared_ptr<Work> issue(const std::string& what, Start&& start,
+  std::shared_ptr<Work> issue(std::function<std::string()> describe, Start&& start,
                               std::function<void()> after = nullptr) {
     std::lock_guard lock(issueMutex);
     try {
-      return std::make_shared<C10dWork>(start(*group), std::move(after), rank, size, what);
+      return std::make_shared<C10dWork>(start(*group), std::move(after), rank, size,
+                                        std::move(describe));
     } catch (const std::exception& e) {
-      rethrow(e, rank, size, what);
+      rethrowCollectiveError(e, rank, size, describe());
     }
   }
 };
@@ -164,6 +150,10 @@ namespace {
 // The c10d group of `rank` among `size` over `store`: Gloo or NCCL, wrapped
 // for the debug checks when asked.
 void connect(ProcessGroup::Impl& impl, const Environment& environment) {
+  if (impl.kind == Backend::kMpi) {
+    impl.group = makeC10dMpi({});  // the world; subgroups are made in newGroup
+    return;
+  }
   if (impl.kind == Backend::kNccl) {
     impl.group =
         makeC10dNccl(impl.store, environment, impl.rank, impl.size, impl.timeout, impl.device);
@@ -189,6 +179,8 @@ std::string toString(Backend backend) {
       return "nccl";
     case Backend::kGloo:
       return "gloo";
+    case Backend::kMpi:
+      return "mpi";
   }
   return "?";
 }
@@ -213,7 +205,8 @@ Backend parseBackend(const std::string& name) {
   if (name == "auto") return Backend::kAuto;
   if (name == "nccl") return Backend::kNccl;
   if (name == "gloo") return Backend::kGloo;
-  throw ConfigError(fmt::format("unknown backend '{}'; use auto, nccl or gloo", name));
+  if (name == "mpi") return Backend::kMpi;
+  throw ConfigError(fmt::format("unknown backend '{}'; use auto, nccl, gloo or mpi", name));
 }
 
 ProcessGroup::ProcessGroup(Environment environment, std::unique_ptr<Impl> impl)
@@ -255,9 +248,11 @@ void ProcessGroup::validate(const at::Tensor& tensor, const char* what) const {
         fmt::format("{}: the tensor is not contiguous; call .contiguous() first", what));
   }
   switch (tensor.scalar_type()) {
+    case at::kHalf:
+      if (impl_->kind == Backend::kMpi) break;  // MPI has no half type
+      return;
     case at::kFloat:
     case at::kDouble:
-    case at::kHalf:
     case at::kChar:
     case at::kByte:
     case at::kInt:
@@ -303,7 +298,7 @@ std::shared_ptr<Work> ProcessGroup::allReduceAsync(const at::Tensor& tensor, Red
   options.reduceOp = toC10d(op);
   options.timeout = impl_->timeout;
   return impl_->issue(
-      fmt::format("all_reduce({}, {})", describeTensor(tensor), toString(op)),
+      [=] { return fmt::format("all_reduce({}, {})", describeTensor(tensor), toString(op)); },
       [&](C10dGroup& g) {
         std::vector<at::Tensor> tensors{tensor};
         return g.allreduce(tensors, options);
@@ -321,11 +316,12 @@ std::shared_ptr<Work> ProcessGroup::broadcastAsync(const at::Tensor& tensor, int
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = impl_->timeout;
-  return impl_->issue(fmt::format("broadcast({}, root={})", describeTensor(tensor), root),
-                      [&](C10dGroup& g) {
-                        std::vector<at::Tensor> tensors{tensor};
-                        return g.broadcast(tensors, options);
-                      });
+  return impl_->issue(
+      [=] { return fmt::format("broadcast({}, root={})", describeTensor(tensor), root); },
+      [&](C10dGroup& g) {
+        std::vector<at::Tensor> tensors{tensor};
+        return g.broadcast(tensors, options);
+      });
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) { broadcastAsync(tensor, root)->wait(); }
@@ -340,7 +336,10 @@ void ProcessGroup::reduce(at::Tensor& tensor, int root, ReduceOp op) {
   options.timeout = impl_->timeout;
   impl_
       ->issue(
-          fmt::format("reduce({}, root={}, {})", describeTensor(tensor), root, toString(op)),
+          [=] {
+            return fmt::format("reduce({}, root={}, {})", describeTensor(tensor), root,
+                               toString(op));
+          },
           [&](C10dGroup& g) {
             std::vector<at::Tensor> tensors{tensor};
             return g.reduce(tensors, options);
@@ -356,7 +355,7 @@ std::vector<at::Tensor> ProcessGroup::allGatherList(const at::Tensor& tensor) {
   c10d::AllgatherOptions options;
   options.timeout = impl_->timeout;
   impl_
-      ->issue(fmt::format("all_gather({})", describeTensor(tensor)),
+      ->issue([=] { return fmt::format("all_gather({})", describeTensor(tensor)); },
               [&](C10dGroup& g) {
                 std::vector<at::Tensor> inputs{tensor};
                 return g.allgather(outputs, inputs, options);
@@ -394,7 +393,7 @@ std::vector<at::Tensor> ProcessGroup::gather(const at::Tensor& tensor, int root)
   options.rootRank = root;
   options.timeout = impl_->timeout;
   impl_
-      ->issue(fmt::format("gather({}, root={})", describeTensor(tensor), root),
+      ->issue([=] { return fmt::format("gather({}, root={})", describeTensor(tensor), root); },
               [&](C10dGroup& g) {
                 std::vector<at::Tensor> inputs{tensor};
                 return g.gather(outputs, inputs, options);
@@ -419,7 +418,7 @@ void ProcessGroup::scatter(at::Tensor& output, const std::vector<at::Tensor>& in
   options.rootRank = root;
   options.timeout = impl_->timeout;
   impl_
-      ->issue(fmt::format("scatter({}, root={})", describeTensor(output), root),
+      ->issue([=] { return fmt::format("scatter({}, root={})", describeTensor(output), root); },
               [&](C10dGroup& g) {
                 std::vector<at::Tensor> outputs{output};
                 return g.scatter(outputs, c10dInputs, options);
@@ -444,9 +443,10 @@ void ProcessGroup::reduceScatter(at::Tensor& output, const std::vector<at::Tenso
                       describeTensor(output), describeTensor(input)));
     }
   }
-  if (impl_->kind == Backend::kGloo) {
-    // LibTorch 1.13's ProcessGroupGloo has no reduce_scatter: one
-    // all_reduce of the stacked inputs, then this rank's slice.
+  if (impl_->kind != Backend::kNccl) {
+    // LibTorch 1.13's ProcessGroupGloo and ProcessGroupMPI have no
+    // reduce_scatter: one all_reduce of the stacked inputs, then this
+    // rank's slice.
     at::Tensor all = at::stack(inputs);
     allReduce(all, op);
     output.copy_(all[rank()]);
@@ -457,7 +457,9 @@ void ProcessGroup::reduceScatter(at::Tensor& output, const std::vector<at::Tenso
   options.timeout = impl_->timeout;
   impl_
       ->issue(
-          fmt::format("reduce_scatter({}, {})", describeTensor(output), toString(op)),
+          [=] {
+            return fmt::format("reduce_scatter({}, {})", describeTensor(output), toString(op));
+          },
           [&](C10dGroup& g) {
             std::vector<at::Tensor> outputs{output};
             std::vector<std::vector<at::Tensor>> lists{inputs};
@@ -479,7 +481,7 @@ void ProcessGroup::allToAll(at::Tensor& output, const at::Tensor& input) {
   c10d::AllToAllOptions options;
   options.timeout = impl_->timeout;
   impl_
-      ->issue(fmt::format("all_to_all({})", describeTensor(input)),
+      ->issue([=] { return fmt::format("all_to_all({})", describeTensor(input)); },
               [&](C10dGroup& g) {
                 std::vector<int64_t> equal;
                 at::Tensor out = output;
@@ -493,11 +495,12 @@ void ProcessGroup::send(const at::Tensor& tensor, int dst, int tag) {
   validate(tensor, "send");
   checkRank(dst, "send", "destination");
   impl_
-      ->issue(fmt::format("send({}, to={}, tag={})", describeTensor(tensor), dst, tag),
-              [&](C10dGroup& g) {
-                std::vector<at::Tensor> tensors{tensor};
-                return g.send(tensors, dst, tag);
-              })
+      ->issue(
+          [=] { return fmt::format("send({}, to={}, tag={})", describeTensor(tensor), dst, tag); },
+          [&](C10dGroup& g) {
+            std::vector<at::Tensor> tensors{tensor};
+            return g.send(tensors, dst, tag);
+          })
       ->wait();
 }
 
@@ -505,18 +508,24 @@ void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) {
   validate(tensor, "recv");
   checkRank(src, "recv", "source");
   impl_
-      ->issue(fmt::format("recv({}, from={}, tag={})", describeTensor(tensor), src, tag),
-              [&](C10dGroup& g) {
-                std::vector<at::Tensor> tensors{tensor};
-                return g.recv(tensors, src, tag);
-              })
+      ->issue(
+          [=] {
+            return fmt::format("recv({}, from={}, tag={})", describeTensor(tensor), src, tag);
+          },
+          [&](C10dGroup& g) {
+            std::vector<at::Tensor> tensors{tensor};
+            return g.recv(tensors, src, tag);
+          })
       ->wait();
 }
 
 void ProcessGroup::barrier() {
   c10d::BarrierOptions options;
   options.timeout = impl_->timeout;
-  impl_->issue("barrier", [&](C10dGroup& g) { return g.barrier(options); })->wait();
+  impl_
+      ->issue([] { return std::string("barrier"); },
+              [&](C10dGroup& g) { return g.barrier(options); })
+      ->wait();
 }
 
 void ProcessGroup::monitoredBarrier(std::chrono::milliseconds timeout, bool waitAllRanks) {
@@ -531,7 +540,7 @@ void ProcessGroup::monitoredBarrier(std::chrono::milliseconds timeout, bool wait
   try {
     impl_->group->monitoredBarrier(options, waitAllRanks);
   } catch (const std::exception& e) {
-    rethrow(e, rank(), size(), "monitored_barrier");
+    rethrowCollectiveError(e, rank(), size(), "monitored_barrier");
   }
 }
 
@@ -585,6 +594,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::newGroup(const std::vector<int>& ran
     seen[r] = true;
   }
   if (ranks.empty()) throw ConfigError("newGroup: the list of ranks is empty");
+  C10dGroupPtr mpiGroup;
+  if (impl_->kind == Backend::kMpi) {
+    // MPI makes a communicator collectively over the whole world: members
+    // or not, every rank of the world takes part.
+    if (!impl_->globalRanks.empty()) {
+      throw ConfigError(
+          "newGroup: MPI subgroups are made from the world group; call newGroup on the group "
+          "initProcessGroup returned, with world ranks");
+    }
+    mpiGroup = makeC10dMpi(ranks);
+  }
   const auto me = std::find(ranks.begin(), ranks.end(), rank());
   if (me == ranks.end()) return nullptr;
   auto impl = std::make_unique<Impl>();
@@ -595,7 +615,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::newGroup(const std::vector<int>& ran
   impl->size = static_cast<int>(ranks.size());
   for (int r : ranks) impl->globalRanks.push_back(globalRank(r));
   impl->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("sub{}", index), impl_->store);
-  connect(*impl, environment_);
+  if (mpiGroup) {
+    impl->group = std::move(mpiGroup);
+  } else {
+    connect(*impl, environment_);
+  }
   return std::make_shared<ProcessGroup>(environment_, std::move(impl));
 }
 
@@ -622,13 +646,58 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAccess::processGroup(ProcessG
   ProcessGroup::Impl& impl = *group.impl_;
   std::lock_guard lock(impl.issueMutex);
   if (!impl.dispatcher) {
-    impl.dispatcher =
-        asProcessGroup(impl.group, impl.store, impl.rank, impl.size, impl.kind == Backend::kNccl);
+    impl.dispatcher = asProcessGroup(impl.group, impl.store, impl.rank, impl.size, impl.kind);
   }
   return impl.dispatcher;
 }
 
 bool ncclAvailable() { return c10dNcclAvailable(); }
+
+bool mpiAvailable() { return c10dMpiAvailable(); }
+
+namespace {
+
+// The world of an MPI job: rank and size from MPI itself (as
+// torch.distributed's mpi backend), the node-local rank from Open MPI's or
+// MPICH's variables, the node from the host names the ranks gather.
+std::shared_ptr<ProcessGroup> initMpi(Environment environment, ProcessGroupOptions options) {
+  if (debugRequested(options)) {
+    throw ConfigError(
+        "debug collective checks need a job store for their Gloo helper group, which an MPI job "
+        "has not; unset DDPRUN_DEBUG_COLLECTIVES (or debugChecks) for the mpi backend");
+  }
+  auto impl = std::make_unique<ProcessGroup::Impl>();
+  impl->kind = Backend::kMpi;
+  impl->timeout = options.timeout;
+  impl->group = makeC10dMpi({});
+  impl->rank = impl->group->getRank();
+  impl->size = impl->group->getSize();
+  // Only the 2.x dispatcher needs a store; nothing is exchanged through it.
+  impl->store = c10::make_intrusive<c10d::HashStore>();
+  environment.distributed = impl->size > 1;
+  environment.rank = impl->rank;
+  environment.worldSize = impl->size;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+    if (const char* value = std::getenv(name)) environment.localRank = std::atoi(value);
+  }
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* value = std::getenv(name)) environment.localWorldSize = std::atoi(value);
+  }
+  auto group = std::make_shared<ProcessGroup>(environment, std::move(impl));
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const auto hosts = group->allGatherBytes(host);
+  std::vector<std::string> distinct;
+  for (const auto& h : hosts) {
+    if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
+  }
+  environment.nodeRank = static_cast<int>(
+      std::find(distinct.begin(), distinct.end(), std::string(host)) - distinct.begin());
+  ProcessGroupAccess::setEnvironment(*group, environment);
+  return group;
+}
+
+}  // namespace
 
 std::shared_ptr<ProcessGroup> initProcessGroup(ProcessGroupOptions options) {
   return initProcessGroup(Environment::detect(), options);
@@ -637,6 +706,7 @@ std::shared_ptr<ProcessGroup> initProcessGroup(ProcessGroupOptions options) {
 std::shared_ptr<ProcessGroup> initProcessGroup(const Environment& environment,
                                                ProcessGroupOptions options) {
   Backend kind = options.backend;
+  if (kind == Backend::kMpi) return initMpi(environment, options);
   if (kind != Backend::kGloo) {
     const bool nccl = ncclAvailable();
     if (kind == Backend::kAuto) kind = nccl ? Backend::kNccl : Backend::kGloo;

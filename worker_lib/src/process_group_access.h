@@ -12,6 +12,11 @@ namespace ddprun::worker {
 struct ProcessGroupAccess {
   // The group as c10d's DDP pieces take it (see asProcessGroup()).
   static c10::intrusive_ptr<c10d::ProcessGroup> processGroup(ProcessGroup& group);
+  // Replaces what the group knows of its environment (an MPI world learns
+  // its node only after it exists).
+  static void setEnvironment(ProcessGroup& group, Environment environment) {
+    group.environment_ = std::move(environment);
+  }
 };
 
 }  // namespace ddprun::worker

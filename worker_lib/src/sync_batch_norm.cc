@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <torch/autograd.h>
+#include <torch/nn/modules/batchnorm.h>
 
 #include <vector>
 
@@ -160,6 +161,71 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   }
   const at::Tensor invstd = (var + options.eps()).rsqrt();
   return SyncBatchNormFunction::apply(input, w, b, mean, invstd, total, group_);
+}
+
+namespace {
+
+// A SyncBatchNorm with the options, state and mode of `module` when it is
+// a BatchNorm1d/2d/3d, else an empty holder.
+SyncBatchNorm syncCopyOf(const torch::nn::Module& module,
+                         const std::shared_ptr<ProcessGroup>& group) {
+  auto copy = [&](const auto& bn) {
+    SyncBatchNorm sync(bn.options, group);
+    torch::NoGradGuard noGrad;
+    for (auto& [mine, theirs] : std::vector<std::pair<at::Tensor*, const at::Tensor*>>{
+             {&sync->weight, &bn.weight},
+             {&sync->bias, &bn.bias},
+             {&sync->running_mean, &bn.running_mean},
+             {&sync->running_var, &bn.running_var},
+             {&sync->num_batches_tracked, &bn.num_batches_tracked}}) {
+      if (mine->defined() && theirs->defined()) {
+        *mine = mine->to(theirs->options());
+        mine->copy_(*theirs);
+      }
+    }
+    sync->train(bn.is_training());
+    return sync;
+  };
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module)) return copy(*bn);
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module)) return copy(*bn);
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module)) return copy(*bn);
+  return nullptr;
+}
+
+bool isAnyBatchNorm(const torch::nn::Module& module) {
+  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module) != nullptr;
+}
+
+}  // namespace
+
+torch::nn::Sequential convertSyncBatchNorm(const torch::nn::Sequential& model,
+                                           const std::shared_ptr<ProcessGroup>& group) {
+  if (!group) throw ConfigError("convertSyncBatchNorm needs a process group");
+  torch::nn::Sequential result;
+  const auto children = model->named_children();
+  std::size_t index = 0;
+  for (const auto& entry : *model) {
+    const std::string name = children[index++].key();
+    const auto child = entry.ptr();
+    if (auto sync = syncCopyOf(*child, group); !sync.is_empty()) {
+      result->push_back(std::string(name), sync.ptr());
+    } else {
+      for (const auto& inner : child->named_modules()) {
+        if (isAnyBatchNorm(*inner.value())) {
+          throw ConfigError(fmt::format(
+              "convertSyncBatchNorm: the BatchNorm at '{}.{}' sits inside a {}, whose forward "
+              "calls it through a typed member that no converter can redirect; build that "
+              "module with ddprun::worker::SyncBatchNorm instead",
+              name, inner.key(), child->name()));
+        }
+      }
+      result->push_back(std::string(name), entry);
+    }
+  }
+  result->train(model->is_training());
+  return result;
 }
 
 }  // namespace ddprun::worker

@@ -29,6 +29,8 @@
 // forward so the Reducer can find them. Without it, such a parameter makes
 // the next step raise PyTorch's error that names it.
 //
+// Ranks with different numbers of batches: see join.h.
+//
 // Example:
 //   auto model = std::make_shared<Net>();
 //   ddprun::worker::DistributedDataParallel ddp(model, group);
@@ -57,6 +59,8 @@ class Module;
 namespace ddprun::worker {
 
 class ProcessGroup;
+class Join;
+struct JoinOptions;
 
 enum class GradientSync { kOverlap, kSimple };
 // c10d's built-in communication hooks (register_comm_hook in Python).
@@ -127,7 +131,15 @@ class DistributedDataParallel {
   std::vector<std::size_t> bucketBytes() const;
 
  private:
+  friend class Join;
   class Reducer;
+
+  // For Join (join.h): announce each synchronised pass to the joined ranks;
+  // answer one pass of the others with zeros; take the last joiner's model.
+  void beginJoin(const JoinOptions& options);
+  void endJoin();
+  void shadowStep();
+  void syncFinalModel(bool lastJoiner);
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;

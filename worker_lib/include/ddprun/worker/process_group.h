@@ -51,12 +51,15 @@ class Store;
 
 namespace ddprun::worker {
 
-enum class Backend { kAuto, kNccl, kGloo };
+// kMpi: LibTorch's ProcessGroupMPI, for programs started by mpirun/srun
+// --mpi (rank and size come from MPI, not the environment); only when the
+// linked LibTorch has it (mpiAvailable()).
+enum class Backend { kAuto, kNccl, kGloo, kMpi };
 enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
 
 std::string toString(Backend backend);
 std::string toString(ReduceOp op);
-// "auto", "nccl" or "gloo"; throws ConfigError otherwise.
+// "auto", "nccl", "gloo" or "mpi"; throws ConfigError otherwise.
 Backend parseBackend(const std::string& name);
 
 struct ProcessGroupOptions {
@@ -178,5 +181,9 @@ std::shared_ptr<ProcessGroup> initProcessGroup(const Environment& environment,
 
 // True when this build has the NCCL backend and a CUDA device is usable.
 bool ncclAvailable();
+
+// True when the linked LibTorch has ProcessGroupMPI (Debian 13's 2.6 does,
+// Debian 12's 1.13 does not).
+bool mpiAvailable();
 
 }  // namespace ddprun::worker

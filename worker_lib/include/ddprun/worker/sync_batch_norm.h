@@ -14,11 +14,16 @@
 //   auto bn = register_module("bn", ddprun::worker::SyncBatchNorm(
 //                                       torch::nn::BatchNormOptions(64), group));
 //
+// convertSyncBatchNorm(sequential, group) is Python's convert_sync_batchnorm
+// for models built from torch::nn::Sequential (whose forward dispatches
+// through its list, so a replaced entry is the one that runs).
+//
 // Thread-safety: one training thread, as any module; every rank of the
 // group runs its forward and backward in the same order.
 #pragma once
 
 #include <torch/nn/cloneable.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/options/batchnorm.h>
 #include <torch/nn/pimpl.h>
 
@@ -46,5 +51,15 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
   std::shared_ptr<ProcessGroup> group_;
 };
 TORCH_MODULE(SyncBatchNorm);
+
+// A new Sequential in which every BatchNorm1d/2d/3d entry of `model` is a
+// SyncBatchNorm over `group` with the same options,
+// parameters, running statistics and training mode; the other entries are
+// shared with `model`, as Python's convert_sync_batchnorm shares them.
+// A BatchNorm inside any other module is a ConfigError naming its path: a
+// C++ module calls its layers through typed members, which no converter can
+// redirect (build such a module with SyncBatchNorm).
+torch::nn::Sequential convertSyncBatchNorm(const torch::nn::Sequential& model,
+                                           const std::shared_ptr<ProcessGroup>& group);
 
 }  // namespace ddprun::worker
