@@ -90,6 +90,7 @@ def main():
         allreduce(sizes)
     else:
         ddp_steps(args.strategy, args.steps, args.batch)
+    dist.barrier()  # no rank tears down its Gloo pairs while the other still uses them
     dist.destroy_process_group()
 
 
