@@ -5,6 +5,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <fmt/format.h>
 
@@ -19,12 +20,14 @@
 #include "ddprun/rendezvous/store_server.h"
 #include "event_log.h"
 #include "failure_report.h"
+#include "file_timer_server.h"
 #include "free_port.h"
 #include "launcher_error_file.h"
 #include "node_rendezvous.h"
 #include "numa_binding.h"
 #include "orphan_guard.h"
 #include "output_router.h"
+#include "restart_backoff.h"
 #include "run_directory.h"
 #include "worker_env.h"
 #include "worker_group.h"
@@ -46,7 +49,20 @@ struct Agent::Impl {
       std::cerr << "ddprun: this launch's logs are in " << runDir.root().string() << "\n";
     }
     if (!config.numaBinding.empty()) planNuma();
+    startFileTimer();
+    if (!guard.notice().empty()) DDPRUN_INFO("Notice: {}.", guard.notice());
+    if (!guard.cgroup()) {
+      // The agent is the workers' subreaper: reap what it adopts.
+      childSignals.add(SIGCHLD);
+      reapAdopted();
+    }
   }
+
+  void reapAdopted();
+
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve PyTorch's FileTimerClient.
+  void startFileTimer();
+  void onTimerExpired(const ExpiredTimer& timer);
 
   void planNuma();
   // Prints the final report, writes the launcher's error file and exits.
@@ -66,6 +82,8 @@ struct Agent::Impl {
   void startAttempt();
   void onGroupDone(GroupOutcome outcome);
   void onFailure(const GroupOutcome& outcome);
+  // Runs `restart` now, or after the back-off when failures came in a row.
+  void restartAfterBackoff(std::function<void()> restart);
   void waitForSignal();
   WorkerIdentity identityFor(int localRank, const std::string& errorFile) const;
   std::string reportFor(const GroupOutcome& outcome) const;
@@ -76,6 +94,7 @@ struct Agent::Impl {
   OrphanGuard guard;
   asio::io_context io{1};
   asio::signal_set signals;
+  asio::signal_set childSignals{io};
   RunDirectory runDir;
   OutputRouter router{io};
   std::map<std::string, std::string> baseEnv;
@@ -101,7 +120,11 @@ struct Agent::Impl {
   std::optional<int> stopCode;
   std::optional<protocol::Event> stoppedFor;  // a pushed event ended the round
   std::optional<protocol::Event> earlyEvent;  // arrived before its round's join answer
-  std::vector<std::string> history;
+  FailureHistory history;
+  RestartBackoff backoff{config.restartBackoff};
+  asio::steady_timer backoffTimer{io};
+  std::chrono::steady_clock::time_point attemptStarted;
+  std::unique_ptr<FileTimerServer> fileTimer;
   int exitCode = 0;
 };
 
@@ -266,6 +289,8 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
 
 void Agent::Impl::startAttempt() {
   group.reset();
+  if (fileTimer) fileTimer->clear();
+  attemptStarted = std::chrono::steady_clock::now();
   if (!multiNode()) {
     // Every attempt's workers start on an empty store (the previous
     // attempt's workers have all exited by now).
@@ -335,7 +360,6 @@ void Agent::Impl::onGroupDone(GroupOutcome outcome) {
 
 void Agent::Impl::onFailure(const GroupOutcome& outcome) {
   const WorkerFailure& root = *outcome.rootCause;
-  const std::string line = fmt::format("attempt {}: {}", attempt, describeExit(root));
   if (rendezvous) {
     // The budget is the job's, kept by the store: one restart per failed round.
     const std::string report = reportFor(outcome);
@@ -348,10 +372,13 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
       return;
     }
     if (decision.restartAllowed) {
-      history.push_back(line);
-      DDPRUN_WARN("Restarting the job (restart {} of {}, counted for the whole job).",
-                  decision.restarts, config.maxRestarts);
-      join();
+      history.add(attempt, root);
+      const auto restarts = decision.restarts;
+      restartAfterBackoff([this, restarts] {
+        DDPRUN_WARN("Restarting the job (restart {} of {}, counted for the whole job).", restarts,
+                    config.maxRestarts);
+        join();
+      });
       return;
     }
     rendezvous->leave(assignment.round);
@@ -359,13 +386,36 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
     return;
   }
   if (attempt < config.maxRestarts) {
-    history.push_back(line);
-    ++attempt;
-    DDPRUN_WARN("Restarting the worker group (restart {} of {}).", attempt, config.maxRestarts);
-    startAttempt();
+    history.add(attempt, root);
+    restartAfterBackoff([this] {
+      ++attempt;
+      DDPRUN_WARN("Restarting the worker group (restart {} of {}).", attempt, config.maxRestarts);
+      startAttempt();
+    });
     return;
   }
   failJob(reportFor(outcome), &root, root.status.shellCode());
+}
+
+void Agent::Impl::restartAfterBackoff(std::function<void()> restart) {
+  using std::chrono::milliseconds;
+  const auto ranFor =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - attemptStarted);
+  const milliseconds wait = backoff.next(ranFor);
+  group.reset();  // a signal now ends ddprun at once (waitForSignal)
+  if (wait == milliseconds(0)) {
+    restart();
+    return;
+  }
+  DDPRUN_WARN(
+      "The workers failed {} times in a row; restarting in {:.2f} s (back-off doubling up to "
+      "--restart_backoff_max={} s).",
+      backoff.failuresInARow(), wait.count() / 1000.0, config.restartBackoff.max.count() / 1000.0);
+  backoffTimer.expires_after(wait);
+  backoffTimer.async_wait([this, restart = std::move(restart)](boost::system::error_code ec) {
+    if (ec || stopCode) return;
+    restart();
+  });
 }
 
 void Agent::Impl::failJob(const std::string& report, const WorkerFailure* rootCause, int code) {
@@ -401,6 +451,47 @@ void Agent::Impl::planNuma() {
   placements = std::move(plan.placements);
 }
 
+void Agent::Impl::reapAdopted() {
+  childSignals.async_wait([this](boost::system::error_code ec, int) {
+    if (ec) return;
+    guard.reapAdopted(group ? group->unreapedPids() : std::set<pid_t>{});
+    reapAdopted();
+  });
+}
+
+void Agent::Impl::startFileTimer() {
+  const auto enabled = baseEnv.find("TORCHELASTIC_ENABLE_FILE_TIMER");
+  if (enabled == baseEnv.end() || enabled->second != "1") return;
+  // As torchrun: the path the user gave, else a new one (here in the run
+  // directory); the workers get it as TORCHELASTIC_TIMER_FILE.
+  const auto given = baseEnv.find("TORCHELASTIC_TIMER_FILE");
+  const std::filesystem::path path = given != baseEnv.end() && !given->second.empty()
+                                         ? std::filesystem::path(given->second)
+                                         : runDir.root() / "file_timer.pipe";
+  fileTimer = std::make_unique<FileTimerServer>(
+      io, path, [this](int pid) { return group && group->localRankOf(pid).has_value(); },
+      [this](const ExpiredTimer& timer) { onTimerExpired(timer); });
+  baseEnv["TORCHELASTIC_TIMER_FILE"] = path.string();
+}
+
+void Agent::Impl::onTimerExpired(const ExpiredTimer& timer) {
+  const double late = std::chrono::duration<double>(timer.firedAt - timer.deadline).count();
+  std::optional<int> localRank;
+  if (group) localRank = group->localRankOf(timer.pid);
+  const std::string action = timer.signal > 0
+                                 ? fmt::format("ddprun sent it {}", signalName(timer.signal))
+                                 : std::string("its signal is 0, so it was left running");
+  const std::string cause =
+      fmt::format("file timer '{}' (pid {}) expired {:.2f} s past its deadline; {}", timer.scope,
+                  timer.pid, late, action);
+  if (localRank) {
+    DDPRUN_WARN("Worker rank {}: {}.", static_cast<int>(assignment.rankOffset) + *localRank, cause);
+    group->noteCause(*localRank, cause);
+  } else {
+    DDPRUN_WARN("A {}.", cause);
+  }
+}
+
 void Agent::Impl::waitForSignal() {
   signals.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -433,6 +524,7 @@ void Agent::Impl::finish(int code) {
   }
   group.reset();
   signals.cancel();
+  childSignals.cancel();
   io.stop();
 }
 

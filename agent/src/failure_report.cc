@@ -46,6 +46,37 @@ std::string describeExit(const WorkerFailure& f) {
                      f.localRank, f.pid, f.status.code);
 }
 
+void FailureHistory::add(int attempt, const WorkerFailure& f) {
+  ++count_;
+  last_ = fmt::format("attempt {}: {}", attempt, describeExit(f));
+  if (firstLines_.size() < 3) firstLines_.push_back(last_);
+  const std::string cause = f.status.signaled
+                                ? fmt::format("rank {} {}", f.rank, signalName(f.status.signal))
+                                : fmt::format("rank {} exit code {}", f.rank, f.status.code);
+  for (auto& [known, times] : causes_) {
+    if (known == cause) {
+      ++times;
+      return;
+    }
+  }
+  if (causes_.size() < kMaxCauses) {
+    causes_.emplace_back(cause, 1);
+  } else {
+    ++otherCauses_;
+  }
+}
+
+std::vector<std::string> FailureHistory::lines() const {
+  if (count_ <= 3) return firstLines_;
+  std::vector<std::string> out{"first: " + firstLines_.front(), "last:  " + last_};
+  std::string causes = "causes:";
+  for (const auto& [cause, times] : causes_) causes += fmt::format(" {} x{};", cause, times);
+  if (otherCauses_ > 0) causes += fmt::format(" other causes x{};", otherCauses_);
+  causes.pop_back();
+  out.push_back(causes);
+  return out;
+}
+
 std::string formatFailureReport(const FailureSummary& s) {
   const WorkerFailure& root = s.rootCause;
   std::ostringstream out;
@@ -61,6 +92,7 @@ std::string formatFailureReport(const FailureSummary& s) {
   out << fmt::format("  host       : {}\n", root.host);
   out << fmt::format("  pid        : {}\n", root.pid);
   out << fmt::format("  exit       : {}\n", exitText(root.status));
+  if (!root.cause.empty()) out << fmt::format("  cause      : {}\n", root.cause);
   out << fmt::format("  time       : {}\n", formatTime(root.time));
   out << fmt::format("  attempt    : {}\n", root.attempt);
   out << fmt::format("  error_file : {}{}\n",
@@ -94,9 +126,8 @@ std::string formatFailureReport(const FailureSummary& s) {
     out << "\n";
   }
   if (!s.history.empty()) {
-    out << thin << "\n"
-        << "Earlier attempts:\n";
-    for (const auto& line : s.history) out << "  " << line << "\n";
+    out << thin << "\n" << fmt::format("Earlier attempts ({} failed):\n", s.history.count());
+    for (const auto& line : s.history.lines()) out << "  " << line << "\n";
   }
   out << rule << "\n";
   return out.str();

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "error_file.h"
@@ -33,6 +34,26 @@ struct WorkerFailure {
   std::filesystem::path errorFile;      // where the worker could write one
   std::optional<WorkerError> error;     // what it wrote, if anything
   std::vector<std::string> stderrTail;  // its last stderr lines
+  std::string cause;  // why ddprun killed it (an expired timer, a hang), if it did
+};
+
+// The earlier failed attempts of a job, bounded however many there were:
+// the first and the last, and how often each cause (rank and exit) came.
+class FailureHistory {
+ public:
+  void add(int attempt, const WorkerFailure& rootCause);
+  bool empty() const { return count_ == 0; }
+  int count() const { return count_; }
+  // Report lines: every attempt up to three, else first, last and counts.
+  std::vector<std::string> lines() const;
+
+ private:
+  static constexpr std::size_t kMaxCauses = 8;  // distinct causes listed
+  int count_ = 0;
+  std::vector<std::string> firstLines_;  // at most three
+  std::string last_;
+  std::vector<std::pair<std::string, int>> causes_;  // in first-seen order
+  int otherCauses_ = 0;
 };
 
 struct FailureSummary {
@@ -42,7 +63,7 @@ struct FailureSummary {
   WorkerFailure rootCause;
   std::vector<WorkerFailure> otherFailures;  // later failures, same attempt
   std::vector<int> stoppedRanks;             // ranks the agent stopped
-  std::vector<std::string> history;          // one line per earlier attempt
+  FailureHistory history;                    // the earlier attempts
   bool filesKept = true;                     // false: the run directory is temporary (no --log_dir)
 };
 

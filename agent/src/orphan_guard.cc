@@ -2,12 +2,21 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <fmt/format.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "ddprun/common/error.h"
 
@@ -16,6 +25,10 @@ namespace ddprun::agent {
 namespace {
 
 constexpr int kMaxGroups = 65536;
+
+// The cgroup's directory and cgroup.kill, for the guardian (copied by fork).
+char cgroupDir[4096];
+char cgroupKill[4096];
 
 // The guardian's whole life. Async-signal-safe calls only, fixed storage.
 [[noreturn]] void guardianMain(int readFd) {
@@ -55,12 +68,37 @@ constexpr int kMaxGroups = 65536;
     }
   }
   for (int i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
+  if (cgroupKill[0] != '\0') {
+    // Everything the workers started, wherever it moved to.
+    const int fd = ::open(cgroupKill, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      [[maybe_unused]] const ssize_t n = ::write(fd, "1", 1);
+      ::close(fd);
+    }
+    const timespec pause{0, 10'000'000};
+    for (int i = 0; i < 200 && ::rmdir(cgroupDir) != 0 && errno == EBUSY; ++i) {
+      ::nanosleep(&pause, nullptr);
+    }
+  }
   ::_exit(0);
 }
 
 }  // namespace
 
 OrphanGuard::OrphanGuard() {
+  std::string whyNot;
+  cgroup_ = WorkerCgroup::create(whyNot);
+  if (cgroup_) {
+    std::snprintf(cgroupDir, sizeof cgroupDir, "%s", cgroup_->path().c_str());
+    std::snprintf(cgroupKill, sizeof cgroupKill, "%s", cgroup_->killPath().c_str());
+  } else {
+    // Orphaned descendants become the agent's children, not init's.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    notice_ = fmt::format(
+        "no cgroup for the workers ({}): a process a worker detaches from its process group is "
+        "killed when the worker group ends, but survives a SIGKILL of ddprun itself",
+        whyNot);
+  }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     throw Error("ddprun could not create the guardian pipe; the system is out of descriptors");
@@ -91,6 +129,55 @@ void OrphanGuard::send(int message) {
   const std::int32_t value = message;
   while (::write(writeFd_, &value, sizeof(value)) < 0 && errno == EINTR) {
   }
+}
+
+std::vector<pid_t> OrphanGuard::adoptedChildren(const std::set<pid_t>& keep) const {
+  std::vector<pid_t> children;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream list(task.path() / "children");
+    pid_t pid = 0;
+    while (list >> pid) {
+      if (pid != guardian_ && !keep.contains(pid)) children.push_back(pid);
+    }
+  }
+  return children;
+}
+
+std::vector<LeftoverProcess> OrphanGuard::killLeftovers(const std::set<pid_t>& keep) {
+  auto nameOf = [](pid_t pid) {
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    return name;
+  };
+  std::vector<LeftoverProcess> killed;
+  if (cgroup_) {
+    const auto members = cgroup_->members();
+    for (pid_t pid : members) killed.push_back({pid, nameOf(pid)});
+    cgroup_->killAll();
+    return killed;
+  }
+  // Subreaper: adopted orphans are children; their own children become
+  // ours as they die, so repeat (bounded) until none is left.
+  for (int round = 0; round < 16; ++round) {
+    const auto children = adoptedChildren(keep);
+    if (children.empty()) break;
+    for (pid_t pid : children) {
+      killed.push_back({pid, nameOf(pid)});
+      ::kill(pid, SIGKILL);
+    }
+    for (pid_t pid : children) {
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  return killed;
+}
+
+void OrphanGuard::reapAdopted(const std::set<pid_t>& keep) {
+  if (cgroup_) return;  // not a subreaper: init reaps them
+  for (pid_t pid : adoptedChildren(keep)) ::waitpid(pid, nullptr, WNOHANG);
 }
 
 void OrphanGuard::watch(pid_t processGroup) { send(processGroup); }

@@ -7,15 +7,37 @@
 // EOF and SIGKILLs every group still registered, then exits. The guardian
 // ignores terminal signals and holds no other descriptor of the agent.
 //
+// Descendants that leave their worker's process group (a daemon that
+// double-forks and calls setsid()) are caught too: every worker joins a
+// cgroup v2 of this launch (WorkerCgroup) that the agent empties with
+// cgroup.kill when a worker group ends, and the guardian empties when the
+// agent dies. Where no such cgroup can be made, the agent is the child
+// subreaper instead: orphaned descendants become its children, and
+// killLeftovers() kills and reaps them when a group ends; only a SIGKILL
+// of the agent itself then lets such a daemon survive (notice() says so).
+//
 // Construct it before the agent starts any thread: the guardian is a fork
 // without exec and uses only async-signal-safe calls.
 //
-// Thread-safety: watch()/unwatch() from the agent's loop thread only.
+// Thread-safety: the agent's loop thread only.
 #pragma once
 
 #include <sys/types.h>
 
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "worker_cgroup.h"
+
 namespace ddprun::agent {
+
+// A process the workers left behind, which ddprun killed.
+struct LeftoverProcess {
+  pid_t pid = 0;
+  std::string name;  // from /proc/<pid>/comm, read before the kill
+};
 
 class OrphanGuard {
  public:
@@ -29,9 +51,24 @@ class OrphanGuard {
   void unwatch(pid_t processGroup);
   pid_t guardianPid() const { return guardian_; }
 
+  // The cgroup workers join between fork and exec, or nullptr.
+  const WorkerCgroup* cgroup() const { return cgroup_.get(); }
+  // Empty, or one line on what is not guaranteed here and why.
+  const std::string& notice() const { return notice_; }
+
+  // Once a worker group has ended: SIGKILLs every process its workers left
+  // behind (the cgroup's members, or the agent's adopted children other
+  // than `keep`) and returns them.
+  std::vector<LeftoverProcess> killLeftovers(const std::set<pid_t>& keep = {});
+  // Subreaper mode: reaps adopted children (not in `keep`) that exited.
+  void reapAdopted(const std::set<pid_t>& keep);
+
  private:
   void send(int message);
+  std::vector<pid_t> adoptedChildren(const std::set<pid_t>& keep) const;
 
+  std::unique_ptr<WorkerCgroup> cgroup_;
+  std::string notice_;
   int writeFd_ = -1;
   pid_t guardian_ = -1;
 };

@@ -3,6 +3,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -122,9 +125,12 @@ void WorkerGroup::startProcess(Slot& slot) {
   }
 
   const auto argv = substituteLocalRank(shared_.config.command, localRank);
-  const CpuPlacement placement = shared_.placements.empty()
-                                     ? CpuPlacement{}
-                                     : shared_.placements.at(static_cast<std::size_t>(localRank));
+  CpuPlacement placement = shared_.placements.empty()
+                               ? CpuPlacement{}
+                               : shared_.placements.at(static_cast<std::size_t>(localRank));
+  if (const WorkerCgroup* cgroup = shared_.guard.cgroup()) {
+    placement.cgroupProcs = cgroup->procsPath();
+  }
   slot.process = std::make_unique<WorkerProcess>(
       io_, argv, buildWorkerEnv(shared_.baseEnv, shared_.config, id), placement);
   shared_.guard.watch(slot.process->pid());
@@ -167,6 +173,37 @@ void WorkerGroup::recordEvent(const Slot& slot, const std::string& state,
        {"agent_restarts", std::to_string(attempt_)}});
 }
 
+std::optional<int> WorkerGroup::localRankOf(int pid) const {
+  // Up the parent chain (bounded) until a worker's pid.
+  for (int hop = 0; hop < 32 && pid > 1; ++hop) {
+    for (const auto& slot : slots_) {
+      if (!slot.exited && slot.process && slot.process->pid() == pid) return slot.localRank;
+    }
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');  // the name may hold spaces and parentheses
+    if (close == std::string::npos) return std::nullopt;
+    std::istringstream fields(text.substr(close + 1));
+    char state = 0;
+    if (!(fields >> state >> pid)) return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::set<pid_t> WorkerGroup::unreapedPids() const {
+  std::set<pid_t> pids;
+  for (const auto& slot : slots_) {
+    if (!slot.exited && slot.process) pids.insert(slot.process->pid());
+  }
+  return pids;
+}
+
+void WorkerGroup::noteCause(int localRank, std::string cause) {
+  for (auto& slot : slots_) {
+    if (slot.localRank == localRank) slot.cause = std::move(cause);
+  }
+}
+
 WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const {
   WorkerFailure f;
   f.rank = slot.rank;
@@ -178,6 +215,7 @@ WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const 
   f.status = status;
   f.time = std::chrono::system_clock::now();
   f.errorFile = slot.errorFile;
+  f.cause = slot.cause;
   return f;
 }
 
@@ -248,6 +286,20 @@ void WorkerGroup::maybeFinish() {
   for (const Slot& slot : slots_) allStarted = allStarted && (slot.process || stopping_);
   if (!allStarted) return;
   graceTimer_.cancel();
+  if (!leftoversKilled_) {
+    // Whatever the workers started and left behind goes with them, even
+    // outside their process groups (a double-forked daemon).
+    leftoversKilled_ = true;
+    const auto leftovers = shared_.guard.killLeftovers();
+    if (!leftovers.empty()) {
+      std::string list;
+      for (const auto& p : leftovers) {
+        list += fmt::format("{}pid {} ({})", list.empty() ? "" : ", ", p.pid, p.name);
+      }
+      DDPRUN_WARN("ddprun killed {} process{} the workers left running: {}.", leftovers.size(),
+                  leftovers.size() == 1 ? "" : "es", list);
+    }
+  }
   if (openPumps_ > 0) {
     // Every worker is gone: kill what is left in their process groups so
     // the pipes reach end of file, and bound the wait for them anyway.

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "ddprun/agent/agent_config.h"
@@ -69,6 +70,15 @@ class WorkerGroup {
   void stop(int sig);
   int liveWorkers() const { return live_; }
 
+  // The local rank of the live worker `pid` is, or descends from (through
+  // /proc), or nullopt.
+  std::optional<int> localRankOf(int pid) const;
+  // The workers not reaped yet (a subreaper must leave them alone).
+  std::set<pid_t> unreapedPids() const;
+  // Why the worker of `localRank` is about to fail (a watchdog or timer
+  // kills it): shown in its failure report.
+  void noteCause(int localRank, std::string cause);
+
  private:
   struct Slot {
     std::unique_ptr<WorkerProcess> process;
@@ -79,6 +89,7 @@ class WorkerGroup {
     bool stoppedByAgent = false;
     ExitStatus status;
     std::filesystem::path errorFile;
+    std::string cause;  // set when ddprun itself is about to kill it
   };
 
   void spawn(Slot& slot);
@@ -103,6 +114,7 @@ class WorkerGroup {
   int openPumps_ = 0;
   bool stopping_ = false;
   bool finished_ = false;
+  bool leftoversKilled_ = false;
   std::optional<int> stopSignal_;
   GroupOutcome outcome_;
   boost::asio::steady_timer graceTimer_;

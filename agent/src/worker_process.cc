@@ -1,5 +1,6 @@
 #include "worker_process.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -58,10 +59,20 @@ struct ChildSetup {
   bool bindCpus = false;
   cpu_set_t cpus{};
   int memoryNode = -1;
+  const char* cgroupProcs = nullptr;
 
   bp::error_code on_exec_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
                                const char* const*) {
     closeInheritedDescriptors(launcher.fd_whitelist);
+    // Into the launch's cgroup, with everything it will start (checked by
+    // the agent beforehand; a failure leaves it where it is).
+    if (cgroupProcs != nullptr) {
+      const int fd = ::open(cgroupProcs, O_WRONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        [[maybe_unused]] const ssize_t n = ::write(fd, "0", 1);
+        ::close(fd);
+      }
+    }
     // Its own process group, so a signal reaches the worker and its children.
     if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
     // Die with the agent; if the agent already died, die now.
@@ -119,6 +130,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
     for (int cpu : placement.cpus) CPU_SET(static_cast<unsigned>(cpu), &setup.cpus);
   }
   setup.memoryNode = placement.memoryNode;
+  if (!placement.cgroupProcs.empty()) setup.cgroupProcs = placement.cgroupProcs.c_str();
 
   std::vector<const char*> envp;
   envp.reserve(env.size() + 1);

@@ -37,8 +37,9 @@ struct ExitStatus {
 
 // Where a worker may run and allocate (--numa_binding).
 struct CpuPlacement {
-  std::vector<int> cpus;  // empty: the agent's own affinity
-  int memoryNode = -1;    // NUMA node preferred for memory; -1: the default policy
+  std::vector<int> cpus;    // empty: the agent's own affinity
+  int memoryNode = -1;      // NUMA node preferred for memory; -1: the default policy
+  std::string cgroupProcs;  // cgroup.procs the worker joins before exec; empty: none
 };
 
 class WorkerProcess {

@@ -61,6 +61,12 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   text(app, "rdzv_id", o.rdzvId, "job id shared by all nodes (also names the log directory)");
   text(app, "rdzv_conf", o.rdzvConf, "rendezvous settings KEY=VALUE[,KEY=VALUE...]");
   text(app, "max_restarts", o.maxRestarts, "restarts of the worker group before giving up");
+  text(app, "restart_backoff_initial", o.restartBackoffInitial,
+       "seconds to wait before the second restart in a row (the first is immediate); doubles "
+       "with each further failure in a row");
+  text(app, "restart_backoff_max", o.restartBackoffMax,
+       "cap of the restart back-off in seconds; an attempt that ran this long resets it; 0: "
+       "never wait");
   text(app, "monitor_interval", o.monitorInterval,
        "accepted for torchrun compatibility; ddprun reacts to events, it does not poll");
   text(app, "role", o.role, "role name of the workers (ROLE_NAME)");

@@ -28,6 +28,8 @@ struct LaunchOptions {
   std::string rdzvId = "none";
   std::string rdzvConf;
   std::string maxRestarts = "0";
+  std::string restartBackoffInitial = "1";
+  std::string restartBackoffMax = "30";
   std::string monitorInterval = "0.1";
   std::string role = "default";
   std::string logDir;

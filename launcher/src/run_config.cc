@@ -298,6 +298,8 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   } else {
     config.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
   }
+  config.restartBackoff.initial = secondsOption("restart_backoff_initial", o.restartBackoffInitial);
+  config.restartBackoff.max = secondsOption("restart_backoff_max", o.restartBackoffMax);
   config.forwardedSignals = parseSignals(o.signalsToHandle);
   config.signalsToHandle = o.signalsToHandle;
   if (o.startMethod != "spawn" && o.startMethod != "fork" && o.startMethod != "forkserver") {

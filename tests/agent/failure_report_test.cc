@@ -48,7 +48,9 @@ TEST(FailureReport, PrefersTheErrorFileAndShowsSignals) {
   s.rootCause.status = ExitStatus{0, SIGSEGV, true};
   s.rootCause.error = WorkerError{"ValueError: boom", "Traceback (most recent call last):\n  x", 0};
   s.rootCause.stderrTail = {"should not be shown"};
-  s.history = {"attempt 0: worker rank 5 exited with code 1"};
+  WorkerFailure earlier = failure();
+  earlier.status = ExitStatus{1, 0, false};
+  s.history.add(0, earlier);
   const std::string report = formatFailureReport(s);
   EXPECT_NE(report.find("exit       : SIGSEGV (signal 11; exit code 139)"), std::string::npos)
       << report;
@@ -56,9 +58,34 @@ TEST(FailureReport, PrefersTheErrorFileAndShowsSignals) {
   EXPECT_NE(report.find("    Traceback (most recent call last):"), std::string::npos);
   EXPECT_EQ(report.find("should not be shown"), std::string::npos);
   EXPECT_NE(report.find("error_file : /logs/job/attempt_0/1/error.json"), std::string::npos);
-  EXPECT_NE(report.find("attempt 0: worker rank 5"), std::string::npos);
+  EXPECT_NE(report.find("Earlier attempts (1 failed):\n  attempt 0: worker rank 5"),
+            std::string::npos);
   EXPECT_EQ(describeExit(s.rootCause),
             "worker rank 5 (local rank 1, pid 4121) was killed by SIGSEGV");
+}
+
+// However many attempts failed, the report lists the first, the last and
+// how often each cause came, not every attempt.
+TEST(FailureReport, TheHistoryOfManyRestartsIsBounded) {
+  FailureSummary s;
+  s.programName = "false";
+  s.attempts = 301;
+  s.maxRestarts = 300;
+  s.rootCause = failure();
+  for (int attempt = 0; attempt < 300; ++attempt) {
+    WorkerFailure f = failure();
+    f.status = ExitStatus{attempt == 7 ? 2 : 1, 0, false};
+    s.history.add(attempt, f);
+  }
+  const std::string report = formatFailureReport(s);
+  EXPECT_NE(report.find("Earlier attempts (300 failed):"), std::string::npos) << report;
+  EXPECT_NE(report.find("first: attempt 0: worker rank 5"), std::string::npos) << report;
+  EXPECT_NE(report.find("last:  attempt 299: worker rank 5"), std::string::npos) << report;
+  EXPECT_NE(report.find("causes: rank 5 exit code 1 x299; rank 5 exit code 2 x1"),
+            std::string::npos)
+      << report;
+  EXPECT_EQ(report.find("attempt 150:"), std::string::npos);
+  EXPECT_LT(report.size(), 2000u);
 }
 
 TEST(ExitStatus, ShellConvention) {

@@ -205,5 +205,49 @@ dist.destroy_process_group()
   EXPECT_TRUE(fs::exists(launch / "attempt_0/filtered_stdout.log")) << r.err;
 }
 
+// PyTorch's own file timer (torch.distributed.elastic.timer.FileTimerClient)
+// with TORCHELASTIC_ENABLE_FILE_TIMER=1: rank 1 hangs inside a timed scope
+// in attempt 0; the agent kills it when the timer expires, the job restarts
+// and finishes, and the report of a run without restarts names the scope.
+const char kTimed[] = R"(
+import os, time
+from torch.distributed.elastic.timer import FileTimerClient
+client = FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"])
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+if attempt == 0:
+    if os.environ["RANK"] == "1":
+        client.acquire("stuck_step", time.time() + 1.0)
+    time.sleep(120)  # rank 0 waits too, as in a collective, until the agent stops it
+client.acquire("good_step", time.time() + 30)
+time.sleep(0.2)
+client.release("good_step")
+print(f"attempt {attempt} done", flush=True)
+)";
+
+TEST(PythonWorkers, FileTimerKillsAHungWorkerAndTheJobRestarts) {
+  const auto script = writeScript("timed.py", kTimed);
+  auto env = kPython;
+  env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = runDdprun(
+      {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script.string()}, env, 120s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 60s) << "waited for the sleep";
+  EXPECT_EQ(linesWith(r.out, "attempt "), (std::vector<std::string>{"1 done", "1 done"}))
+      << r.out << r.err;
+  EXPECT_NE(r.err.find("Worker rank 1: file timer 'stuck_step'"), std::string::npos) << r.err;
+
+  const auto failed =
+      runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, env, 120s);
+  EXPECT_EQ(failed.code, 128 + SIGKILL) << failed.err;
+  EXPECT_NE(failed.err.find("rank       : 1"), std::string::npos) << failed.err;
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(
+      failed.err, m,
+      std::regex(R"(cause      : file timer 'stuck_step' \(pid \d+\) expired \d+\.\d\d s past its )"
+                 R"(deadline; ddprun sent it SIGKILL)")))
+      << failed.err;
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -53,6 +53,14 @@ struct EventLogConfig {
   std::filesystem::path file;  // kFile: JSON lines appended here
 };
 
+// --restart_backoff_initial / --restart_backoff_max (docs/self-healing.md):
+// the first restart is immediate, later ones in a row wait from `initial`
+// doubling up to `max`, with jitter. max zero: never wait.
+struct RestartBackoffConfig {
+  std::chrono::milliseconds initial{std::chrono::seconds(1)};
+  std::chrono::milliseconds max{std::chrono::seconds(30)};
+};
+
 struct AgentConfig {
   // The worker's argv: command[0] is an absolute path to an executable. The
   // literal "${local_rank}" in any argument is replaced per worker.
@@ -72,6 +80,7 @@ struct AgentConfig {
   int masterPort = 0;
 
   int maxRestarts = 0;
+  RestartBackoffConfig restartBackoff;
   // SIGTERM to SIGKILL grace when stopping workers.
   std::chrono::milliseconds shutdownTimeout{std::chrono::seconds(30)};
 

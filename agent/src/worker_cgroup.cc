@@ -1,0 +1,124 @@
+#include "worker_cgroup.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace ddprun::agent {
+
+namespace {
+
+// The cgroup2 mount point, from /proc/self/mountinfo ("... - cgroup2 ...").
+std::string cgroup2Mount() {
+  std::ifstream mounts("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mounts, line)) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream after(line.substr(dash + 3));
+    std::string type;
+    after >> type;
+    if (type != "cgroup2") continue;
+    std::istringstream fields(line);
+    std::string id, parent, device, root, mountPoint;
+    fields >> id >> parent >> device >> root >> mountPoint;
+    return mountPoint;
+  }
+  return "";
+}
+
+// This process's cgroup v2 path ("0::/a/b" in /proc/self/cgroup).
+std::string ownCgroup() {
+  std::ifstream groups("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(groups, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return "";
+}
+
+bool writeText(const std::string& path, const char* text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text, std::strlen(text)) == static_cast<ssize_t>(std::strlen(text));
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::unique_ptr<WorkerCgroup> WorkerCgroup::create(std::string& whyNot) {
+  const std::string mount = cgroup2Mount();
+  if (mount.empty()) {
+    whyNot = "no cgroup2 file system is mounted";
+    return nullptr;
+  }
+  const std::string own = ownCgroup();
+  if (own.empty()) {
+    whyNot = "this process is in no cgroup v2";
+    return nullptr;
+  }
+  const std::string path = fmt::format("{}{}/ddprun-{}", mount, own == "/" ? "" : own, ::getpid());
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    whyNot = fmt::format("cannot create {}: {}", path, std::strerror(errno));
+    return nullptr;
+  }
+  std::unique_ptr<WorkerCgroup> cgroup(new WorkerCgroup(path));
+  struct stat info {};
+  if (::stat(cgroup->kill_.c_str(), &info) != 0) {
+    whyNot = "the kernel has no cgroup.kill (Linux 5.14 or newer has)";
+    return nullptr;
+  }
+  // Probe: a child moves itself in, as every worker will.
+  const pid_t probe = ::fork();
+  if (probe == 0) ::_exit(writeText(cgroup->procs_, "0") ? 0 : 1);
+  int status = 0;
+  while (probe > 0 && ::waitpid(probe, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (probe < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    whyNot = fmt::format(
+        "a process cannot join {} (the parent cgroup's controllers or "
+        "permissions forbid it)",
+        path);
+    return nullptr;
+  }
+  return cgroup;
+}
+
+WorkerCgroup::WorkerCgroup(std::string path)
+    : path_(std::move(path)), procs_(path_ + "/cgroup.procs"), kill_(path_ + "/cgroup.kill") {}
+
+WorkerCgroup::~WorkerCgroup() {
+  killAll();
+  // The kernel delivers the kills; a cgroup can be removed once empty.
+  for (int i = 0; i < 100 && !members().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::rmdir(path_.c_str());
+}
+
+std::vector<int> WorkerCgroup::members() const {
+  std::vector<int> pids;
+  std::ifstream procs(procs_);
+  int pid = 0;
+  while (procs >> pid) pids.push_back(pid);
+  return pids;
+}
+
+std::vector<int> WorkerCgroup::killAll() {
+  auto pids = members();
+  if (!pids.empty()) writeText(kill_, "1");
+  return pids;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,52 @@
+// WorkerCgroup: a cgroup v2 that holds every worker of one launch and
+// everything they start, so that no descendant outlives its worker group
+// or ddprun — also one that double-forked and called setsid() to leave the
+// worker's process group (docs/self-healing.md).
+//
+// Made under this process's own cgroup on the cgroup2 mount
+// (<mount><own cgroup>/ddprun-<pid>), checked once by moving a short-lived
+// child into it. Workers join it between fork and exec (procsPath());
+// cgroup.kill ends everything in it at once. Where no such cgroup can be
+// made (no cgroup2 mount, no write access, a parent cgroup with
+// controllers that forbid it, a kernel without cgroup.kill) create()
+// returns nullptr and says why.
+//
+// Thread-safety: immutable after create(); killAll() from one thread.
+// Ownership: removes its directory on destruction (killing what is left,
+// waiting up to 1 s for the cgroup to empty).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddprun::agent {
+
+class WorkerCgroup {
+ public:
+  // Call before any thread exists (it forks a probe child).
+  static std::unique_ptr<WorkerCgroup> create(std::string& whyNot);
+  ~WorkerCgroup();
+  WorkerCgroup(const WorkerCgroup&) = delete;
+  WorkerCgroup& operator=(const WorkerCgroup&) = delete;
+
+  const std::string& path() const { return path_; }
+  // A process that writes "0" here moves itself into the cgroup.
+  const std::string& procsPath() const { return procs_; }
+  const std::string& killPath() const { return kill_; }
+
+  // The pids in the cgroup now.
+  std::vector<int> members() const;
+  // SIGKILLs everything in it (cgroup.kill); returns the pids that were
+  // there.
+  std::vector<int> killAll();
+
+ private:
+  explicit WorkerCgroup(std::string path);
+
+  std::string path_;
+  std::string procs_;
+  std::string kill_;
+};
+
+}  // namespace ddprun::agent
