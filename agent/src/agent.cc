@@ -22,6 +22,7 @@
 #include "failure_report.h"
 #include "file_timer_server.h"
 #include "free_port.h"
+#include "hang_watchdog.h"
 #include "launcher_error_file.h"
 #include "node_rendezvous.h"
 #include "numa_binding.h"
@@ -63,6 +64,7 @@ struct Agent::Impl {
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve PyTorch's FileTimerClient.
   void startFileTimer();
   void onTimerExpired(const ExpiredTimer& timer);
+  void onHang(const HangReport& report);
 
   void planNuma();
   // Prints the final report, writes the launcher's error file and exits.
@@ -125,6 +127,7 @@ struct Agent::Impl {
   asio::steady_timer backoffTimer{io};
   std::chrono::steady_clock::time_point attemptStarted;
   std::unique_ptr<FileTimerServer> fileTimer;
+  std::unique_ptr<HangWatchdog> watchdog;  // --watchdog_timeout, per attempt
   int exitCode = 0;
 };
 
@@ -288,6 +291,7 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
 }
 
 void Agent::Impl::startAttempt() {
+  watchdog.reset();
   group.reset();
   if (fileTimer) fileTimer->clear();
   attemptStarted = std::chrono::steady_clock::now();
@@ -307,6 +311,12 @@ void Agent::Impl::startAttempt() {
       },
       [this](GroupOutcome outcome) { onGroupDone(std::move(outcome)); });
   group->start();
+  if (config.watchdogTimeout.count() > 0) {
+    watchdog = std::make_unique<HangWatchdog>(
+        io, config.watchdogTimeout,
+        [this] { return group ? group->watchedWorkers() : std::vector<WatchedWorker>{}; },
+        [this](const HangReport& report) { onHang(report); });
+  }
 }
 
 std::string Agent::Impl::reportFor(const GroupOutcome& outcome) const {
@@ -402,6 +412,7 @@ void Agent::Impl::restartAfterBackoff(std::function<void()> restart) {
   const auto ranFor =
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - attemptStarted);
   const milliseconds wait = backoff.next(ranFor);
+  watchdog.reset();
   group.reset();  // a signal now ends ddprun at once (waitForSignal)
   if (wait == milliseconds(0)) {
     restart();
@@ -492,6 +503,22 @@ void Agent::Impl::onTimerExpired(const ExpiredTimer& timer) {
   }
 }
 
+void Agent::Impl::onHang(const HangReport& report) {
+  if (!group) return;
+  const int rank = static_cast<int>(assignment.rankOffset) + report.localRank;
+  const std::string cause = fmt::format(
+      "hung: no worker of this node made progress (CPU or I/O) for {:.1f} s "
+      "(--watchdog_timeout={:g}); this one stopped first ({:.1f} s ago{}); ddprun sent it "
+      "SIGKILL",
+      report.quietSeconds, config.watchdogTimeout.count() / 1000.0, report.stalledSeconds,
+      report.aheadSeconds > 0 ? fmt::format(", {:.1f} s before the next", report.aheadSeconds)
+                              : std::string(", with others in the same sample"));
+  DDPRUN_WARN("Worker rank {} (pid {}) is {}.", rank, report.pid, cause);
+  for (const auto& line : report.details) DDPRUN_WARN("  worker rank {}: {}", rank, line);
+  group->noteCause(report.localRank, cause, report.details);
+  ::kill(report.pid, SIGKILL);
+}
+
 void Agent::Impl::waitForSignal() {
   signals.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -522,6 +549,7 @@ void Agent::Impl::finish(int code) {
          {"exit_code", std::to_string(code)},
          {"agent_restarts", std::to_string(attempt)}});
   }
+  watchdog.reset();
   group.reset();
   signals.cancel();
   childSignals.cancel();

@@ -93,6 +93,7 @@ std::string formatFailureReport(const FailureSummary& s) {
   out << fmt::format("  pid        : {}\n", root.pid);
   out << fmt::format("  exit       : {}\n", exitText(root.status));
   if (!root.cause.empty()) out << fmt::format("  cause      : {}\n", root.cause);
+  for (const auto& line : root.causeDetails) out << "    " << line << "\n";
   out << fmt::format("  time       : {}\n", formatTime(root.time));
   out << fmt::format("  attempt    : {}\n", root.attempt);
   out << fmt::format("  error_file : {}{}\n",

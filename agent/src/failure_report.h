@@ -35,6 +35,7 @@ struct WorkerFailure {
   std::optional<WorkerError> error;     // what it wrote, if anything
   std::vector<std::string> stderrTail;  // its last stderr lines
   std::string cause;  // why ddprun killed it (an expired timer, a hang), if it did
+  std::vector<std::string> causeDetails;  // what ddprun saw of it then
 };
 
 // The earlier failed attempts of a job, bounded however many there were:

@@ -198,10 +198,20 @@ std::set<pid_t> WorkerGroup::unreapedPids() const {
   return pids;
 }
 
-void WorkerGroup::noteCause(int localRank, std::string cause) {
+void WorkerGroup::noteCause(int localRank, std::string cause, std::vector<std::string> details) {
   for (auto& slot : slots_) {
-    if (slot.localRank == localRank) slot.cause = std::move(cause);
+    if (slot.localRank != localRank) continue;
+    slot.cause = std::move(cause);
+    slot.causeDetails = std::move(details);
   }
+}
+
+std::vector<WatchedWorker> WorkerGroup::watchedWorkers() const {
+  std::vector<WatchedWorker> workers;
+  for (const auto& slot : slots_) {
+    if (!slot.exited && slot.process) workers.push_back({slot.localRank, slot.process->pid()});
+  }
+  return workers;
 }
 
 WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const {
@@ -216,6 +226,7 @@ WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const 
   f.time = std::chrono::system_clock::now();
   f.errorFile = slot.errorFile;
   f.cause = slot.cause;
+  f.causeDetails = slot.causeDetails;
   return f;
 }
 

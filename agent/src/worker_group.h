@@ -22,6 +22,7 @@
 #include "ddprun/agent/agent_config.h"
 #include "event_log.h"
 #include "failure_report.h"
+#include "hang_watchdog.h"
 #include "log_pump.h"
 #include "orphan_guard.h"
 #include "output_router.h"
@@ -77,7 +78,9 @@ class WorkerGroup {
   std::set<pid_t> unreapedPids() const;
   // Why the worker of `localRank` is about to fail (a watchdog or timer
   // kills it): shown in its failure report.
-  void noteCause(int localRank, std::string cause);
+  void noteCause(int localRank, std::string cause, std::vector<std::string> details = {});
+  // The live workers, for the hang watchdog.
+  std::vector<WatchedWorker> watchedWorkers() const;
 
  private:
   struct Slot {
@@ -90,6 +93,7 @@ class WorkerGroup {
     ExitStatus status;
     std::filesystem::path errorFile;
     std::string cause;  // set when ddprun itself is about to kill it
+    std::vector<std::string> causeDetails;
   };
 
   void spawn(Slot& slot);

@@ -64,6 +64,9 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   text(app, "restart_backoff_initial", o.restartBackoffInitial,
        "seconds to wait before the second restart in a row (the first is immediate); doubles "
        "with each further failure in a row");
+  text(app, "watchdog_timeout", o.watchdogTimeout,
+       "seconds without progress (CPU or I/O) of every worker of a node after which the node is "
+       "hung and its first-stalled worker fails; 0: off");
   text(app, "restart_backoff_max", o.restartBackoffMax,
        "cap of the restart back-off in seconds; an attempt that ran this long resets it; 0: "
        "never wait");

@@ -30,6 +30,7 @@ struct LaunchOptions {
   std::string maxRestarts = "0";
   std::string restartBackoffInitial = "1";
   std::string restartBackoffMax = "30";
+  std::string watchdogTimeout = "0";
   std::string monitorInterval = "0.1";
   std::string role = "default";
   std::string logDir;

@@ -300,6 +300,7 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   }
   config.restartBackoff.initial = secondsOption("restart_backoff_initial", o.restartBackoffInitial);
   config.restartBackoff.max = secondsOption("restart_backoff_max", o.restartBackoffMax);
+  config.watchdogTimeout = secondsOption("watchdog_timeout", o.watchdogTimeout);
   config.forwardedSignals = parseSignals(o.signalsToHandle);
   config.signalsToHandle = o.signalsToHandle;
   if (o.startMethod != "spawn" && o.startMethod != "fork" && o.startMethod != "forkserver") {

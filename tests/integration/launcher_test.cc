@@ -184,6 +184,31 @@ TEST(Launcher, TheCppFileTimerKillsAHungWorker) {
   EXPECT_NE(without.err.find("TORCHELASTIC_ENABLE_FILE_TIMER=1"), std::string::npos) << without.err;
 }
 
+// --watchdog_timeout: a node whose workers all stop making progress is
+// hung (the report names the cause); a node where one worker still
+// computes while the other waits quietly is not.
+TEST(Launcher, TheWatchdogFailsANodeWhoseWorkersAllStopped) {
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--watchdog_timeout=1"}, sh("sleep 30")), {}, 20s);
+  EXPECT_EQ(r.code, 128 + SIGKILL) << r.err;
+  EXPECT_NE(r.err.find("cause      : hung: no worker of this node made progress"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("    state S (sleeping)"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, TheWatchdogLeavesAQuietButHealthyJobAlone) {
+  // Rank 0 computes for 4-5 s while rank 1 waits 3 s without CPU or I/O,
+  // as at a barrier during rank 0's evaluation.
+  const auto r = runDdprun(
+      args({"--nproc_per_node=2", "--watchdog_timeout=1.5"},
+           sh("if [ $RANK = 0 ]; then end=$(($(date +%s) + 5)); "
+              "while [ $(date +%s) -lt $end ]; do :; done; else sleep 3; fi; echo finished")),
+      {}, 30s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("hung"), std::string::npos) << r.err;
+}
+
 TEST(Launcher, AFailureFollowedByASuccessfulRestartSucceeds) {
   const auto r =
       runDdprun(args({"--nproc_per_node=2", "--max_restarts=3"},

@@ -249,5 +249,45 @@ TEST(PythonWorkers, FileTimerKillsAHungWorkerAndTheJobRestarts) {
       << failed.err;
 }
 
+// --watchdog_timeout without any change to the script: in attempt 0 rank 1
+// sleeps forever before an all_reduce that rank 0 (after a second of
+// compute) waits in. The node is found hung, rank 1 is blamed, the job
+// restarts and finishes.
+const char kHang[] = R"(
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+if attempt == 0:
+    if dist.get_rank() == 1:
+        time.sleep(3600)  # never reaches the all_reduce
+    end = time.time() + 1.0  # rank 0 still computes when rank 1 stops
+    while time.time() < end:
+        pass
+t = torch.ones(1)
+dist.all_reduce(t)
+print(f"attempt {attempt} sum {t.item():.0f}", flush=True)
+dist.destroy_process_group()
+)";
+
+TEST(PythonWorkers, TheWatchdogFindsARankThatNeverReachesTheCollective) {
+  const auto script = writeScript("hang.py", kHang);
+  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1", "--watchdog_timeout=3",
+                            "--log_prefix=", script.string()},
+                           kPython, 120s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "attempt "), (std::vector<std::string>{"1 sum 2", "1 sum 2"}))
+      << r.out << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.err, m,
+      std::regex(R"(Worker rank 1 \(pid \d+\) is hung: no worker of this node made progress )"
+                 R"(\(CPU or I/O\) for (\d+\.\d) s)")))
+      << r.err;
+  // Its stall began at most one sampling period (0.75 s) before its last
+  // sample with progress: found within the timeout + 2 s.
+  EXPECT_LT(std::stod(m[1]) + 0.75, 3.0 + 2.0) << r.err;
+  EXPECT_NE(r.err.find("worker rank 1: state S (sleeping)"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -81,6 +81,9 @@ struct AgentConfig {
 
   int maxRestarts = 0;
   RestartBackoffConfig restartBackoff;
+  // --watchdog_timeout: a node none of whose workers progressed (CPU or
+  // I/O) for this long is hung; its first-stalled worker fails. Zero: off.
+  std::chrono::milliseconds watchdogTimeout{0};
   // SIGTERM to SIGKILL grace when stopping workers.
   std::chrono::milliseconds shutdownTimeout{std::chrono::seconds(30)};
 

@@ -1,0 +1,208 @@
+#include "hang_watchdog.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace ddprun::agent {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct StatFields {
+  char state = '?';
+  pid_t processGroup = 0;
+  std::uint64_t cpuTicks = 0;
+};
+
+// /proc/<pid>/stat, after the parenthesised name (which may hold spaces).
+bool readStat(const std::string& pid, StatFields& out) {
+  std::ifstream file("/proc/" + pid + "/stat");
+  std::string text;
+  if (!std::getline(file, text)) return false;
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream fields(text.substr(close + 2));
+  // state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+  // utime stime cutime cstime: its own CPU time and that of the children it
+  // reaped (a shell's short-lived commands).
+  std::string skip;
+  std::uint64_t utime = 0, stime = 0, cutime = 0, cstime = 0;
+  pid_t ppid = 0;
+  fields >> out.state >> ppid >> out.processGroup;
+  for (int i = 0; i < 8; ++i) fields >> skip;
+  fields >> utime >> stime >> cutime >> cstime;
+  out.cpuTicks = utime + stime + cutime + cstime;
+  return static_cast<bool>(fields);
+}
+
+std::uint64_t ioBytes(const std::string& pid) {
+  std::ifstream file("/proc/" + pid + "/io");
+  std::string key;
+  std::uint64_t value = 0, total = 0;
+  while (file >> key >> value) {
+    if (key == "rchar:" || key == "wchar:") total += value;
+  }
+  return total;
+}
+
+std::string firstLine(const std::string& path) {
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
+}  // namespace
+
+HangWatchdog::HangWatchdog(asio::io_context& io, std::chrono::milliseconds timeout,
+                           WorkersFn workers, HangFn onHang)
+    : timeout_(timeout),
+      period_(
+          std::clamp(timeout / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(5000))),
+      workers_(std::move(workers)),
+      onHang_(std::move(onHang)),
+      timer_(io) {
+  const auto ticksPerSecond = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  minTicks_ = std::max<std::uint64_t>(
+      2, static_cast<std::uint64_t>(0.02 * ticksPerSecond *
+                                    std::chrono::duration<double>(period_).count()));
+  arm();
+}
+
+void HangWatchdog::arm() {
+  timer_.expires_after(period_);
+  timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || fired_) return;
+    sample();
+    if (!fired_) arm();
+  });
+}
+
+std::map<pid_t, HangWatchdog::Counters> HangWatchdog::countersByGroup(
+    const std::vector<WatchedWorker>& workers) const {
+  std::map<pid_t, Counters> counters;
+  for (const auto& w : workers) counters[w.pid] = {};
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    StatFields stat;
+    if (!readStat(name, stat)) continue;
+    const auto it = counters.find(stat.processGroup);
+    if (it == counters.end()) continue;
+    it->second.cpuTicks += stat.cpuTicks;
+    it->second.ioBytes += ioBytes(name);
+  }
+  return counters;
+}
+
+void HangWatchdog::sample() {
+  const auto workers = workers_();
+  if (workers.empty()) return;
+  const auto now = Clock::now();
+  const auto counters = countersByGroup(workers);
+  // A worker that exited since the last sample is progress too (the one
+  // that finishes first must not leave the others looking hung).
+  if (lastNodeProgress_ == Clock::time_point{} || workers.size() < progress_.size()) {
+    lastNodeProgress_ = now;
+  }
+  std::map<pid_t, Progress> next;
+  for (const auto& w : workers) {
+    const Counters& c = counters.at(w.pid);
+    const auto known = progress_.find(w.pid);
+    if (known == progress_.end()) {
+      next[w.pid] = Progress{c, now};  // new: counts as progress
+      continue;
+    }
+    Progress p = known->second;
+    // Counters of a process group can fall (a child exited): any change
+    // beyond the thresholds, either way, is activity.
+    const auto cpuDelta = c.cpuTicks > p.last.cpuTicks ? c.cpuTicks - p.last.cpuTicks : 0;
+    if (cpuDelta >= minTicks_ || c.ioBytes > p.last.ioBytes) {
+      p.lastProgress = now;
+      lastNodeProgress_ = now;
+    }
+    p.last = c;
+    next[w.pid] = p;
+  }
+  progress_ = std::move(next);
+
+  // Hung: the node made no progress for the timeout.
+  if (now - lastNodeProgress_ < timeout_) return;
+  const WatchedWorker* first = nullptr;
+  auto earliest = Clock::time_point::max();
+  auto secondEarliest = Clock::time_point::max();
+  for (const auto& w : workers) {
+    const auto last = progress_.at(w.pid).lastProgress;
+    if (last < earliest) {
+      secondEarliest = earliest;
+      earliest = last;
+      first = &w;
+    } else if (last < secondEarliest) {
+      secondEarliest = last;
+    }
+  }
+  fired_ = true;
+  HangReport report;
+  report.localRank = first->localRank;
+  report.pid = first->pid;
+  report.quietSeconds = std::chrono::duration<double>(now - lastNodeProgress_).count();
+  report.stalledSeconds = std::chrono::duration<double>(now - earliest).count();
+  report.aheadSeconds = secondEarliest == Clock::time_point::max()
+                            ? 0
+                            : std::chrono::duration<double>(secondEarliest - earliest).count();
+  report.details = describeStuckProcess(first->pid);
+  onHang_(report);
+}
+
+std::vector<std::string> describeStuckProcess(pid_t pid) {
+  std::vector<std::string> lines;
+  const std::string dir = "/proc/" + std::to_string(pid);
+  StatFields stat;
+  if (readStat(std::to_string(pid), stat)) {
+    const char* meaning = stat.state == 'R'   ? "running"
+                          : stat.state == 'S' ? "sleeping"
+                          : stat.state == 'D' ? "uninterruptible sleep (in the kernel)"
+                          : stat.state == 'T' ? "stopped"
+                          : stat.state == 'Z' ? "zombie"
+                                              : "other";
+    lines.push_back(fmt::format("state {} ({})", stat.state, meaning));
+  }
+  const std::string wchan = firstLine(dir + "/wchan");
+  if (!wchan.empty() && wchan != "0") lines.push_back("waiting in " + wchan);
+  std::ifstream stack(dir + "/stack");  // root only
+  std::string frame;
+  int frames = 0;
+  while (std::getline(stack, frame) && frames < 12) {
+    lines.push_back("kernel: " + frame);
+    ++frames;
+  }
+  // The Python stack, where py-spy is installed (bounded to 10 s).
+  if (std::system("command -v py-spy >/dev/null 2>&1") == 0) {
+    const std::string command = fmt::format("timeout 10 py-spy dump --pid {} 2>&1", pid);
+    if (FILE* out = ::popen(command.c_str(), "r")) {
+      std::array<char, 512> buffer{};
+      int count = 0;
+      while (std::fgets(buffer.data(), buffer.size(), out) != nullptr && count < 60) {
+        std::string line(buffer.data());
+        if (!line.empty() && line.back() == '\n') line.pop_back();
+        lines.push_back("python: " + line);
+        ++count;
+      }
+      ::pclose(out);
+    }
+  }
+  return lines;
+}
+
+}  // namespace ddprun::agent

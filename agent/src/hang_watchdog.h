@@ -1,0 +1,99 @@
+// HangWatchdog: finds a node whose workers have all stopped making
+// progress (--watchdog_timeout, docs/self-healing.md), without any change
+// to the training program.
+//
+// What counts as progress, per worker (its whole process group, so
+// DataLoader workers and other children count too, and the CPU time of
+// children they reaped): CPU time (more than 2 %
+// of a sampling period, at least two clock ticks, so idle housekeeping
+// threads do not count) or bytes read or written through any descriptor
+// (/proc/<pid>/io rchar + wchar: output, files, sockets — a collective
+// moving data). A worker blocked in a collective, sleeping, or stuck in
+// uninterruptible sleep shows neither.
+//
+// The node is hung when none of its workers progressed (or exited) for the
+// timeout: a rank that never reaches the collective its peers wait in
+// stops first, and its peers stop as soon as they block in it. The root
+// cause is the worker that stopped first (the lowest local rank among
+// equals). A node where one worker still computes is never hung, so a
+// rank-0 evaluation while the others wait at a barrier is safe.
+//
+// The counters have no change notification, so this is the one place the
+// agent samples: every min(timeout / 4, 5 s), only while --watchdog_timeout
+// is set.
+//
+// Thread-safety: the agent's loop thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddprun::agent {
+
+struct WatchedWorker {
+  int localRank = 0;
+  pid_t pid = 0;  // also its process group
+};
+
+// What ddprun can see of a hung worker.
+struct HangReport {
+  int localRank = 0;
+  pid_t pid = 0;
+  double quietSeconds = 0;           // since any worker of the node last progressed
+  double stalledSeconds = 0;         // since this worker last progressed
+  double aheadSeconds = 0;           // how much earlier it stalled than the next one
+  std::vector<std::string> details;  // state, wchan, kernel stack, Python stack
+};
+
+class HangWatchdog {
+ public:
+  using WorkersFn = std::function<std::vector<WatchedWorker>()>;
+  using HangFn = std::function<void(const HangReport&)>;
+
+  HangWatchdog(boost::asio::io_context& io, std::chrono::milliseconds timeout, WorkersFn workers,
+               HangFn onHang);
+  HangWatchdog(const HangWatchdog&) = delete;
+  HangWatchdog& operator=(const HangWatchdog&) = delete;
+
+  std::chrono::milliseconds period() const { return period_; }
+
+ private:
+  struct Counters {
+    std::uint64_t cpuTicks = 0;
+    std::uint64_t ioBytes = 0;
+  };
+  struct Progress {
+    Counters last;
+    std::chrono::steady_clock::time_point lastProgress;
+  };
+
+  void arm();
+  void sample();
+  std::map<pid_t, Counters> countersByGroup(const std::vector<WatchedWorker>& workers) const;
+
+  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds period_;
+  std::uint64_t minTicks_;
+  WorkersFn workers_;
+  HangFn onHang_;
+  boost::asio::steady_timer timer_;
+  std::map<pid_t, Progress> progress_;  // by worker pid
+  // The last sample in which any worker progressed or exited.
+  std::chrono::steady_clock::time_point lastNodeProgress_;
+  bool fired_ = false;
+};
+
+// State, wchan, kernel stack and (with py-spy on PATH) the Python stack of
+// `pid`, as far as this process may read them.
+std::vector<std::string> describeStuckProcess(pid_t pid);
+
+}  // namespace ddprun::agent
