@@ -123,6 +123,9 @@ struct Agent::Impl {
   std::optional<protocol::Event> stoppedFor;  // a pushed event ended the round
   std::optional<protocol::Event> earlyEvent;  // arrived before its round's join answer
   FailureHistory history;
+  int lastFailureCode = 0;
+  // Several nodes: rounds in a row in which this node's workers failed.
+  int failedRoundsInARow = 0;
   RestartBackoff backoff{config.restartBackoff};
   asio::steady_timer backoffTimer{io};
   std::chrono::steady_clock::time_point attemptStarted;
@@ -207,6 +210,14 @@ void Agent::Impl::onJoined(const JoinResult& result) {
     failJob(result.report, nullptr, result.exitCode);
     return;
   }
+  if (result.excluded) {
+    // This host failed in too many rounds in a row: the others go on
+    // without it. It exits with its last failure's code.
+    std::cerr << "ddprun: this node is left out of the job: " << result.error
+              << "; the other nodes continue without it\n";
+    finish(lastFailureCode != 0 ? lastFailureCode : 1);
+    return;
+  }
   if (!result.assignment) {
     std::cerr << "ddprun: error: the rendezvous failed: " << result.error << "\n";
     finish(1);
@@ -235,6 +246,11 @@ void Agent::Impl::onJoined(const JoinResult& result) {
 }
 
 void Agent::Impl::onEvent(const protocol::Event& event) {
+  if (event.type == protocol::EventType::kNodeExcluded ||
+      event.type == protocol::EventType::kNodeReadmitted) {
+    DDPRUN_WARN("Rendezvous: {}.", event.message);  // news, not a change of this round
+    return;
+  }
   if (event.round > assignment.round) {
     // The join's answer and the event travel through different threads:
     // keep an event for a round this node has not started yet.
@@ -328,6 +344,14 @@ std::string Agent::Impl::reportFor(const GroupOutcome& outcome) const {
   summary.otherFailures = outcome.otherFailures;
   summary.stoppedRanks = outcome.stoppedRanks;
   summary.history = history;
+  if (multiNode() && failedRoundsInARow >= 2) {
+    // In a static job this host cannot be left out: name it.
+    summary.repeatedFailure = fmt::format(
+        "this node ({}, {}) failed in {} rounds in a row: the repeated failure; check this host",
+        config.hostname,
+        config.rendezvous.localAddr.empty() ? assignment.masterAddr : config.rendezvous.localAddr,
+        failedRoundsInARow);
+  }
   summary.filesKept = !runDir.temporary();
   return formatFailureReport(summary);
 }
@@ -342,6 +366,7 @@ void Agent::Impl::onGroupDone(GroupOutcome outcome) {
     finish(*stopCode);
     return;
   }
+  if (!outcome.rootCause) failedRoundsInARow = 0;  // this node's workers did not fail
   if (stoppedFor && !outcome.rootCause) {
     if (stoppedFor->type == protocol::EventType::kJobFailed) {
       rendezvous->leave(assignment.round);
@@ -370,6 +395,8 @@ void Agent::Impl::onGroupDone(GroupOutcome outcome) {
 
 void Agent::Impl::onFailure(const GroupOutcome& outcome) {
   const WorkerFailure& root = *outcome.rootCause;
+  lastFailureCode = root.status.shellCode();
+  ++failedRoundsInARow;
   if (rendezvous) {
     // The budget is the job's, kept by the store: one restart per failed round.
     const std::string report = reportFor(outcome);

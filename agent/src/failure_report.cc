@@ -126,6 +126,7 @@ std::string formatFailureReport(const FailureSummary& s) {
     }
     out << "\n";
   }
+  if (!s.repeatedFailure.empty()) out << "Repeated failure: " << s.repeatedFailure << "\n";
   if (!s.history.empty()) {
     out << thin << "\n" << fmt::format("Earlier attempts ({} failed):\n", s.history.count());
     for (const auto& line : s.history.lines()) out << "  " << line << "\n";

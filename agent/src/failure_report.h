@@ -65,6 +65,7 @@ struct FailureSummary {
   std::vector<WorkerFailure> otherFailures;  // later failures, same attempt
   std::vector<int> stoppedRanks;             // ranks the agent stopped
   FailureHistory history;                    // the earlier attempts
+  std::string repeatedFailure;               // a host that failed round after round
   bool filesKept = true;                     // false: the run directory is temporary (no --log_dir)
 };
 

@@ -8,6 +8,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/parse.h"
@@ -199,6 +202,9 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   request.address = rdzv_.localAddr;
   request.masterPort = masterPort_;
   request.maxRestarts = config_.maxRestarts;
+  request.maxNodeFailures = static_cast<std::uint32_t>(rdzv_.maxNodeFailures);
+  request.nodeCooldownMs = static_cast<std::uint32_t>(std::min<std::int64_t>(
+      rdzv_.nodeCooldown.count(), std::numeric_limits<std::uint32_t>::max()));
   joiner_ = std::thread([this, request, done = std::move(done)] {
     JoinResult result;
     bool connected = false;
@@ -222,6 +228,9 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
       result.closed = true;
       result.exitCode = e.exitCode();
       result.report = e.report();
+      result.error = e.what();
+    } catch (const rendezvous::NodeExcludedError& e) {
+      result.excluded = true;
       result.error = e.what();
     } catch (const TimeoutError& e) {
       // Connecting explains itself; a round that never formed gets advice.

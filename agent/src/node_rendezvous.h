@@ -38,7 +38,8 @@ namespace ddprun::agent {
 
 struct JoinResult {
   std::optional<rendezvous::protocol::Assignment> assignment;
-  bool closed = false;  // the job already failed: exitCode and report say how
+  bool closed = false;    // the job already failed: exitCode and report say how
+  bool excluded = false;  // this host is left out for a cooldown: error says why
   int exitCode = 1;
   std::string report;
   std::string error;  // why the join failed (timeout, network)

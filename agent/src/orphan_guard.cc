@@ -144,7 +144,7 @@ std::vector<pid_t> OrphanGuard::adoptedChildren(const std::set<pid_t>& keep) con
   return children;
 }
 
-std::vector<LeftoverProcess> OrphanGuard::killLeftovers(const std::set<pid_t>& keep) {
+std::vector<LeftoverProcess> OrphanGuard::killLeftovers(const std::set<pid_t>& workerGroups) {
   auto nameOf = [](pid_t pid) {
     std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
     std::string name;
@@ -152,19 +152,23 @@ std::vector<LeftoverProcess> OrphanGuard::killLeftovers(const std::set<pid_t>& k
     return name;
   };
   std::vector<LeftoverProcess> killed;
+  auto note = [&](pid_t pid) {
+    const pid_t group = ::getpgid(pid);
+    if (group > 0 && !workerGroups.contains(group)) killed.push_back({pid, nameOf(pid)});
+  };
   if (cgroup_) {
-    const auto members = cgroup_->members();
-    for (pid_t pid : members) killed.push_back({pid, nameOf(pid)});
+    for (pid_t pid : cgroup_->members()) note(pid);
     cgroup_->killAll();
     return killed;
   }
+  const std::set<pid_t> keep;
   // Subreaper: adopted orphans are children; their own children become
   // ours as they die, so repeat (bounded) until none is left.
   for (int round = 0; round < 16; ++round) {
     const auto children = adoptedChildren(keep);
     if (children.empty()) break;
     for (pid_t pid : children) {
-      killed.push_back({pid, nameOf(pid)});
+      note(pid);
       ::kill(pid, SIGKILL);
     }
     for (pid_t pid : children) {

@@ -57,9 +57,10 @@ class OrphanGuard {
   const std::string& notice() const { return notice_; }
 
   // Once a worker group has ended: SIGKILLs every process its workers left
-  // behind (the cgroup's members, or the agent's adopted children other
-  // than `keep`) and returns them.
-  std::vector<LeftoverProcess> killLeftovers(const std::set<pid_t>& keep = {});
+  // behind (the cgroup's members, or the agent's adopted children) and
+  // returns those that had left the workers' process groups
+  // (`workerGroups`; the rest are stragglers already being killed).
+  std::vector<LeftoverProcess> killLeftovers(const std::set<pid_t>& workerGroups);
   // Subreaper mode: reaps adopted children (not in `keep`) that exited.
   void reapAdopted(const std::set<pid_t>& keep);
 

@@ -301,7 +301,11 @@ void WorkerGroup::maybeFinish() {
     // Whatever the workers started and left behind goes with them, even
     // outside their process groups (a double-forked daemon).
     leftoversKilled_ = true;
-    const auto leftovers = shared_.guard.killLeftovers();
+    std::set<pid_t> workerGroups;
+    for (const Slot& slot : slots_) {
+      if (slot.process) workerGroups.insert(slot.process->pid());
+    }
+    const auto leftovers = shared_.guard.killLeftovers(workerGroups);
     if (!leftovers.empty()) {
       std::string list;
       for (const auto& p : leftovers) {

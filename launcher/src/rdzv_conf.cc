@@ -38,6 +38,8 @@ const std::vector<std::string_view>& RdzvConf::knownKeys() {
       "read_timeout", "is_host", "store_type", "use_libuv",
       // static and etcd
       "timeout", "rank",
+      // ddprun: hosts that keep failing (docs/self-healing.md)
+      "max_node_failures", "node_cooldown",
       // etcd-v2 backend, legacy etcd backend
       "protocol", "ssl_cert", "ssl_cert_key", "ca_cert", "cert", "key", "cacert", "etcd_prefix",
       // ddprun

@@ -201,6 +201,65 @@ TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
             (std::vector<std::string>{"0", "1", "2"}));
 }
 
+// A host whose workers fail round after round is left out of an elastic job
+// (rdzv_conf max_node_failures, node_cooldown): three agents on
+// 127.0.0.2-4 (2:3 nodes) with a standalone daemon, the one on .4 always
+// fails. It is excluded after two failures in a row and exits; the others
+// log the exclusion and its end, re-form without it and finish within the
+// restart budget.
+TEST(MultiNode, AHostThatKeepsFailingIsExcludedAndTheOthersFinish) {
+  ChildProcess daemon({kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0"},
+                      {{"DDPRUN_TOKEN", kToken}});
+  const auto line = daemon.readStdoutLine(10s);
+  ASSERT_TRUE(line);
+  const auto port = static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  std::vector<Node> nodes;
+  for (int i = 1; i <= 3; ++i) {
+    auto options = dynamicOptions(port, i, "2:3", ",is_host=0,max_node_failures=2,node_cooldown=2");
+    options.back() = "--max_restarts=3";
+    nodes.push_back(startNode(options, i == 3 ? "echo bad disk >&2; exit 7"
+                                              : "echo world $WORLD_SIZE; sleep 4; echo done"));
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
+    EXPECT_NE(nodes[i].out.find("done"), std::string::npos) << nodes[i].out;
+    EXPECT_NE(nodes[i].out.find("world 4"), std::string::npos) << nodes[i].out;
+    EXPECT_NE(nodes[i].err.find("at 127.0.0.4 is excluded from rendezvous 'job' for 2 s: its "
+                                "workers failed in 2 rounds in a row"),
+              std::string::npos)
+        << nodes[i].err;
+    EXPECT_NE(nodes[i].err.find("the cooldown of 127.0.0.4 in rendezvous 'job' ended"),
+              std::string::npos)
+        << nodes[i].err;
+  }
+  const auto bad = nodes[2].finish(60s);
+  EXPECT_EQ(bad, 7) << nodes[2].err;
+  EXPECT_NE(nodes[2].err.find("this node is left out of the job"), std::string::npos)
+      << nodes[2].err;
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(10s), 0);
+}
+
+// A static job cannot leave a host out: the report names it as the
+// repeated failure.
+TEST(MultiNode, AStaticJobNamesTheHostThatFailedRoundAfterRound) {
+  const std::uint16_t port = freePort();
+  std::vector<Node> nodes;
+  for (int r = 0; r < 2; ++r) {
+    nodes.push_back(
+        startNode({"--nnodes=2", fmt::format("--node_rank={}", r), "--master_addr=127.0.0.1",
+                   fmt::format("--master_port={}", port), "--nproc_per_node=1", "--max_restarts=2",
+                   "--restart_backoff_max=0", fmt::format("--local_addr=127.0.0.{}", r + 1)},
+                  r == 1 ? "exit 5" : "sleep 20"));
+  }
+  for (auto& node : nodes) {
+    EXPECT_EQ(node.finish(60s), 5) << node.err;
+    EXPECT_NE(node.err.find("Repeated failure: this node ("), std::string::npos) << node.err;
+    EXPECT_NE(node.err.find("127.0.0.2) failed in 3 rounds in a row"), std::string::npos)
+        << node.err;
+  }
+}
+
 TEST(MultiNode, AWaitingNodeSaysWhatItWaitsForAndTimesOutNamingTheMissingNodes) {
   const std::uint16_t port = freePort();
   Node node = startNode({"--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1",

@@ -33,7 +33,10 @@ std::vector<Request> everyRequest() {
                             .keepAliveMs = 15000,
                             .timeoutMs = 600000,
                             .address = "10.0.0.7",
-                            .masterPort = 29511});
+                            .masterPort = 29511,
+                            .maxRestarts = 5,
+                            .maxNodeFailures = 3,
+                            .nodeCooldownMs = 600000});
   const NodeReport node{"job", "node-a", 4, 3, 137, "rank 5 was killed by SIGKILL"};
   all.push_back(Leave{node});
   all.push_back(ReportFailure{node});
@@ -388,14 +391,18 @@ TEST(Protocol, EncodingsAreByteForByteStable) {
   encodeError(all, 3, Status::kTimeout, "WAIT timed out");
   encodeClosed(all, 4, "the rendezvous is closed", {137, "rank 5 was killed"});
   encodeEvent(all, {EventType::kRoundEnded, "job", 2, 0, "node n1 was lost"});
+  encodeEvent(all, {EventType::kNodeExcluded, "job", 3, 0, "node n2 is excluded"});
+  encodeError(all, 5, Status::kExcluded, "node n2 is excluded");
   std::uint64_t digest = 1469598103934665603ULL;
   for (const unsigned char c : all) {
     digest ^= c;
     digest *= 1099511628211ULL;
   }
-  // Version 2: the same bytes as version 1's digest 0xdb7d26d408d00b03
-  // except HELLO's version field.
-  EXPECT_EQ(digest, 0x1184d7bb24c2a208ULL) << std::hex << digest;
+  // Version 2 (0x1184d7bb24c2a208): version 1's bytes (0xdb7d26d408d00b03)
+  // but HELLO's version field. Version 3: JOIN's max_node_failures and
+  // node_cooldown_ms, the kNodeExcluded/kNodeReadmitted events and the
+  // EXCLUDED status.
+  EXPECT_EQ(digest, 0x2a0fd536c8f0b496ULL) << std::hex << digest;
 }
 
 TEST(Protocol, TimeoutConversionClamps) {

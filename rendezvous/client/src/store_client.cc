@@ -76,6 +76,8 @@ void StoreClient::exchange(const protocol::Request& request, bool waits,
       throw RendezvousClosedError(fmt::format("store {}: {} (the job failed with exit code {})",
                                               endpoint_, error->message, error->failure.exitCode),
                                   static_cast<int>(error->failure.exitCode), error->failure.report);
+    case Status::kExcluded:
+      throw NodeExcludedError(fmt::format("store {}: {}", endpoint_, error->message));
     case Status::kBadRequest:
     case Status::kUnsupportedVersion:
     case Status::kGoodbye:

@@ -27,6 +27,16 @@ struct RendezvousManager::Node {
   std::unique_ptr<boost::asio::steady_timer> timeout;  // of its pending JOIN
 };
 
+// One host (a node's address) of an elastic job: its failures in a row and
+// whether it is left out.
+struct RendezvousManager::Host {
+  int streak = 0;  // rounds in a row its workers failed in
+  std::int64_t lastFailedRound = -1;
+  std::int64_t previousRound = -1;  // the round it was in before the current one
+  std::int64_t currentRound = -1;
+  std::unique_ptr<boost::asio::steady_timer> cooldown;  // set while excluded
+};
+
 struct RendezvousManager::Rendezvous {
   explicit Rendezvous(boost::asio::any_io_executor executor) : lastCall(executor) {}
 
@@ -39,6 +49,9 @@ struct RendezvousManager::Rendezvous {
   bool running = false;  // a round is complete and its workers run
   bool closed = false;   // the job failed: nobody may join again
   std::int64_t restarts = 0;
+  std::uint32_t maxNodeFailures = 0;  // fixed by the JOIN that created it; 0: never exclude
+  std::uint32_t nodeCooldownMs = 0;
+  std::map<std::string, Host> hosts;  // by address
   std::int64_t failedExitCode = 0;
   std::string failureReport;
   std::map<std::string, Node> joining;       // waiting in JOIN
@@ -83,6 +96,8 @@ RendezvousManager::Rendezvous& RendezvousManager::getOrCreate(const protocol::Jo
     slot->maxNodes = std::max(slot->minNodes, j.maxNodes);
     slot->lastCallMs = j.lastCallMs;
     slot->maxRestarts = std::max<std::int64_t>(0, j.maxRestarts);
+    slot->maxNodeFailures = j.maxNodeFailures;
+    slot->nodeCooldownMs = j.nodeCooldownMs;
     DDPRUN_INFO("Rendezvous '{}' opened for {} to {} nodes.", printable(j.rdzvId), slot->minNodes,
                 slot->maxNodes);
   }
@@ -123,6 +138,19 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
       }
     }
   }
+  const std::string address = request.address.empty() ? peer.peerAddress() : request.address;
+  if (const auto host = r.hosts.find(address); host != r.hosts.end() && host->second.cooldown) {
+    peer.answerJoin(requestId, Status::kExcluded, {},
+                    fmt::format("node {} at {} is excluded from rendezvous '{}' for {} more s: its "
+                                "workers failed in {} rounds in a row",
+                                printable(request.nodeId), printable(address), printable(r.id),
+                                std::chrono::duration_cast<std::chrono::seconds>(
+                                    host->second.cooldown->expiry() -
+                                    boost::asio::steady_timer::clock_type::now())
+                                    .count(),
+                                r.maxNodeFailures));
+    return;
+  }
   r.participants.erase(request.nodeId);  // rejoining after its round ended
   if (!r.firstSeen.contains(request.nodeId)) r.firstSeen[request.nodeId] = r.arrivals++;
 
@@ -131,7 +159,7 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
   node.peer = &peer;
   node.requestedRank = request.nodeRank;
   node.localWorldSize = std::max<std::uint32_t>(1, request.localWorldSize);
-  node.address = request.address.empty() ? peer.peerAddress() : request.address;
+  node.address = address;
   node.masterPort = request.masterPort;
   node.firstSeen = r.firstSeen[request.nodeId];
   node.requestId = requestId;
@@ -225,6 +253,9 @@ void RendezvousManager::complete(Rendezvous& r) {
   std::vector<std::pair<Peer*, std::pair<std::uint32_t, Assignment>>> answers;
   for (std::uint32_t rank = 0; rank < order.size(); ++rank) {
     Node& node = *order[rank];
+    Host& host = r.hosts[node.address];
+    host.previousRound = host.currentRound;
+    host.currentRound = r.round;
     a.groupRank = rank;
     a.rankOffset = offset;
     offset += node.localWorldSize;
@@ -340,6 +371,7 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   Status status = Status::kOk;
   Rendezvous* r = reportedBy(peer, report, status, message);
   if (r == nullptr) return status;
+  const std::string failedHost = countFailure(*r, report);
   if (report.round == r->round && r->running && !r->closed &&
       r->participants.contains(report.nodeId)) {
     if (r->restarts < r->maxRestarts) {
@@ -355,7 +387,79 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   // A failure in a round that already ended (another node reported first)
   // spends nothing: the decision taken for that round stands.
   decision = {r->restarts, !r->closed};
+  if (!failedHost.empty() && !r->closed) {
+    Host& host = r->hosts[failedHost];
+    const bool elastic = r->minNodes < r->maxNodes;
+    if (elastic && r->maxNodeFailures > 0 && host.streak >= static_cast<int>(r->maxNodeFailures)) {
+      exclude(*r, failedHost, report.nodeId);
+    }
+  }
   return Status::kOk;
+}
+
+std::string RendezvousManager::countFailure(Rendezvous& r, const protocol::NodeReport& report) {
+  const auto node = r.participants.find(report.nodeId);
+  if (node == r.participants.end()) return "";
+  Host& host = r.hosts[node->second.address];
+  if (host.currentRound != report.round || host.lastFailedRound == report.round) return "";
+  const bool inARow = host.previousRound >= 0 && host.lastFailedRound == host.previousRound;
+  host.streak = inARow ? host.streak + 1 : 1;
+  host.lastFailedRound = report.round;
+  return node->second.address;
+}
+
+void RendezvousManager::exclude(Rendezvous& r, const std::string& address,
+                                const std::string& nodeId) {
+  Host& host = r.hosts[address];
+  const int streak = host.streak;
+  host.streak = 0;
+  host.cooldown = std::make_unique<boost::asio::steady_timer>(
+      executor_, std::chrono::milliseconds(r.nodeCooldownMs));
+  const std::string reason = fmt::format(
+      "node {} at {} is excluded from rendezvous '{}' for {:g} s: its workers failed in {} rounds "
+      "in a row (rdzv_conf max_node_failures={})",
+      printable(nodeId), printable(address), printable(r.id), r.nodeCooldownMs / 1000.0, streak,
+      r.maxNodeFailures);
+  DDPRUN_WARN("{}.", reason);
+  Event event;
+  event.type = EventType::kNodeExcluded;
+  event.rdzvId = r.id;
+  event.round = r.round;
+  event.message = reason;
+  pushToAll(r, event);
+  // A JOIN of that host already waiting is refused now.
+  std::vector<std::string> waiting;
+  for (const auto& [id, node] : r.joining) {
+    if (node.address == address) waiting.push_back(id);
+  }
+  for (const auto& id : waiting) {
+    Node& node = r.joining.at(id);
+    Peer* peer = node.peer;
+    const std::uint32_t requestId = node.requestId;
+    dropJoiner(r, id);
+    peer->answerJoin(requestId, Status::kExcluded, {}, reason);
+  }
+  host.cooldown->async_wait([this, id = r.id, address](boost::system::error_code ec) {
+    if (ec) return;
+    Rendezvous* rdzv = find(id);
+    if (rdzv == nullptr) return;
+    rdzv->hosts[address].cooldown.reset();
+    Event readmitted;
+    readmitted.type = EventType::kNodeReadmitted;
+    readmitted.rdzvId = id;
+    readmitted.round = rdzv->round;
+    readmitted.message =
+        fmt::format("the cooldown of {} in rendezvous '{}' ended: it may join again",
+                    printable(address), printable(id));
+    DDPRUN_INFO("{}.", readmitted.message);
+    pushToAll(*rdzv, readmitted);
+  });
+}
+
+void RendezvousManager::pushToAll(Rendezvous& r, const Event& event) {
+  for (auto* group : {&r.participants, &r.joining}) {
+    for (auto& [id, node] : *group) node.peer->pushEvent(event);
+  }
 }
 
 protocol::RendezvousStatus RendezvousManager::status(const std::string& rdzvId) const {

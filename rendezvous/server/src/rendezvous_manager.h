@@ -15,6 +15,11 @@
 // changes never spend restarts. When the budget is spent, every participant
 // is pushed kJobFailed with the failing node's report.
 //
+// In an elastic job (MIN < MAX) a host (a node's address) whose workers
+// failed in max_node_failures rounds in a row is excluded for its cooldown:
+// every node is pushed kNodeExcluded, that host's JOINs are refused with
+// kExcluded, and kNodeReadmitted is pushed when the cooldown ends.
+//
 // Thread-safety: the server's loop thread only (like StoreState).
 // Ownership: owns its timers; borrows Peers, which must call peerLost()
 // before they go away.
@@ -76,6 +81,7 @@ class RendezvousManager {
 
  private:
   struct Node;
+  struct Host;
   struct Rendezvous;
 
   Rendezvous& getOrCreate(const protocol::JoinRequest& request);
@@ -90,6 +96,12 @@ class RendezvousManager {
   void failJob(Rendezvous& r, std::int64_t exitCode, const std::string& report,
                const std::string& exceptNode);
   void dropJoiner(Rendezvous& r, const std::string& nodeId);
+  // Counts a failure of the reporting node's host in its current round
+  // (once per round); returns that host's address, or empty.
+  std::string countFailure(Rendezvous& r, const protocol::NodeReport& report);
+  // Leaves `address` out for the cooldown; tells every node.
+  void exclude(Rendezvous& r, const std::string& address, const std::string& nodeId);
+  void pushToAll(Rendezvous& r, const protocol::Event& event);
 
   void markFinishedIfEmpty(Rendezvous& r);
   // The rendezvous of a LEAVE or REPORT_FAILURE, when `peer`'s connection

@@ -68,6 +68,8 @@ const char* statusName(Status status) {
       return "event";
     case Status::kClosed:
       return "rendezvous closed";
+    case Status::kExcluded:
+      return "node excluded";
   }
   return "unknown status";
 }

@@ -349,7 +349,8 @@ bool fields(auto& io, OneOf<JoinRequest> auto& j) {
   return io.name(j.rdzvId) && io.name(j.nodeId) && io.i64(j.nodeRank) && io.u32(j.localWorldSize) &&
          io.u32(j.minNodes) && io.u32(j.maxNodes) && io.u32(j.lastCallMs) &&
          io.u32(j.keepAliveMs) && io.u32(j.timeoutMs) && io.name(j.address) &&
-         io.u32(j.masterPort) && io.i64(j.maxRestarts);
+         io.u32(j.masterPort) && io.i64(j.maxRestarts) && io.u32(j.maxNodeFailures) &&
+         io.u32(j.nodeCooldownMs);
 }
 bool fields(auto& io, OneOf<Assignment> auto& a) {
   return io.i64(a.round) && io.u32(a.groupRank) && io.u32(a.groupWorldSize) &&
@@ -502,7 +503,7 @@ bool decodeError(std::uint8_t code, std::string_view body, ErrorReply& reply) {
   reply = ErrorReply{};
   if (code == static_cast<std::uint8_t>(Status::kOk) ||
       code == static_cast<std::uint8_t>(Status::kEvent) ||
-      code > static_cast<std::uint8_t>(Status::kClosed)) {
+      code > static_cast<std::uint8_t>(Status::kExcluded)) {
     return false;
   }
   reply.status = static_cast<Status>(code);
@@ -531,7 +532,7 @@ bool decodeEvent(std::string_view body, Event& e) {
   std::uint8_t type = 0;
   const bool ok = in.u8(type) && in.string(e.rdzvId, kAnySize, tooLarge) && in.i64(e.round) &&
                   in.i64(e.exitCode) && in.string(e.message, kAnySize, tooLarge) && in.atEnd();
-  if (!ok || type < 1 || type > 2) return false;
+  if (!ok || type < 1 || type > 4) return false;
   e.type = static_cast<EventType>(type);
   return true;
 }

@@ -42,7 +42,7 @@ def read_frame(sock):
     return code
 
 
-PROTOCOL_VERSION = 2  # protocol::kVersion
+PROTOCOL_VERSION = 3  # protocol::kVersion
 
 
 def native(host, port, credential, rdzv):

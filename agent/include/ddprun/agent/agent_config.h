@@ -41,6 +41,11 @@ struct RendezvousConfig {
   int keepAliveMaxAttempts = 3;
   // Deadline of one store request of the agent (rdzv_conf read_timeout).
   std::chrono::milliseconds requestTimeout{std::chrono::seconds(60)};
+  // Elastic jobs: a host whose workers fail in this many rounds in a row is
+  // left out for nodeCooldown (rdzv_conf max_node_failures, node_cooldown).
+  // 0: never.
+  int maxNodeFailures = 3;
+  std::chrono::milliseconds nodeCooldown{std::chrono::minutes(10)};
   // While waiting for a round: a progress line this often when stderr is
   // not a terminal (a terminal's status line is redrawn every second).
   // Zero: no progress output at all.

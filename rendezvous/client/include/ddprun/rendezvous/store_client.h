@@ -53,6 +53,13 @@ class RendezvousClosedError : public Error {
   std::string report_;
 };
 
+// JOIN refused: this node's host failed in too many rounds in a row and is
+// left out of the rendezvous for a cooldown (the message says until when).
+class NodeExcludedError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct StoreClientOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;

@@ -17,10 +17,12 @@
 namespace ddprun::rendezvous::protocol {
 
 // Version 2: JOIN carries the restart budget, CLOSED the job's outcome as
-// fields, and RENDEZVOUS_STATUS exists. Version 1 peers are refused at
+// fields, and RENDEZVOUS_STATUS exists. Version 3: JOIN carries
+// max_node_failures and node_cooldown_ms, EXCLUDED and the
+// NODE_EXCLUDED/NODE_READMITTED events exist. Older peers are refused at
 // HELLO (their JOIN would not decode).
-inline constexpr std::uint16_t kVersion = 2;
-inline constexpr std::uint16_t kMinVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;
+inline constexpr std::uint16_t kMinVersion = 3;
 // A timeout field of this value means "wait without limit".
 inline constexpr std::uint32_t kNoTimeout = 0xFFFFFFFFu;
 
@@ -59,12 +61,15 @@ enum class Status : std::uint8_t {
   kGoodbye = 8,             // pushed (request id 0) before the server closes
   kEvent = 9,               // pushed (request id 0): a rendezvous event
   kClosed = 10,             // the rendezvous is closed (the job failed or ended)
+  kExcluded = 11,           // JOIN: this node's host is excluded for a cooldown
 };
 
 // What a kEvent push says.
 enum class EventType : std::uint8_t {
-  kRoundEnded = 1,  // stop the workers and join again (failure or membership change)
-  kJobFailed = 2,   // no restarts left: stop the workers and report `report`
+  kRoundEnded = 1,      // stop the workers and join again (failure or membership change)
+  kJobFailed = 2,       // no restarts left: stop the workers and report `report`
+  kNodeExcluded = 3,    // a host failed in too many rounds in a row: left out for a cooldown
+  kNodeReadmitted = 4,  // that host's cooldown ended
 };
 
 const char* opName(Op op);
@@ -250,6 +255,11 @@ struct JoinRequest {
   // The job-wide restart budget: fixed by the JOIN that creates the
   // rendezvous; later JOINs must agree and REPORT_FAILURE cannot change it.
   std::int64_t maxRestarts = 0;
+  // Elastic jobs: a host (address) whose workers failed in this many
+  // rounds in a row is refused for nodeCooldownMs. 0: never. Fixed by the
+  // JOIN that creates the rendezvous.
+  std::uint32_t maxNodeFailures = 0;
+  std::uint32_t nodeCooldownMs = 0;
   bool operator==(const JoinRequest&) const = default;
 };
 
