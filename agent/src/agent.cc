@@ -215,7 +215,13 @@ void Agent::Impl::onJoined(const JoinResult& result) {
     // without it. It exits with its last failure's code.
     std::cerr << "ddprun: this node is left out of the job: " << result.error
               << "; the other nodes continue without it\n";
-    finish(lastFailureCode != 0 ? lastFailureCode : 1);
+    const int code = lastFailureCode != 0 ? lastFailureCode : 1;
+    if (rendezvous->hosting()) {
+      DDPRUN_INFO("This node hosts the job's store: keeping it up until every node left.");
+      rendezvous->asyncWaitUntilAllLeft([this, code] { finish(code); });
+    } else {
+      finish(code);
+    }
     return;
   }
   if (!result.assignment) {
@@ -347,7 +353,8 @@ std::string Agent::Impl::reportFor(const GroupOutcome& outcome) const {
   if (multiNode() && failedRoundsInARow >= 2) {
     // In a static job this host cannot be left out: name it.
     summary.repeatedFailure = fmt::format(
-        "this node ({}, {}) failed in {} rounds in a row: the repeated failure; check this host",
+        "workers on this node ({}, {}) failed in {} rounds in a row; if they failed first (see "
+        "the root cause), check this host",
         config.hostname,
         config.rendezvous.localAddr.empty() ? assignment.masterAddr : config.rendezvous.localAddr,
         failedRoundsInARow);
@@ -402,7 +409,8 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
     const std::string report = reportFor(outcome);
     rendezvous::protocol::RestartDecision decision;
     try {
-      decision = rendezvous->reportFailure(assignment.round, root.status.shellCode(), report);
+      decision =
+          rendezvous->reportFailure(assignment.round, root.status.shellCode(), report, root.time);
     } catch (const Error& e) {
       failJob(report + "ddprun: error: could not reach the rendezvous store: " + e.what() + "\n",
               &root, root.status.shellCode());
@@ -440,6 +448,7 @@ void Agent::Impl::restartAfterBackoff(std::function<void()> restart) {
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - attemptStarted);
   const milliseconds wait = backoff.next(ranFor);
   watchdog.reset();
+  if (fileTimer) fileTimer->clear();
   group.reset();  // a signal now ends ddprun at once (waitForSignal)
   if (wait == milliseconds(0)) {
     restart();
@@ -451,7 +460,11 @@ void Agent::Impl::restartAfterBackoff(std::function<void()> restart) {
       backoff.failuresInARow(), wait.count() / 1000.0, config.restartBackoff.max.count() / 1000.0);
   backoffTimer.expires_after(wait);
   backoffTimer.async_wait([this, restart = std::move(restart)](boost::system::error_code ec) {
-    if (ec || stopCode) return;
+    if (ec) return;
+    if (stopCode) {
+      finish(*stopCode);  // the store was lost while waiting
+      return;
+    }
     restart();
   });
 }

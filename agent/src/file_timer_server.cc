@@ -117,13 +117,14 @@ void FileTimerServer::handle(const std::string& line) {
   const double expiration = request["expiration_time"].get<double>();
   const int signal = request.value("signal", 0);
   if (pid <= 0 || !accept_(pid)) {
-    drop(fmt::format("a request from pid {}, which is not one of this node's workers", pid));
+    drop("a request from a pid that is not one of this node's workers");
     return;
   }
   const auto key = std::make_pair(pid, scope);
   if (expiration < 0) {
     timers_.erase(key);  // release
-  } else if (!std::isfinite(expiration) || expiration > 1e12 || signal >= NSIG) {
+  } else if (!std::isfinite(expiration) || expiration > 9e9 || signal >= NSIG) {
+    // 9e9 s (the year 2255) keeps the deadline inside system_clock's range.
     drop("a timer with an impossible deadline or signal");
     return;
   } else if (timers_.size() >= kMaxTimers && !timers_.contains(key)) {
@@ -165,6 +166,13 @@ void FileTimerServer::expire() {
     if (better) chosen = ExpiredTimer{key.first, key.second, timer.signal, timer.deadline, now};
   }
   for (const auto& [pid, timer] : fired) {
+    // Still one of the workers (or theirs)? A pid may have been reused.
+    if (!accept_(pid)) {
+      for (auto it = timers_.begin(); it != timers_.end();) {
+        it = it->first.first == pid ? timers_.erase(it) : std::next(it);
+      }
+      continue;
+    }
     onExpired_(timer);
     if (timer.signal > 0 && ::kill(pid, timer.signal) != 0 && errno != ESRCH) {
       DDPRUN_WARN("The file timer could not signal pid {}: {}.", pid, std::strerror(errno));

@@ -79,10 +79,12 @@ HangWatchdog::HangWatchdog(asio::io_context& io, std::chrono::milliseconds timeo
   arm();
 }
 
+HangWatchdog::~HangWatchdog() { *alive_ = false; }
+
 void HangWatchdog::arm() {
   timer_.expires_after(period_);
-  timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec || fired_) return;
+  timer_.async_wait([this, alive = alive_](boost::system::error_code ec) {
+    if (ec || !*alive || fired_) return;
     sample();
     if (!fired_) arm();
   });

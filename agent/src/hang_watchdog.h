@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,7 @@ class HangWatchdog {
 
   HangWatchdog(boost::asio::io_context& io, std::chrono::milliseconds timeout, WorkersFn workers,
                HangFn onHang);
+  ~HangWatchdog();
   HangWatchdog(const HangWatchdog&) = delete;
   HangWatchdog& operator=(const HangWatchdog&) = delete;
 
@@ -90,6 +92,9 @@ class HangWatchdog {
   // The last sample in which any worker progressed or exited.
   std::chrono::steady_clock::time_point lastNodeProgress_;
   bool fired_ = false;
+  // Cleared on destruction: a timer handler already queued when the
+  // watchdog is destroyed must not touch it.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 // State, wchan, kernel stack and (with py-spy on PATH) the Python stack of

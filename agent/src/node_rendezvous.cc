@@ -246,9 +246,9 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   });
 }
 
-rendezvous::protocol::RestartDecision NodeRendezvous::reportFailure(std::int64_t round,
-                                                                    int exitCode,
-                                                                    const std::string& report) {
+rendezvous::protocol::RestartDecision NodeRendezvous::reportFailure(
+    std::int64_t round, int exitCode, const std::string& report,
+    std::chrono::system_clock::time_point failedAt) {
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;
@@ -256,6 +256,8 @@ rendezvous::protocol::RestartDecision NodeRendezvous::reportFailure(std::int64_t
   r.maxRestarts = config_.maxRestarts;
   r.exitCode = exitCode;
   r.report = report;
+  r.failedAtMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(failedAt.time_since_epoch()).count();
   return client_->reportFailure(r);
 }
 

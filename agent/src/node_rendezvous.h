@@ -21,6 +21,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -65,8 +66,9 @@ class NodeRendezvous {
   // for worker rank 0's own TCPStore.
   void setMasterPort(std::uint16_t port) { masterPort_ = port; }
   void asyncJoin(std::function<void(JoinResult)> done);
-  rendezvous::protocol::RestartDecision reportFailure(std::int64_t round, int exitCode,
-                                                      const std::string& report);
+  rendezvous::protocol::RestartDecision reportFailure(
+      std::int64_t round, int exitCode, const std::string& report,
+      std::chrono::system_clock::time_point failedAt);
   void leave(std::int64_t round);
   // Host only: calls `done` once every node has left or the close timeout
   // passed, whichever comes first.

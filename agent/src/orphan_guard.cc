@@ -161,20 +161,14 @@ std::vector<LeftoverProcess> OrphanGuard::killLeftovers(const std::set<pid_t>& w
     cgroup_->killAll();
     return killed;
   }
-  const std::set<pid_t> keep;
-  // Subreaper: adopted orphans are children; their own children become
-  // ours as they die, so repeat (bounded) until none is left.
-  for (int round = 0; round < 16; ++round) {
-    const auto children = adoptedChildren(keep);
-    if (children.empty()) break;
-    for (pid_t pid : children) {
-      note(pid);
-      ::kill(pid, SIGKILL);
-    }
-    for (pid_t pid : children) {
-      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
+  // Subreaper: adopted orphans are children. Killed here, reaped here if
+  // already dead, else by reapAdopted() on SIGCHLD (never a blocking wait:
+  // a process in uninterruptible sleep must not freeze the agent). Their
+  // own children become ours as they die and go at the next group's end.
+  for (pid_t pid : adoptedChildren({})) {
+    note(pid);
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, WNOHANG);
   }
   return killed;
 }

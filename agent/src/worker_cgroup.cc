@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -68,8 +69,12 @@ std::unique_ptr<WorkerCgroup> WorkerCgroup::create(std::string& whyNot) {
     whyNot = "this process is in no cgroup v2";
     return nullptr;
   }
-  const std::string path = fmt::format("{}{}/ddprun-{}", mount, own == "/" ? "" : own, ::getpid());
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+  // pid plus random bits: pids repeat across pid namespaces sharing a
+  // parent cgroup, and an existing cgroup is never taken over.
+  std::random_device random;
+  const std::string path =
+      fmt::format("{}{}/ddprun-{}-{:08x}", mount, own == "/" ? "" : own, ::getpid(), random());
+  if (::mkdir(path.c_str(), 0755) != 0) {
     whyNot = fmt::format("cannot create {}: {}", path, std::strerror(errno));
     return nullptr;
   }

@@ -4,12 +4,11 @@
 // worker's process group (docs/self-healing.md).
 //
 // Made under this process's own cgroup on the cgroup2 mount
-// (<mount><own cgroup>/ddprun-<pid>), checked once by moving a short-lived
-// child into it. Workers join it between fork and exec (procsPath());
-// cgroup.kill ends everything in it at once. Where no such cgroup can be
-// made (no cgroup2 mount, no write access, a parent cgroup with
-// controllers that forbid it, a kernel without cgroup.kill) create()
-// returns nullptr and says why.
+// (<mount><own cgroup>/ddprun-<pid>-<random>, never an existing one), checked once by moving a
+// short-lived child into it. Workers join it between fork and exec (procsPath()); cgroup.kill ends
+// everything in it at once. Where no such cgroup can be made (no cgroup2 mount, no write access, a
+// parent cgroup with controllers that forbid it, a kernel without cgroup.kill) create() returns
+// nullptr and says why.
 //
 // Thread-safety: immutable after create(); killAll() from one thread.
 // Ownership: removes its directory on destruction (killing what is left,

@@ -400,9 +400,9 @@ TEST(Protocol, EncodingsAreByteForByteStable) {
   }
   // Version 2 (0x1184d7bb24c2a208): version 1's bytes (0xdb7d26d408d00b03)
   // but HELLO's version field. Version 3: JOIN's max_node_failures and
-  // node_cooldown_ms, the kNodeExcluded/kNodeReadmitted events and the
-  // EXCLUDED status.
-  EXPECT_EQ(digest, 0x2a0fd536c8f0b496ULL) << std::hex << digest;
+  // node_cooldown_ms, REPORT_FAILURE's and LEAVE's failed_at_ms, the
+  // kNodeExcluded/kNodeReadmitted events and the EXCLUDED status.
+  EXPECT_EQ(digest, 0x6b087597b1cab686ULL) << std::hex << digest;
 }
 
 TEST(Protocol, TimeoutConversionClamps) {

@@ -52,6 +52,8 @@ struct RendezvousManager::Rendezvous {
   std::uint32_t maxNodeFailures = 0;  // fixed by the JOIN that created it; 0: never exclude
   std::uint32_t nodeCooldownMs = 0;
   std::map<std::string, Host> hosts;  // by address
+  // The current round's failure reports: address -> (earliest failure, node).
+  std::map<std::string, std::pair<std::int64_t, std::string>> roundFailures;
   std::int64_t failedExitCode = 0;
   std::string failureReport;
   std::map<std::string, Node> joining;       // waiting in JOIN
@@ -142,7 +144,7 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
   if (const auto host = r.hosts.find(address); host != r.hosts.end() && host->second.cooldown) {
     peer.answerJoin(requestId, Status::kExcluded, {},
                     fmt::format("node {} at {} is excluded from rendezvous '{}' for {} more s: its "
-                                "workers failed in {} rounds in a row",
+                                "workers failed first in {} rounds in a row",
                                 printable(request.nodeId), printable(address), printable(r.id),
                                 std::chrono::duration_cast<std::chrono::seconds>(
                                     host->second.cooldown->expiry() -
@@ -226,6 +228,9 @@ void RendezvousManager::tryComplete(Rendezvous& r) {
 }
 
 void RendezvousManager::complete(Rendezvous& r) {
+  // The ended round's failure goes to the host that failed first; a host
+  // that keeps failing may be left out of the round being formed.
+  if (attributeFailures(r) && r.joining.size() < r.minNodes) return;  // wait for more
   r.lastCall.cancel();
   r.lastCallArmed = false;
   std::vector<Node*> order;
@@ -254,8 +259,10 @@ void RendezvousManager::complete(Rendezvous& r) {
   for (std::uint32_t rank = 0; rank < order.size(); ++rank) {
     Node& node = *order[rank];
     Host& host = r.hosts[node.address];
-    host.previousRound = host.currentRound;
-    host.currentRound = r.round;
+    if (host.currentRound != r.round) {  // several nodes may share an address
+      host.previousRound = host.currentRound;
+      host.currentRound = r.round;
+    }
     a.groupRank = rank;
     a.rankOffset = offset;
     offset += node.localWorldSize;
@@ -371,7 +378,14 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   Status status = Status::kOk;
   Rendezvous* r = reportedBy(peer, report, status, message);
   if (r == nullptr) return status;
-  const std::string failedHost = countFailure(*r, report);
+  if (const auto node = r->participants.find(report.nodeId);
+      node != r->participants.end() && report.round == r->round) {
+    auto [it, added] =
+        r->roundFailures.try_emplace(node->second.address, report.failedAtMs, report.nodeId);
+    if (!added && report.failedAtMs < it->second.first) {
+      it->second = {report.failedAtMs, report.nodeId};
+    }
+  }
   if (report.round == r->round && r->running && !r->closed &&
       r->participants.contains(report.nodeId)) {
     if (r->restarts < r->maxRestarts) {
@@ -387,25 +401,47 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   // A failure in a round that already ended (another node reported first)
   // spends nothing: the decision taken for that round stands.
   decision = {r->restarts, !r->closed};
-  if (!failedHost.empty() && !r->closed) {
-    Host& host = r->hosts[failedHost];
-    const bool elastic = r->minNodes < r->maxNodes;
-    if (elastic && r->maxNodeFailures > 0 && host.streak >= static_cast<int>(r->maxNodeFailures)) {
-      exclude(*r, failedHost, report.nodeId);
-    }
-  }
   return Status::kOk;
 }
 
-std::string RendezvousManager::countFailure(Rendezvous& r, const protocol::NodeReport& report) {
-  const auto node = r.participants.find(report.nodeId);
-  if (node == r.participants.end()) return "";
-  Host& host = r.hosts[node->second.address];
-  if (host.currentRound != report.round || host.lastFailedRound == report.round) return "";
-  const bool inARow = host.previousRound >= 0 && host.lastFailedRound == host.previousRound;
-  host.streak = inARow ? host.streak + 1 : 1;
-  host.lastFailedRound = report.round;
-  return node->second.address;
+bool RendezvousManager::attributeFailures(Rendezvous& r) {
+  if (r.roundFailures.empty()) return false;  // ended by a membership change
+  // The earliest failure (ties: the lower address); the others' failures
+  // followed from it (a peer's collective broke).
+  auto blamed = r.roundFailures.begin();
+  for (auto it = r.roundFailures.begin(); it != r.roundFailures.end(); ++it) {
+    if (it->second.first < blamed->second.first) blamed = it;
+  }
+  const std::string address = blamed->first;
+  const std::string nodeId = blamed->second.second;
+  r.roundFailures.clear();
+  for (auto& [hostAddress, host] : r.hosts) {
+    if (host.currentRound != r.round) continue;  // not in the ended round
+    if (hostAddress != address) {
+      host.streak = 0;
+      continue;
+    }
+    const bool inARow = host.previousRound >= 0 && host.lastFailedRound == host.previousRound;
+    host.streak = inARow ? host.streak + 1 : 1;
+    host.lastFailedRound = r.round;
+  }
+  const Host& host = r.hosts[address];
+  const bool elastic = r.minNodes < r.maxNodes;
+  if (!elastic || r.maxNodeFailures == 0 || host.cooldown ||
+      static_cast<std::uint32_t>(host.streak) < r.maxNodeFailures) {
+    return false;
+  }
+  std::size_t others = 0;
+  for (const auto& [id, node] : r.joining) others += node.address != address ? 1 : 0;
+  if (others < r.minNodes) {
+    DDPRUN_WARN(
+        "Rendezvous '{}': {} failed first in {} rounds in a row but stays: without it fewer than "
+        "{} nodes are waiting.",
+        printable(r.id), printable(address), host.streak, r.minNodes);
+    return false;
+  }
+  exclude(r, address, nodeId);
+  return true;
 }
 
 void RendezvousManager::exclude(Rendezvous& r, const std::string& address,
@@ -416,8 +452,8 @@ void RendezvousManager::exclude(Rendezvous& r, const std::string& address,
   host.cooldown = std::make_unique<boost::asio::steady_timer>(
       executor_, std::chrono::milliseconds(r.nodeCooldownMs));
   const std::string reason = fmt::format(
-      "node {} at {} is excluded from rendezvous '{}' for {:g} s: its workers failed in {} rounds "
-      "in a row (rdzv_conf max_node_failures={})",
+      "node {} at {} is excluded from rendezvous '{}' for {:g} s: its workers failed first in {} "
+      "rounds in a row (rdzv_conf max_node_failures={})",
       printable(nodeId), printable(address), printable(r.id), r.nodeCooldownMs / 1000.0, streak,
       r.maxNodeFailures);
   DDPRUN_WARN("{}.", reason);

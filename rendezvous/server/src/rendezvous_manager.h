@@ -16,7 +16,9 @@
 // is pushed kJobFailed with the failing node's report.
 //
 // In an elastic job (MIN < MAX) a host (a node's address) whose workers
-// failed in max_node_failures rounds in a row is excluded for its cooldown:
+// failed first (REPORT_FAILURE's failure time; the others' failures were
+// knock-on) in max_node_failures rounds in a row is excluded for its
+// cooldown when the next round forms, if MIN nodes remain without it:
 // every node is pushed kNodeExcluded, that host's JOINs are refused with
 // kExcluded, and kNodeReadmitted is pushed when the cooldown ends.
 //
@@ -96,9 +98,10 @@ class RendezvousManager {
   void failJob(Rendezvous& r, std::int64_t exitCode, const std::string& report,
                const std::string& exceptNode);
   void dropJoiner(Rendezvous& r, const std::string& nodeId);
-  // Counts a failure of the reporting node's host in its current round
-  // (once per round); returns that host's address, or empty.
-  std::string countFailure(Rendezvous& r, const protocol::NodeReport& report);
+  // Blames the ended round's earliest failure on its host (the others'
+  // streaks reset) and excludes that host when it failed first in
+  // max_node_failures rounds in a row and MIN nodes remain; true if it did.
+  bool attributeFailures(Rendezvous& r);
   // Leaves `address` out for the cooldown; tells every node.
   void exclude(Rendezvous& r, const std::string& address, const std::string& nodeId);
   void pushToAll(Rendezvous& r, const protocol::Event& event);

@@ -363,7 +363,7 @@ bool fields(auto& io, OneOf<Assignment> auto& a) {
 bool fields(auto& io, OneOf<Leave, ReportFailure> auto& m) {
   auto& n = m.node;
   return io.name(n.rdzvId) && io.name(n.nodeId) && io.i64(n.round) && io.i64(n.maxRestarts) &&
-         io.i64(n.exitCode) && io.value(n.report);
+         io.i64(n.exitCode) && io.value(n.report) && io.i64(n.failedAtMs);
 }
 bool fields(auto& io, OneOf<RestartDecision> auto& r) {
   return io.i64(r.restarts) && io.flag(r.restartAllowed);

@@ -58,7 +58,8 @@ def native(host, port, credential, rdzv):
         return read_frame(sock)
 
     for node in ("node-a", "does-not-exist"):
-        report = s(rdzv) + s(node) + struct.pack("<qqq", 1, 1000, 9) + s("forged failure")
+        report = (s(rdzv) + s(node) + struct.pack("<qqq", 1, 1000, 9) + s("forged failure")
+                  + struct.pack("<q", 0))  # failed_at_ms
         print("report_failure", call(16, report))
         print("leave", call(15, report))
     print("set_control", call(2, s(f"__ddprun/rendezvous/{rdzv}/finished") + s("1")))

@@ -271,6 +271,10 @@ struct NodeReport {
   std::int64_t maxRestarts = 0;  // unused by the server (the JOIN fixed the budget)
   std::int64_t exitCode = 0;     // REPORT_FAILURE: the root cause's code
   std::string report;            // REPORT_FAILURE: the root-cause report text
+  // REPORT_FAILURE: when the root cause failed (Unix ms, the node's clock):
+  // the earliest failure of a round is blamed on its host, not the
+  // knock-on failures of other nodes.
+  std::int64_t failedAtMs = 0;
   bool operator==(const NodeReport&) const = default;
 };
 struct Leave {
