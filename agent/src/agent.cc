@@ -551,8 +551,9 @@ void Agent::Impl::onHang(const HangReport& report) {
       "(--watchdog_timeout={:g}); this one stopped first ({:.1f} s ago{}); ddprun sent it "
       "SIGKILL",
       report.quietSeconds, config.watchdogTimeout.count() / 1000.0, report.stalledSeconds,
-      report.aheadSeconds > 0 ? fmt::format(", {:.1f} s before the next", report.aheadSeconds)
-                              : std::string(", with others in the same sample"));
+      report.aheadSeconds > 0    ? fmt::format(", {:.1f} s before the next", report.aheadSeconds)
+      : report.aheadSeconds == 0 ? std::string(", with others in the same sample")
+                                 : std::string());
   DDPRUN_WARN("Worker rank {} (pid {}) is {}.", rank, report.pid, cause);
   for (const auto& line : report.details) DDPRUN_WARN("  worker rank {}: {}", rank, line);
   group->noteCause(report.localRank, cause, report.details);

@@ -161,7 +161,7 @@ void HangWatchdog::sample() {
   report.quietSeconds = std::chrono::duration<double>(now - lastNodeProgress_).count();
   report.stalledSeconds = std::chrono::duration<double>(now - earliest).count();
   report.aheadSeconds = secondEarliest == Clock::time_point::max()
-                            ? 0
+                            ? -1  // the only live worker
                             : std::chrono::duration<double>(secondEarliest - earliest).count();
   report.details = describeStuckProcess(first->pid);
   onHang_(report);

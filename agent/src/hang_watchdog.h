@@ -51,7 +51,7 @@ struct HangReport {
   pid_t pid = 0;
   double quietSeconds = 0;           // since any worker of the node last progressed
   double stalledSeconds = 0;         // since this worker last progressed
-  double aheadSeconds = 0;           // how much earlier it stalled than the next one
+  double aheadSeconds = 0;           // how much earlier it stalled than the next; -1: alone
   std::vector<std::string> details;  // state, wchan, kernel stack, Python stack
 };
 
