@@ -5,7 +5,6 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -26,9 +25,10 @@ namespace {
 
 constexpr int kMaxGroups = 65536;
 
-// The cgroup's directory and cgroup.kill, for the guardian (copied by fork).
+// The cgroup's directory and files, for the guardian (copied by fork).
 char cgroupDir[4096];
 char cgroupKill[4096];
+char cgroupEvents[4096];
 
 // The guardian's whole life. Async-signal-safe calls only, fixed storage.
 [[noreturn]] void guardianMain(int readFd) {
@@ -68,18 +68,8 @@ char cgroupKill[4096];
     }
   }
   for (int i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
-  if (cgroupKill[0] != '\0') {
-    // Everything the workers started, wherever it moved to.
-    const int fd = ::open(cgroupKill, O_WRONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      [[maybe_unused]] const ssize_t n = ::write(fd, "1", 1);
-      ::close(fd);
-    }
-    const timespec pause{0, 10'000'000};
-    for (int i = 0; i < 200 && ::rmdir(cgroupDir) != 0 && errno == EBUSY; ++i) {
-      ::nanosleep(&pause, nullptr);
-    }
-  }
+  // Everything the workers started, wherever it moved to.
+  if (cgroupDir[0] != '\0') WorkerCgroup::killAndRemove(cgroupDir, cgroupKill, cgroupEvents, 2000);
   ::_exit(0);
 }
 
@@ -91,6 +81,7 @@ OrphanGuard::OrphanGuard() {
   if (cgroup_) {
     std::snprintf(cgroupDir, sizeof cgroupDir, "%s", cgroup_->path().c_str());
     std::snprintf(cgroupKill, sizeof cgroupKill, "%s", cgroup_->killPath().c_str());
+    std::snprintf(cgroupEvents, sizeof cgroupEvents, "%s", cgroup_->eventsPath().c_str());
   } else {
     // Orphaned descendants become the agent's children, not init's.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);

@@ -1,19 +1,19 @@
 #include "worker_cgroup.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <thread>
 
 namespace ddprun::agent {
 
@@ -101,15 +101,50 @@ std::unique_ptr<WorkerCgroup> WorkerCgroup::create(std::string& whyNot) {
 }
 
 WorkerCgroup::WorkerCgroup(std::string path)
-    : path_(std::move(path)), procs_(path_ + "/cgroup.procs"), kill_(path_ + "/cgroup.kill") {}
+    : path_(std::move(path)),
+      procs_(path_ + "/cgroup.procs"),
+      kill_(path_ + "/cgroup.kill"),
+      events_(path_ + "/cgroup.events") {}
 
 WorkerCgroup::~WorkerCgroup() {
-  killAll();
-  // The kernel delivers the kills; a cgroup can be removed once empty.
-  for (int i = 0; i < 100 && !members().empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  killAndRemove(path_.c_str(), kill_.c_str(), events_.c_str(), 1000);
+}
+
+void WorkerCgroup::killAndRemove(const char* dir, const char* killFile, const char* eventsFile,
+                                 int timeoutMs) {
+  const int kill = ::open(killFile, O_WRONLY | O_CLOEXEC);
+  if (kill >= 0) {
+    [[maybe_unused]] const ssize_t n = ::write(kill, "1", 1);
+    ::close(kill);
   }
-  ::rmdir(path_.c_str());
+  // The kernel delivers the kills; "populated 0" in cgroup.events says
+  // the cgroup is empty, and every change of it wakes poll() with POLLPRI.
+  const int events = ::open(eventsFile, O_RDONLY | O_CLOEXEC);
+  if (events >= 0) {
+    timespec start{};
+    ::clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+      char text[256];
+      const ssize_t n = ::pread(events, text, sizeof text - 1, 0);
+      if (n <= 0) break;
+      text[n] = '\0';
+      bool populated = false;
+      constexpr char kKey[] = "populated 1";
+      for (ssize_t i = 0; i + static_cast<ssize_t>(sizeof kKey) - 1 <= n && !populated; ++i) {
+        populated = std::memcmp(text + i, kKey, sizeof kKey - 1) == 0;
+      }
+      if (!populated) break;
+      timespec now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      const long elapsedMs =
+          (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1'000'000;
+      if (elapsedMs >= timeoutMs) break;
+      pollfd wait{events, POLLPRI, 0};
+      ::poll(&wait, 1, static_cast<int>(timeoutMs - elapsedMs));
+    }
+    ::close(events);
+  }
+  ::rmdir(dir);
 }
 
 std::vector<int> WorkerCgroup::members() const {

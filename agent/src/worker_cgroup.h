@@ -33,6 +33,7 @@ class WorkerCgroup {
   // A process that writes "0" here moves itself into the cgroup.
   const std::string& procsPath() const { return procs_; }
   const std::string& killPath() const { return kill_; }
+  const std::string& eventsPath() const { return events_; }
 
   // The pids in the cgroup now.
   std::vector<int> members() const;
@@ -40,12 +41,20 @@ class WorkerCgroup {
   // there.
   std::vector<int> killAll();
 
+  // Kills everything in the cgroup `dir` (its cgroup.kill), waits until it
+  // is empty — woken by the kernel's notification on cgroup.events, at most
+  // `timeoutMs` — and removes it. Async-signal-safe (no allocation): the
+  // guardian calls it in its forked process, the destructor in the agent.
+  static void killAndRemove(const char* dir, const char* killFile, const char* eventsFile,
+                            int timeoutMs);
+
  private:
   explicit WorkerCgroup(std::string path);
 
   std::string path_;
   std::string procs_;
   std::string kill_;
+  std::string events_;
 };
 
 }  // namespace ddprun::agent
