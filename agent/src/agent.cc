@@ -82,6 +82,9 @@ struct Agent::Impl {
   void onStoreLost(const std::string& reason);
 
   void startAttempt();
+  // Drops what belongs to the current attempt: its watchdog, its file
+  // timers and its (finished) worker group.
+  void endAttempt();
   void onGroupDone(GroupOutcome outcome);
   void onFailure(const GroupOutcome& outcome);
   // Runs `restart` now, or after the back-off when failures came in a row.
@@ -312,10 +315,14 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
   return id;
 }
 
-void Agent::Impl::startAttempt() {
+void Agent::Impl::endAttempt() {
   watchdog.reset();
-  group.reset();
   if (fileTimer) fileTimer->clear();
+  group.reset();
+}
+
+void Agent::Impl::startAttempt() {
+  endAttempt();
   attemptStarted = std::chrono::steady_clock::now();
   if (!multiNode()) {
     // Every attempt's workers start on an empty store (the previous
@@ -447,9 +454,7 @@ void Agent::Impl::restartAfterBackoff(std::function<void()> restart) {
   const auto ranFor =
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - attemptStarted);
   const milliseconds wait = backoff.next(ranFor);
-  watchdog.reset();
-  if (fileTimer) fileTimer->clear();
-  group.reset();  // a signal now ends ddprun at once (waitForSignal)
+  endAttempt();  // a signal now ends ddprun at once (waitForSignal)
   if (wait == milliseconds(0)) {
     restart();
     return;
@@ -505,7 +510,11 @@ void Agent::Impl::planNuma() {
 void Agent::Impl::reapAdopted() {
   childSignals.async_wait([this](boost::system::error_code ec, int) {
     if (ec) return;
-    guard.reapAdopted(group ? group->unreapedPids() : std::set<pid_t>{});
+    std::set<pid_t> workers;  // reaped through their pidfds
+    if (group) {
+      for (const auto& w : group->watchedWorkers()) workers.insert(w.pid);
+    }
+    guard.reapAdopted(workers);
     reapAdopted();
   });
 }
@@ -590,8 +599,7 @@ void Agent::Impl::finish(int code) {
          {"exit_code", std::to_string(code)},
          {"agent_restarts", std::to_string(attempt)}});
   }
-  watchdog.reset();
-  group.reset();
+  endAttempt();
   signals.cancel();
   childSignals.cancel();
   io.stop();

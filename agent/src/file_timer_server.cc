@@ -168,21 +168,21 @@ void FileTimerServer::expire() {
   for (const auto& [pid, timer] : fired) {
     // Still one of the workers (or theirs)? A pid may have been reused.
     if (!accept_(pid)) {
-      for (auto it = timers_.begin(); it != timers_.end();) {
-        it = it->first.first == pid ? timers_.erase(it) : std::next(it);
-      }
+      dropTimersOf(pid);
       continue;
     }
     onExpired_(timer);
     if (timer.signal > 0 && ::kill(pid, timer.signal) != 0 && errno != ESRCH) {
       DDPRUN_WARN("The file timer could not signal pid {}: {}.", pid, std::strerror(errno));
     }
-    // That process's timers are done with (PyTorch clears them too).
-    for (auto it = timers_.begin(); it != timers_.end();) {
-      it = it->first.first == pid ? timers_.erase(it) : std::next(it);
-    }
+    dropTimersOf(pid);  // that process's timers are done with (PyTorch clears them too)
   }
   rearm();
+}
+
+void FileTimerServer::dropTimersOf(int pid) {
+  timers_.erase(timers_.lower_bound({pid, std::string()}),
+                timers_.lower_bound({pid + 1, std::string()}));
 }
 
 }  // namespace ddprun::agent

@@ -73,6 +73,7 @@ class FileTimerServer {
   void handle(const std::string& line);
   void rearm();
   void expire();
+  void dropTimersOf(int pid);
 
   std::filesystem::path path_;
   bool created_ = false;

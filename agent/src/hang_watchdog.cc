@@ -9,60 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+
+#include "proc_info.h"
 
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-struct StatFields {
-  char state = '?';
-  pid_t processGroup = 0;
-  std::uint64_t cpuTicks = 0;
-};
-
-// /proc/<pid>/stat, after the parenthesised name (which may hold spaces).
-bool readStat(const std::string& pid, StatFields& out) {
-  std::ifstream file("/proc/" + pid + "/stat");
-  std::string text;
-  if (!std::getline(file, text)) return false;
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream fields(text.substr(close + 2));
-  // state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
-  // utime stime cutime cstime: its own CPU time and that of the children it
-  // reaped (a shell's short-lived commands).
-  std::string skip;
-  std::uint64_t utime = 0, stime = 0, cutime = 0, cstime = 0;
-  pid_t ppid = 0;
-  fields >> out.state >> ppid >> out.processGroup;
-  for (int i = 0; i < 8; ++i) fields >> skip;
-  fields >> utime >> stime >> cutime >> cstime;
-  out.cpuTicks = utime + stime + cutime + cstime;
-  return static_cast<bool>(fields);
-}
-
-std::uint64_t ioBytes(const std::string& pid) {
-  std::ifstream file("/proc/" + pid + "/io");
-  std::string key;
-  std::uint64_t value = 0, total = 0;
-  while (file >> key >> value) {
-    if (key == "rchar:" || key == "wchar:") total += value;
-  }
-  return total;
-}
-
-std::string firstLine(const std::string& path) {
-  std::ifstream file(path);
-  std::string line;
-  std::getline(file, line);
-  return line;
-}
-
-}  // namespace
 
 HangWatchdog::HangWatchdog(asio::io_context& io, std::chrono::milliseconds timeout,
                            WorkersFn workers, HangFn onHang)
@@ -98,12 +51,13 @@ std::map<pid_t, HangWatchdog::Counters> HangWatchdog::countersByGroup(
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    StatFields stat;
-    if (!readStat(name, stat)) continue;
-    const auto it = counters.find(stat.processGroup);
+    const pid_t pid = std::stoi(name);
+    const auto stat = readProcStat(pid);
+    if (!stat) continue;
+    const auto it = counters.find(stat->processGroup);
     if (it == counters.end()) continue;
-    it->second.cpuTicks += stat.cpuTicks;
-    it->second.ioBytes += ioBytes(name);
+    it->second.cpuTicks += stat->cpuTicks;
+    it->second.ioBytes += readProcIoBytes(pid);
   }
   return counters;
 }
@@ -169,20 +123,18 @@ void HangWatchdog::sample() {
 
 std::vector<std::string> describeStuckProcess(pid_t pid) {
   std::vector<std::string> lines;
-  const std::string dir = "/proc/" + std::to_string(pid);
-  StatFields stat;
-  if (readStat(std::to_string(pid), stat)) {
-    const char* meaning = stat.state == 'R'   ? "running"
-                          : stat.state == 'S' ? "sleeping"
-                          : stat.state == 'D' ? "uninterruptible sleep (in the kernel)"
-                          : stat.state == 'T' ? "stopped"
-                          : stat.state == 'Z' ? "zombie"
-                                              : "other";
-    lines.push_back(fmt::format("state {} ({})", stat.state, meaning));
+  if (const auto stat = readProcStat(pid)) {
+    const char* meaning = stat->state == 'R'   ? "running"
+                          : stat->state == 'S' ? "sleeping"
+                          : stat->state == 'D' ? "uninterruptible sleep (in the kernel)"
+                          : stat->state == 'T' ? "stopped"
+                          : stat->state == 'Z' ? "zombie"
+                                               : "other";
+    lines.push_back(fmt::format("state {} ({})", stat->state, meaning));
   }
-  const std::string wchan = firstLine(dir + "/wchan");
+  const std::string wchan = readProcLine(pid, "wchan");
   if (!wchan.empty() && wchan != "0") lines.push_back("waiting in " + wchan);
-  std::ifstream stack(dir + "/stack");  // root only
+  std::ifstream stack("/proc/" + std::to_string(pid) + "/stack");  // root only
   std::string frame;
   int frames = 0;
   while (std::getline(stack, frame) && frames < 12) {

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "ddprun/common/error.h"
+#include "proc_info.h"
 
 namespace ddprun::agent {
 
@@ -136,20 +137,17 @@ std::vector<pid_t> OrphanGuard::adoptedChildren(const std::set<pid_t>& keep) con
 }
 
 std::vector<LeftoverProcess> OrphanGuard::killLeftovers(const std::set<pid_t>& workerGroups) {
-  auto nameOf = [](pid_t pid) {
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-    std::string name;
-    std::getline(comm, name);
-    return name;
-  };
   std::vector<LeftoverProcess> killed;
   auto note = [&](pid_t pid) {
     const pid_t group = ::getpgid(pid);
-    if (group > 0 && !workerGroups.contains(group)) killed.push_back({pid, nameOf(pid)});
+    if (group > 0 && !workerGroups.contains(group)) {
+      killed.push_back({pid, readProcLine(pid, "comm")});
+    }
   };
   if (cgroup_) {
-    for (pid_t pid : cgroup_->members()) note(pid);
-    cgroup_->killAll();
+    const auto members = cgroup_->members();
+    for (pid_t pid : members) note(pid);
+    if (!members.empty()) cgroup_->killAll();
     return killed;
   }
   // Subreaper: adopted orphans are children. Killed here, reaped here if

@@ -48,8 +48,9 @@ std::string ownCgroup() {
   return "";
 }
 
-bool writeText(const std::string& path, const char* text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+// Async-signal-safe: the probe, the workers and the guardian call it after fork.
+bool writeText(const char* path, const char* text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return false;
   const bool ok = ::write(fd, text, std::strlen(text)) == static_cast<ssize_t>(std::strlen(text));
   ::close(fd);
@@ -86,7 +87,7 @@ std::unique_ptr<WorkerCgroup> WorkerCgroup::create(std::string& whyNot) {
   }
   // Probe: a child moves itself in, as every worker will.
   const pid_t probe = ::fork();
-  if (probe == 0) ::_exit(writeText(cgroup->procs_, "0") ? 0 : 1);
+  if (probe == 0) ::_exit(enter(cgroup->procs_.c_str()) ? 0 : 1);
   int status = 0;
   while (probe > 0 && ::waitpid(probe, &status, 0) < 0 && errno == EINTR) {
   }
@@ -112,11 +113,7 @@ WorkerCgroup::~WorkerCgroup() {
 
 void WorkerCgroup::killAndRemove(const char* dir, const char* killFile, const char* eventsFile,
                                  int timeoutMs) {
-  const int kill = ::open(killFile, O_WRONLY | O_CLOEXEC);
-  if (kill >= 0) {
-    [[maybe_unused]] const ssize_t n = ::write(kill, "1", 1);
-    ::close(kill);
-  }
+  writeText(killFile, "1");
   // The kernel delivers the kills; "populated 0" in cgroup.events says
   // the cgroup is empty, and every change of it wakes poll() with POLLPRI.
   const int events = ::open(eventsFile, O_RDONLY | O_CLOEXEC);
@@ -155,10 +152,8 @@ std::vector<int> WorkerCgroup::members() const {
   return pids;
 }
 
-std::vector<int> WorkerCgroup::killAll() {
-  auto pids = members();
-  if (!pids.empty()) writeText(kill_, "1");
-  return pids;
-}
+void WorkerCgroup::killAll() { writeText(kill_.c_str(), "1"); }
+
+bool WorkerCgroup::enter(const char* procsFile) { return writeText(procsFile, "0"); }
 
 }  // namespace ddprun::agent

@@ -37,9 +37,13 @@ class WorkerCgroup {
 
   // The pids in the cgroup now.
   std::vector<int> members() const;
-  // SIGKILLs everything in it (cgroup.kill); returns the pids that were
-  // there.
-  std::vector<int> killAll();
+  // SIGKILLs everything in it (cgroup.kill).
+  void killAll();
+
+  // Moves the calling process into the cgroup whose cgroup.procs is
+  // `procsFile`; false when refused. Async-signal-safe (a child between
+  // fork and exec calls it).
+  static bool enter(const char* procsFile);
 
   // Kills everything in the cgroup `dir` (its cgroup.kill), waits until it
   // is empty — woken by the kernel's notification on cgroup.events, at most

@@ -3,15 +3,13 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/signal_names.h"
+#include "proc_info.h"
 
 namespace ddprun::agent {
 
@@ -179,23 +177,11 @@ std::optional<int> WorkerGroup::localRankOf(int pid) const {
     for (const auto& slot : slots_) {
       if (!slot.exited && slot.process && slot.process->pid() == pid) return slot.localRank;
     }
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto close = text.rfind(')');  // the name may hold spaces and parentheses
-    if (close == std::string::npos) return std::nullopt;
-    std::istringstream fields(text.substr(close + 1));
-    char state = 0;
-    if (!(fields >> state >> pid)) return std::nullopt;
+    const auto stat = readProcStat(pid);
+    if (!stat) return std::nullopt;
+    pid = stat->parent;
   }
   return std::nullopt;
-}
-
-std::set<pid_t> WorkerGroup::unreapedPids() const {
-  std::set<pid_t> pids;
-  for (const auto& slot : slots_) {
-    if (!slot.exited && slot.process) pids.insert(slot.process->pid());
-  }
-  return pids;
 }
 
 void WorkerGroup::noteCause(int localRank, std::string cause, std::vector<std::string> details) {

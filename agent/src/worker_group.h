@@ -74,12 +74,11 @@ class WorkerGroup {
   // The local rank of the live worker `pid` is, or descends from (through
   // /proc), or nullopt.
   std::optional<int> localRankOf(int pid) const;
-  // The workers not reaped yet (a subreaper must leave them alone).
-  std::set<pid_t> unreapedPids() const;
   // Why the worker of `localRank` is about to fail (a watchdog or timer
   // kills it): shown in its failure report.
   void noteCause(int localRank, std::string cause, std::vector<std::string> details = {});
-  // The live workers, for the hang watchdog.
+  // The workers not reaped yet (the hang watchdog's subjects; a subreaper
+  // must leave them alone).
   std::vector<WatchedWorker> watchedWorkers() const;
 
  private:

@@ -1,6 +1,5 @@
 #include "worker_process.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -15,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/common/error.h"
+#include "worker_cgroup.h"
 
 namespace ddprun::agent {
 
@@ -66,13 +66,7 @@ struct ChildSetup {
     closeInheritedDescriptors(launcher.fd_whitelist);
     // Into the launch's cgroup, with everything it will start (checked by
     // the agent beforehand; a failure leaves it where it is).
-    if (cgroupProcs != nullptr) {
-      const int fd = ::open(cgroupProcs, O_WRONLY | O_CLOEXEC);
-      if (fd >= 0) {
-        [[maybe_unused]] const ssize_t n = ::write(fd, "0", 1);
-        ::close(fd);
-      }
-    }
+    if (cgroupProcs != nullptr) WorkerCgroup::enter(cgroupProcs);
     // Its own process group, so a signal reaches the worker and its children.
     if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
     // Die with the agent; if the agent already died, die now.

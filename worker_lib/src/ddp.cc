@@ -49,6 +49,13 @@ void broadcastFrom(ProcessGroup& group, const std::vector<at::Tensor>& tensors, 
   }
 }
 
+// What a replica must share: its parameters, then its buffers.
+std::vector<at::Tensor> moduleState(const torch::nn::Module& module) {
+  std::vector<at::Tensor> state = module.parameters();
+  for (const auto& buffer : module.buffers()) state.push_back(buffer);
+  return state;
+}
+
 }  // namespace
 
 // The c10d::Reducer and what the C++ API adds around it: the Reducer is
@@ -350,9 +357,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   // The shape check runs first, so a mismatch is named instead of a
   // broadcast failing on it.
   reducer_ = std::make_unique<Reducer>(trainable, *group_, options);
-  std::vector<at::Tensor> state = module_->parameters();
-  for (const auto& buffer : module_->buffers()) state.push_back(buffer);
-  broadcastFrom(*group_, state, 0);
+  broadcastFrom(*group_, moduleState(*module_), 0);
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -400,9 +405,7 @@ void DistributedDataParallel::syncFinalModel(bool lastJoiner) {
   at::Tensor source = at::full({1}, lastJoiner ? group_->rank() : -1,
                                at::TensorOptions().dtype(at::kLong).device(group_->device()));
   group_->allReduce(source, ReduceOp::kMax);
-  std::vector<at::Tensor> state = module_->parameters();
-  for (const auto& buffer : module_->buffers()) state.push_back(buffer);
-  broadcastFrom(*group_, state, static_cast<int>(source.item<int64_t>()));
+  broadcastFrom(*group_, moduleState(*module_), static_cast<int>(source.item<int64_t>()));
 }
 
 DdpStepStats DistributedDataParallel::lastStepStats() const { return reducer_->stats(); }

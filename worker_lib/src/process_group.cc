@@ -150,10 +150,6 @@ namespace {
 // The c10d group of `rank` among `size` over `store`: Gloo or NCCL, wrapped
 // for the debug checks when asked.
 void connect(ProcessGroup::Impl& impl, const Environment& environment) {
-  if (impl.kind == Backend::kMpi) {
-    impl.group = makeC10dMpi({});  // the world; subgroups are made in newGroup
-    return;
-  }
   if (impl.kind == Backend::kNccl) {
     impl.group =
         makeC10dNccl(impl.store, environment, impl.rank, impl.size, impl.timeout, impl.device);

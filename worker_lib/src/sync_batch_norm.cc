@@ -165,37 +165,37 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
 
 namespace {
 
-// A SyncBatchNorm with the options, state and mode of `module` when it is
-// a BatchNorm1d/2d/3d, else an empty holder.
-SyncBatchNorm syncCopyOf(const torch::nn::Module& module,
-                         const std::shared_ptr<ProcessGroup>& group) {
-  auto copy = [&](const auto& bn) {
-    SyncBatchNorm sync(bn.options, group);
-    torch::NoGradGuard noGrad;
-    for (auto& [mine, theirs] : std::vector<std::pair<at::Tensor*, const at::Tensor*>>{
-             {&sync->weight, &bn.weight},
-             {&sync->bias, &bn.bias},
-             {&sync->running_mean, &bn.running_mean},
-             {&sync->running_var, &bn.running_var},
-             {&sync->num_batches_tracked, &bn.num_batches_tracked}}) {
-      if (mine->defined() && theirs->defined()) {
-        *mine = mine->to(theirs->options());
-        mine->copy_(*theirs);
-      }
-    }
-    sync->train(bn.is_training());
-    return sync;
-  };
-  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module)) return copy(*bn);
-  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module)) return copy(*bn);
-  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module)) return copy(*bn);
-  return nullptr;
+// Calls `fn` with `module` as the BatchNorm1d, 2d or 3d it is; false when
+// it is none of them.
+template <typename Fn>
+bool withBatchNorm(const torch::nn::Module& module, Fn&& fn) {
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module))
+    return fn(*bn), true;
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module))
+    return fn(*bn), true;
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module))
+    return fn(*bn), true;
+  return false;
 }
 
-bool isAnyBatchNorm(const torch::nn::Module& module) {
-  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module) != nullptr;
+// A SyncBatchNorm with the options, state and mode of `bn`.
+template <typename BatchNormImpl>
+SyncBatchNorm syncCopyOf(const BatchNormImpl& bn, const std::shared_ptr<ProcessGroup>& group) {
+  SyncBatchNorm sync(bn.options, group);
+  torch::NoGradGuard noGrad;
+  for (auto& [mine, theirs] : std::vector<std::pair<at::Tensor*, const at::Tensor*>>{
+           {&sync->weight, &bn.weight},
+           {&sync->bias, &bn.bias},
+           {&sync->running_mean, &bn.running_mean},
+           {&sync->running_var, &bn.running_var},
+           {&sync->num_batches_tracked, &bn.num_batches_tracked}}) {
+    if (mine->defined() && theirs->defined()) {
+      *mine = mine->to(theirs->options());
+      mine->copy_(*theirs);
+    }
+  }
+  sync->train(bn.is_training());
+  return sync;
 }
 
 }  // namespace
@@ -209,11 +209,12 @@ torch::nn::Sequential convertSyncBatchNorm(const torch::nn::Sequential& model,
   for (const auto& entry : *model) {
     const std::string name = children[index++].key();
     const auto child = entry.ptr();
-    if (auto sync = syncCopyOf(*child, group); !sync.is_empty()) {
+    SyncBatchNorm sync{nullptr};
+    if (withBatchNorm(*child, [&](const auto& bn) { sync = syncCopyOf(bn, group); })) {
       result->push_back(std::string(name), sync.ptr());
     } else {
       for (const auto& inner : child->named_modules()) {
-        if (isAnyBatchNorm(*inner.value())) {
+        if (withBatchNorm(*inner.value(), [](const auto&) {})) {
           throw ConfigError(fmt::format(
               "convertSyncBatchNorm: the BatchNorm at '{}.{}' sits inside a {}, whose forward "
               "calls it through a typed member that no converter can redirect; build that "

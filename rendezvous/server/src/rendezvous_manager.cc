@@ -30,10 +30,8 @@ struct RendezvousManager::Node {
 // One host (a node's address) of an elastic job: its failures in a row and
 // whether it is left out.
 struct RendezvousManager::Host {
-  int streak = 0;  // rounds in a row its workers failed in
-  std::int64_t lastFailedRound = -1;
-  std::int64_t previousRound = -1;  // the round it was in before the current one
-  std::int64_t currentRound = -1;
+  int streak = 0;               // its rounds in a row that it failed first in
+  std::int64_t lastRound = -1;  // the last round it took part in
   std::unique_ptr<boost::asio::steady_timer> cooldown;  // set while excluded
 };
 
@@ -258,11 +256,7 @@ void RendezvousManager::complete(Rendezvous& r) {
   std::vector<std::pair<Peer*, std::pair<std::uint32_t, Assignment>>> answers;
   for (std::uint32_t rank = 0; rank < order.size(); ++rank) {
     Node& node = *order[rank];
-    Host& host = r.hosts[node.address];
-    if (host.currentRound != r.round) {  // several nodes may share an address
-      host.previousRound = host.currentRound;
-      host.currentRound = r.round;
-    }
+    r.hosts[node.address].lastRound = r.round;
     a.groupRank = rank;
     a.rankOffset = offset;
     offset += node.localWorldSize;
@@ -315,19 +309,27 @@ void RendezvousManager::failJob(Rendezvous& r, std::int64_t exitCode, const std:
   for (auto& [id, node] : r.participants) {
     if (id != exceptNode) node.peer->pushEvent(event);
   }
-  std::vector<std::string> waiting;
-  for (auto& [id, node] : r.joining) waiting.push_back(id);
-  for (const auto& id : waiting) {
-    Node& node = r.joining.at(id);
-    Peer* peer = node.peer;
-    const std::uint32_t requestId = node.requestId;
-    dropJoiner(r, id);
+  for (auto [peer, requestId] : dropJoinersIf(r, [](const Node&) { return true; })) {
     peer->answerClosed(requestId, failureOf(r));
   }
   DDPRUN_WARN(
       "Rendezvous '{}' is closed: the job failed with exit code {} and no restarts "
       "left.",
       printable(r.id), exitCode);
+}
+
+std::vector<std::pair<RendezvousManager::Peer*, std::uint32_t>> RendezvousManager::dropJoinersIf(
+    Rendezvous& r, const std::function<bool(const Node&)>& which) {
+  std::vector<std::pair<Peer*, std::uint32_t>> dropped;
+  std::vector<std::string> ids;
+  for (const auto& [id, node] : r.joining) {
+    if (which(node)) {
+      dropped.emplace_back(node.peer, node.requestId);
+      ids.push_back(id);
+    }
+  }
+  for (const auto& id : ids) dropJoiner(r, id);
+  return dropped;
 }
 
 void RendezvousManager::dropJoiner(Rendezvous& r, const std::string& nodeId) {
@@ -415,15 +417,9 @@ bool RendezvousManager::attributeFailures(Rendezvous& r) {
   const std::string address = blamed->first;
   const std::string nodeId = blamed->second.second;
   r.roundFailures.clear();
+  // Only the ended round's hosts: a host's streak counts its own rounds.
   for (auto& [hostAddress, host] : r.hosts) {
-    if (host.currentRound != r.round) continue;  // not in the ended round
-    if (hostAddress != address) {
-      host.streak = 0;
-      continue;
-    }
-    const bool inARow = host.previousRound >= 0 && host.lastFailedRound == host.previousRound;
-    host.streak = inARow ? host.streak + 1 : 1;
-    host.lastFailedRound = r.round;
+    if (host.lastRound == r.round) host.streak = hostAddress == address ? host.streak + 1 : 0;
   }
   const Host& host = r.hosts[address];
   const bool elastic = r.minNodes < r.maxNodes;
@@ -464,15 +460,8 @@ void RendezvousManager::exclude(Rendezvous& r, const std::string& address,
   event.message = reason;
   pushToAll(r, event);
   // A JOIN of that host already waiting is refused now.
-  std::vector<std::string> waiting;
-  for (const auto& [id, node] : r.joining) {
-    if (node.address == address) waiting.push_back(id);
-  }
-  for (const auto& id : waiting) {
-    Node& node = r.joining.at(id);
-    Peer* peer = node.peer;
-    const std::uint32_t requestId = node.requestId;
-    dropJoiner(r, id);
+  const auto fromHost = [&address](const Node& node) { return node.address == address; };
+  for (auto [peer, requestId] : dropJoinersIf(r, fromHost)) {
     peer->answerJoin(requestId, Status::kExcluded, {}, reason);
   }
   host.cooldown->async_wait([this, id = r.id, address](boost::system::error_code ec) {

@@ -31,11 +31,14 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "ddprun/rendezvous/protocol.h"
 #include "ddprun/rendezvous/store_state.h"
@@ -98,6 +101,9 @@ class RendezvousManager {
   void failJob(Rendezvous& r, std::int64_t exitCode, const std::string& report,
                const std::string& exceptNode);
   void dropJoiner(Rendezvous& r, const std::string& nodeId);
+  // Drops the waiting JOINs `which` selects; returns whom to answer.
+  std::vector<std::pair<Peer*, std::uint32_t>> dropJoinersIf(
+      Rendezvous& r, const std::function<bool(const Node&)>& which);
   // Blames the ended round's earliest failure on its host (the others'
   // streaks reset) and excludes that host when it failed first in
   // max_node_failures rounds in a row and MIN nodes remain; true if it did.

@@ -1,0 +1,34 @@
+// What the agent reads about a process from /proc: its stat line (state,
+// parent, process group, CPU time), one-line files (comm, wchan) and its
+// I/O byte counters. One parser for the agent's several readers (the file
+// timer's pid check, the hang watchdog, the leftover-process report).
+//
+// Thread-safety: pure functions; a process may vanish between two reads,
+// which they report as nullopt / empty / 0.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ddprun::agent {
+
+struct ProcStat {
+  char state = '?';  // R, S, D, T, Z, ...
+  pid_t parent = 0;
+  pid_t processGroup = 0;
+  // utime + stime + cutime + cstime: its own CPU time and that of the
+  // children it reaped, in clock ticks.
+  std::uint64_t cpuTicks = 0;
+};
+
+std::optional<ProcStat> readProcStat(pid_t pid);
+// The first line of /proc/<pid>/<file> ("comm", "wchan"), or "".
+std::string readProcLine(pid_t pid, const char* file);
+// rchar + wchar of /proc/<pid>/io: bytes read and written through any
+// descriptor; 0 when unreadable.
+std::uint64_t readProcIoBytes(pid_t pid);
+
+}  // namespace ddprun::agent
