@@ -52,11 +52,10 @@ struct Agent::Impl {
     if (!config.numaBinding.empty()) planNuma();
     startFileTimer();
     if (!guard.notice().empty()) DDPRUN_INFO("Notice: {}.", guard.notice());
-    if (!guard.cgroup()) {
-      // The agent is the workers' subreaper: reap what it adopts.
-      childSignals.add(SIGCHLD);
-      reapAdopted();
-    }
+    // Without a cgroup (now, or once the first worker could not join it)
+    // the agent is the workers' subreaper and reaps what it adopts.
+    childSignals.add(SIGCHLD);
+    reapAdopted();
   }
 
   void reapAdopted();

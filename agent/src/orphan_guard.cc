@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
 #include "proc_info.h"
 
 namespace ddprun::agent {
@@ -84,12 +85,7 @@ OrphanGuard::OrphanGuard() {
     std::snprintf(cgroupKill, sizeof cgroupKill, "%s", cgroup_->killPath().c_str());
     std::snprintf(cgroupEvents, sizeof cgroupEvents, "%s", cgroup_->eventsPath().c_str());
   } else {
-    // Orphaned descendants become the agent's children, not init's.
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    notice_ = fmt::format(
-        "no cgroup for the workers ({}): a process a worker detaches from its process group is "
-        "killed when the worker group ends, but survives a SIGKILL of ddprun itself",
-        whyNot);
+    useSubreaper(whyNot);
   }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -121,6 +117,27 @@ void OrphanGuard::send(int message) {
   const std::int32_t value = message;
   while (::write(writeFd_, &value, sizeof(value)) < 0 && errno == EINTR) {
   }
+}
+
+void OrphanGuard::useSubreaper(const std::string& whyNot) {
+  // Orphaned descendants become the agent's children, not init's.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  notice_ = fmt::format(
+      "no cgroup for the workers ({}): a process a worker detaches from its process group is "
+      "killed when the worker group ends, but survives a SIGKILL of ddprun itself",
+      whyNot);
+}
+
+void OrphanGuard::confirmCgroup(pid_t worker) {
+  if (!cgroup_ || cgroupConfirmed_) return;
+  cgroupConfirmed_ = true;
+  if (cgroup_->holds(worker)) return;
+  const std::string path = cgroup_->path();
+  cgroup_.reset();  // the guardian's kill of a removed cgroup does nothing
+  useSubreaper(fmt::format(
+      "worker pid {} could not join {} (the parent cgroup's controllers or permissions forbid it)",
+      worker, path));
+  DDPRUN_INFO("Notice: {}.", notice_);
 }
 
 std::vector<pid_t> OrphanGuard::adoptedChildren(const std::set<pid_t>& keep) const {

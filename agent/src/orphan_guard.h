@@ -53,6 +53,9 @@ class OrphanGuard {
 
   // The cgroup workers join between fork and exec, or nullptr.
   const WorkerCgroup* cgroup() const { return cgroup_.get(); }
+  // Checks with a launch's first worker that workers can join the cgroup;
+  // if not, drops it for the subreaper (and says so). Later calls do nothing.
+  void confirmCgroup(pid_t worker);
   // Empty, or one line on what is not guaranteed here and why.
   const std::string& notice() const { return notice_; }
 
@@ -66,9 +69,11 @@ class OrphanGuard {
 
  private:
   void send(int message);
+  void useSubreaper(const std::string& whyNot);
   std::vector<pid_t> adoptedChildren(const std::set<pid_t>& keep) const;
 
   std::unique_ptr<WorkerCgroup> cgroup_;
+  bool cgroupConfirmed_ = false;
   std::string notice_;
   int writeFd_ = -1;
   pid_t guardian_ = -1;

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,7 +47,7 @@ std::string ownCgroup() {
   return "";
 }
 
-// Async-signal-safe: the probe, the workers and the guardian call it after fork.
+// Async-signal-safe: the workers and the guardian call it after fork.
 bool writeText(const char* path, const char* text) {
   const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -73,36 +72,25 @@ std::unique_ptr<WorkerCgroup> WorkerCgroup::create(std::string& whyNot) {
   // pid plus random bits: pids repeat across pid namespaces sharing a
   // parent cgroup, and an existing cgroup is never taken over.
   std::random_device random;
-  const std::string path =
-      fmt::format("{}{}/ddprun-{}-{:08x}", mount, own == "/" ? "" : own, ::getpid(), random());
+  const std::string relative =
+      fmt::format("{}/ddprun-{}-{:08x}", own == "/" ? "" : own, ::getpid(), random());
+  const std::string path = mount + relative;
   if (::mkdir(path.c_str(), 0755) != 0) {
     whyNot = fmt::format("cannot create {}: {}", path, std::strerror(errno));
     return nullptr;
   }
-  std::unique_ptr<WorkerCgroup> cgroup(new WorkerCgroup(path));
+  std::unique_ptr<WorkerCgroup> cgroup(new WorkerCgroup(path, relative));
   struct stat info {};
   if (::stat(cgroup->kill_.c_str(), &info) != 0) {
     whyNot = "the kernel has no cgroup.kill (Linux 5.14 or newer has)";
     return nullptr;
   }
-  // Probe: a child moves itself in, as every worker will.
-  const pid_t probe = ::fork();
-  if (probe == 0) ::_exit(enter(cgroup->procs_.c_str()) ? 0 : 1);
-  int status = 0;
-  while (probe > 0 && ::waitpid(probe, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (probe < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    whyNot = fmt::format(
-        "a process cannot join {} (the parent cgroup's controllers or "
-        "permissions forbid it)",
-        path);
-    return nullptr;
-  }
   return cgroup;
 }
 
-WorkerCgroup::WorkerCgroup(std::string path)
+WorkerCgroup::WorkerCgroup(std::string path, std::string relative)
     : path_(std::move(path)),
+      relative_(std::move(relative)),
       procs_(path_ + "/cgroup.procs"),
       kill_(path_ + "/cgroup.kill"),
       events_(path_ + "/cgroup.events") {}
@@ -153,6 +141,15 @@ std::vector<int> WorkerCgroup::members() const {
 }
 
 void WorkerCgroup::killAll() { writeText(kill_.c_str(), "1"); }
+
+bool WorkerCgroup::holds(pid_t pid) const {
+  std::ifstream groups("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  while (std::getline(groups, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3) == relative_;
+  }
+  return false;
+}
 
 bool WorkerCgroup::enter(const char* procsFile) { return writeText(procsFile, "0"); }
 

@@ -4,16 +4,21 @@
 // worker's process group (docs/self-healing.md).
 //
 // Made under this process's own cgroup on the cgroup2 mount
-// (<mount><own cgroup>/ddprun-<pid>-<random>, never an existing one), checked once by moving a
-// short-lived child into it. Workers join it between fork and exec (procsPath()); cgroup.kill ends
-// everything in it at once. Where no such cgroup can be made (no cgroup2 mount, no write access, a
-// parent cgroup with controllers that forbid it, a kernel without cgroup.kill) create() returns
-// nullptr and says why.
+// (<mount><own cgroup>/ddprun-<pid>-<random>, never an existing one).
+// Workers join it between fork and exec (procsPath()); whether they may
+// (permissions, a parent cgroup's controllers) shows in the first worker
+// (holds()), not in a probe process: a migration can cost milliseconds,
+// and a launch pays it only for its workers. cgroup.kill ends everything
+// in it at once. Where no such cgroup can be made (no cgroup2 mount, no
+// write access, a kernel without cgroup.kill) create() returns nullptr and
+// says why.
 //
 // Thread-safety: immutable after create(); killAll() from one thread.
 // Ownership: removes its directory on destruction (killing what is left,
 // waiting up to 1 s for the cgroup to empty).
 #pragma once
+
+#include <sys/types.h>
 
 #include <memory>
 #include <string>
@@ -23,7 +28,6 @@ namespace ddprun::agent {
 
 class WorkerCgroup {
  public:
-  // Call before any thread exists (it forks a probe child).
   static std::unique_ptr<WorkerCgroup> create(std::string& whyNot);
   ~WorkerCgroup();
   WorkerCgroup(const WorkerCgroup&) = delete;
@@ -35,6 +39,8 @@ class WorkerCgroup {
   const std::string& killPath() const { return kill_; }
   const std::string& eventsPath() const { return events_; }
 
+  // Whether process `pid` is in the cgroup.
+  bool holds(pid_t pid) const;
   // The pids in the cgroup now.
   std::vector<int> members() const;
   // SIGKILLs everything in it (cgroup.kill).
@@ -53,9 +59,10 @@ class WorkerCgroup {
                             int timeoutMs);
 
  private:
-  explicit WorkerCgroup(std::string path);
+  WorkerCgroup(std::string path, std::string relative);
 
   std::string path_;
+  std::string relative_;  // as /proc/<pid>/cgroup shows it
   std::string procs_;
   std::string kill_;
   std::string events_;

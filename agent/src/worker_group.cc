@@ -132,6 +132,7 @@ void WorkerGroup::startProcess(Slot& slot) {
   slot.process = std::make_unique<WorkerProcess>(
       io_, argv, buildWorkerEnv(shared_.baseEnv, shared_.config, id), placement);
   shared_.guard.watch(slot.process->pid());
+  if (!placement.cgroupProcs.empty()) shared_.guard.confirmCgroup(slot.process->pid());
   slot.exited = false;
   ++live_;
   for (Stream stream : {Stream::kStdout, Stream::kStderr}) {
