@@ -29,8 +29,7 @@ constexpr int kMaxGroups = 65536;
 
 // The cgroup's directory and files, for the guardian (copied by fork).
 char cgroupDir[4096];
-char cgroupKill[4096];
-char cgroupEvents[4096];
+char cgroupGroup[4096];
 
 // The guardian's whole life. Async-signal-safe calls only, fixed storage.
 [[noreturn]] void guardianMain(int readFd) {
@@ -71,7 +70,7 @@ char cgroupEvents[4096];
   }
   for (int i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
   // Everything the workers started, wherever it moved to.
-  if (cgroupDir[0] != '\0') WorkerCgroup::killAndRemove(cgroupDir, cgroupKill, cgroupEvents, 2000);
+  if (cgroupDir[0] != '\0') WorkerCgroup::killAndRemove(cgroupDir, cgroupGroup, 2000);
   ::_exit(0);
 }
 
@@ -82,8 +81,7 @@ OrphanGuard::OrphanGuard() {
   cgroup_ = WorkerCgroup::create(whyNot);
   if (cgroup_) {
     std::snprintf(cgroupDir, sizeof cgroupDir, "%s", cgroup_->path().c_str());
-    std::snprintf(cgroupKill, sizeof cgroupKill, "%s", cgroup_->killPath().c_str());
-    std::snprintf(cgroupEvents, sizeof cgroupEvents, "%s", cgroup_->eventsPath().c_str());
+    std::snprintf(cgroupGroup, sizeof cgroupGroup, "%s", cgroup_->groupPath().c_str());
   } else {
     useSubreaper(whyNot);
   }
@@ -128,11 +126,21 @@ void OrphanGuard::useSubreaper(const std::string& whyNot) {
       whyNot);
 }
 
+std::string OrphanGuard::beginGroup() {
+  if (!cgroup_) return "";
+  if (cgroup_->beginGroup()) return cgroup_->groupPath();
+  const std::string path = cgroup_->groupPath();
+  cgroup_.reset();
+  useSubreaper(fmt::format("cannot make the cgroup {}", path));
+  DDPRUN_INFO("Notice: {}.", notice_);
+  return "";
+}
+
 void OrphanGuard::confirmCgroup(pid_t worker) {
   if (!cgroup_ || cgroupConfirmed_) return;
   cgroupConfirmed_ = true;
   if (cgroup_->holds(worker)) return;
-  const std::string path = cgroup_->path();
+  const std::string path = cgroup_->groupPath();
   cgroup_.reset();  // the guardian's kill of a removed cgroup does nothing
   useSubreaper(fmt::format(
       "worker pid {} could not join {} (the parent cgroup's controllers or permissions forbid it)",

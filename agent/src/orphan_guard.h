@@ -53,6 +53,9 @@ class OrphanGuard {
 
   // The cgroup workers join between fork and exec, or nullptr.
   const WorkerCgroup* cgroup() const { return cgroup_.get(); }
+  // A fresh cgroup for a new worker group's workers, or "" (no cgroup, or
+  // it could not be made: then the subreaper, with the notice).
+  std::string beginGroup();
   // Checks with a launch's first worker that workers can join the cgroup;
   // if not, drops it for the subreaper (and says so). Later calls do nothing.
   void confirmCgroup(pid_t worker);

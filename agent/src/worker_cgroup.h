@@ -3,15 +3,19 @@
 // or ddprun — also one that double-forked and called setsid() to leave the
 // worker's process group (docs/self-healing.md).
 //
-// Made under this process's own cgroup on the cgroup2 mount
-// (<mount><own cgroup>/ddprun-<pid>-<random>, never an existing one).
-// Workers join it between fork and exec (procsPath()); whether they may
-// (permissions, a parent cgroup's controllers) shows in the first worker
-// (holds()), not in a probe process: a migration can cost milliseconds,
-// and a launch pays it only for its workers. cgroup.kill ends everything
-// in it at once. Where no such cgroup can be made (no cgroup2 mount, no
-// write access, a kernel without cgroup.kill) create() returns nullptr and
-// says why.
+// Made under this process's own cgroup on the cgroup2 mount: the launch's
+// cgroup L = <mount><own cgroup>/ddprun-<pid>-<random> (never an existing
+// one), holding no process itself, and for each worker group a fresh child
+// L/group (beginGroup()). Workers are born in the group's cgroup
+// (WorkerProcess clones them into it: no migration, no wait for an RCU
+// grace period); whether that is allowed (permissions, a parent cgroup's
+// controllers) shows in the first worker (holds()). cgroup.kill on the
+// group ends everything the group started; on L, everything of the
+// launch. The group's cgroup is made anew for every group because, on the
+// kernels seen here (6.18), a child cloned into a cgroup after a
+// cgroup.kill of that cgroup is killed at birth. Where no cgroup can be
+// made (no cgroup2 mount, no write access, a kernel without cgroup.kill)
+// create() returns nullptr and says why.
 //
 // Thread-safety: immutable after create(); killAll() from one thread.
 // Ownership: removes its directory on destruction (killing what is left,
@@ -33,39 +37,38 @@ class WorkerCgroup {
   WorkerCgroup(const WorkerCgroup&) = delete;
   WorkerCgroup& operator=(const WorkerCgroup&) = delete;
 
-  const std::string& path() const { return path_; }
-  // A process that writes "0" here moves itself into the cgroup.
-  const std::string& procsPath() const { return procs_; }
-  const std::string& killPath() const { return kill_; }
-  const std::string& eventsPath() const { return events_; }
+  // The launch's cgroup L and the current group's L/group.
+  const std::string& path() const { return launch_.dir; }
+  const std::string& groupPath() const { return group_.dir; }
 
-  // Whether process `pid` is in the cgroup.
+  // A fresh, empty L/group for a new worker group (the previous one's
+  // leftovers killed, the cgroup removed and made again); false when it
+  // cannot be made.
+  bool beginGroup();
+  // Whether process `pid` is in the group's cgroup.
   bool holds(pid_t pid) const;
-  // The pids in the cgroup now.
+  // The pids in the group's cgroup now.
   std::vector<int> members() const;
-  // SIGKILLs everything in it (cgroup.kill).
+  // SIGKILLs everything in the group's cgroup (cgroup.kill).
   void killAll();
 
-  // Moves the calling process into the cgroup whose cgroup.procs is
-  // `procsFile`; false when refused. Async-signal-safe (a child between
-  // fork and exec calls it).
-  static bool enter(const char* procsFile);
-
-  // Kills everything in the cgroup `dir` (its cgroup.kill), waits until it
-  // is empty — woken by the kernel's notification on cgroup.events, at most
-  // `timeoutMs` — and removes it. Async-signal-safe (no allocation): the
-  // guardian calls it in its forked process, the destructor in the agent.
-  static void killAndRemove(const char* dir, const char* killFile, const char* eventsFile,
-                            int timeoutMs);
+  // Kills everything in the cgroup `dir` and below (its cgroup.kill),
+  // waits until it is empty — woken by the kernel's notification on
+  // cgroup.events, at most `timeoutMs` — and removes `child` (if any) and
+  // `dir`. Async-signal-safe (no allocation): the guardian calls it in its
+  // forked process, the agent when it is done.
+  static void killAndRemove(const char* dir, const char* child, int timeoutMs);
 
  private:
+  struct Files {
+    explicit Files(std::string directory);
+    std::string dir, procs, kill, events;
+  };
   WorkerCgroup(std::string path, std::string relative);
 
-  std::string path_;
-  std::string relative_;  // as /proc/<pid>/cgroup shows it
-  std::string procs_;
-  std::string kill_;
-  std::string events_;
+  Files launch_;
+  Files group_;
+  std::string groupRelative_;  // as /proc/<pid>/cgroup shows it
 };
 
 }  // namespace ddprun::agent

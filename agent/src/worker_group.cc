@@ -52,6 +52,7 @@ WorkerGroup::~WorkerGroup() {
 }
 
 void WorkerGroup::start() {
+  cgroup_ = shared_.guard.beginGroup();
   shared_.router.reset(shared_.config.nprocPerNode);
   slots_.resize(static_cast<std::size_t>(shared_.config.nprocPerNode));
   for (int localRank = 0; localRank < shared_.config.nprocPerNode; ++localRank) {
@@ -126,13 +127,11 @@ void WorkerGroup::startProcess(Slot& slot) {
   CpuPlacement placement = shared_.placements.empty()
                                ? CpuPlacement{}
                                : shared_.placements.at(static_cast<std::size_t>(localRank));
-  if (const WorkerCgroup* cgroup = shared_.guard.cgroup()) {
-    placement.cgroupProcs = cgroup->procsPath();
-  }
+  placement.cgroup = cgroup_;
   slot.process = std::make_unique<WorkerProcess>(
       io_, argv, buildWorkerEnv(shared_.baseEnv, shared_.config, id), placement);
   shared_.guard.watch(slot.process->pid());
-  if (!placement.cgroupProcs.empty()) shared_.guard.confirmCgroup(slot.process->pid());
+  if (!placement.cgroup.empty()) shared_.guard.confirmCgroup(slot.process->pid());
   slot.exited = false;
   ++live_;
   for (Stream stream : {Stream::kStdout, Stream::kStderr}) {

@@ -118,6 +118,7 @@ class WorkerGroup {
   bool stopping_ = false;
   bool finished_ = false;
   bool leftoversKilled_ = false;
+  std::string cgroup_;  // the cgroup its workers are born in; empty: none
   std::optional<int> stopSignal_;
   GroupOutcome outcome_;
   boost::asio::steady_timer graceTimer_;

@@ -1,5 +1,8 @@
 #include "worker_process.h"
 
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,8 +16,11 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
 #include "ddprun/common/error.h"
-#include "worker_cgroup.h"
 
 namespace ddprun::agent {
 
@@ -34,23 +40,11 @@ ExitStatus ExitStatus::fromWaitStatus(int status) {
 
 namespace {
 
-// Closes every descriptor from 3 up except those in `keep` (Boost.Process
-// 1.81's own close_all skips the gaps between kept descriptors, so fds below
-// its exec-error pipe would leak into workers). No allocation: runs after fork.
-void closeInheritedDescriptors(const std::vector<int>& keep) {
-  unsigned next = 3;
-  for (;;) {
-    // The smallest kept descriptor at or above `next`.
-    unsigned kept = ~0U;
-    for (int fd : keep) {
-      if (fd >= 0 && static_cast<unsigned>(fd) >= next && static_cast<unsigned>(fd) < kept) {
-        kept = static_cast<unsigned>(fd);
-      }
-    }
-    if (kept > next) ::syscall(SYS_close_range, next, kept == ~0U ? ~0U : kept - 1, 0);
-    if (kept == ~0U) return;
-    next = kept + 1;
-  }
+// Closes every descriptor from 3 up except `keep`. No allocation: runs in
+// the child before exec.
+void closeInheritedDescriptors(int keep) {
+  if (keep > 3) ::syscall(SYS_close_range, 3U, static_cast<unsigned>(keep) - 1, 0);
+  ::syscall(SYS_close_range, static_cast<unsigned>(keep) + 1, ~0U, 0);
 }
 
 // Runs in the child between fork and exec: only async-signal-safe calls.
@@ -59,29 +53,23 @@ struct ChildSetup {
   bool bindCpus = false;
   cpu_set_t cpus{};
   int memoryNode = -1;
-  const char* cgroupProcs = nullptr;
 
-  bp::error_code on_exec_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
-                               const char* const*) {
-    closeInheritedDescriptors(launcher.fd_whitelist);
-    // Into the launch's cgroup, with everything it will start (checked by
-    // the agent beforehand; a failure leaves it where it is).
-    if (cgroupProcs != nullptr) WorkerCgroup::enter(cgroupProcs);
+  // 0, or the errno of the step that failed.
+  int apply() const {
     // Its own process group, so a signal reaches the worker and its children.
-    if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
+    if (::setpgid(0, 0) != 0) return errno;
     // Die with the agent; if the agent already died, die now.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != agent) ::_exit(128 + SIGKILL);
-    // Signals the agent handles or ignores must be default in the worker.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Signals the agent handles or ignores must be default in the worker
+    // (dispositions first: the mask was blocked across the clone).
     for (int sig = 1; sig < NSIG; ++sig) {
       if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
     }
-    if (bindCpus && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
-      return {errno, bp::system_category()};
-    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (bindCpus && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) return errno;
     if (memoryNode >= 0) {
       unsigned long mask[16] = {};  // up to 1024 nodes
       const auto bits = 8 * sizeof(unsigned long);
@@ -89,9 +77,53 @@ struct ChildSetup {
       constexpr int kMpolPreferred = 1;  // <numaif.h> MPOL_PREFERRED
       ::syscall(SYS_set_mempolicy, kMpolPreferred, mask, sizeof(mask) * 8);
     }
-    return {};
+    return 0;
   }
 };
+
+// The child's whole life before exec: async-signal-safe calls only (it is
+// a raw clone of a process that has threads). Failures go to `report`.
+[[noreturn]] void runChild(const ChildSetup& setup, int out, int err, int report, const char* path,
+                           char* const* argv, char* const* envp) {
+  int error = 0;
+  if (::dup2(out, STDOUT_FILENO) < 0 || ::dup2(err, STDERR_FILENO) < 0) error = errno;
+  if (error == 0) {
+    closeInheritedDescriptors(report);
+    error = setup.apply();
+  }
+  if (error == 0) {
+    ::execve(path, argv, envp);
+    error = errno;
+  }
+  [[maybe_unused]] const ssize_t n = ::write(report, &error, sizeof error);
+  ::_exit(127);
+}
+
+// A child of this process, born in the cgroup `cgroupDir` when it is given
+// and the kernel allows (clone3 with CLONE_INTO_CGROUP: no migration, so
+// no wait for an RCU grace period), else where the agent is.
+pid_t cloneChild(const std::string& cgroupDir) {
+  clone_args args{};
+  args.exit_signal = SIGCHLD;
+  int dir = -1;
+  if (!cgroupDir.empty()) dir = ::open(cgroupDir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    args.flags = CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<std::uint64_t>(dir);
+  }
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0 && dir >= 0 && errno != ENOSYS) {
+    // Refused (permissions, the parent cgroup's controllers): outside it.
+    // The agent sees that in the first worker and falls back.
+    args.flags = 0;
+    pid = ::syscall(SYS_clone3, &args, sizeof args);
+  }
+  const int error = errno;
+  if (dir >= 0 && pid != 0) ::close(dir);
+  if (pid < 0 && error == ENOSYS) return ::fork();  // kernels before 5.3
+  errno = error;
+  return static_cast<pid_t>(pid);
+}
 
 // The fix for running out of descriptors; empty for other errors.
 std::string descriptorAdvice(int error) {
@@ -124,30 +156,51 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
     for (int cpu : placement.cpus) CPU_SET(static_cast<unsigned>(cpu), &setup.cpus);
   }
   setup.memoryNode = placement.memoryNode;
-  if (!placement.cgroupProcs.empty()) setup.cgroupProcs = placement.cgroupProcs.c_str();
 
-  std::vector<const char*> envp;
+  std::vector<char*> args;
+  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  std::vector<char*> envp;
   envp.reserve(env.size() + 1);
-  for (const auto& entry : env) envp.push_back(entry.c_str());
+  for (const auto& entry : env) envp.push_back(const_cast<char*>(entry.c_str()));
   envp.push_back(nullptr);
 
-  bp::posix::default_launcher launcher;
-  launcher.env = envp.data();
-  bp::error_code ec;
-  const std::vector<std::string> args(argv.begin() + 1, argv.end());
-  // The launcher tells its io_context about the fork, and the child then
-  // rebuilds that context's reactor before exec. Launching on an empty
-  // context keeps that work (and the agent's descriptors) out of the child;
-  // the exit is then watched on the agent's own context.
-  asio::io_context spawnContext;
-  auto process = launcher(spawnContext.get_executor(), ec, bp::filesystem::path(argv.at(0)), args,
-                          bp::process_stdio{{}, outWrite, errWrite}, setup);
-  if (ec) {
-    throw Error(fmt::format("cannot start '{}': {}{}", argv[0], ec.message(),
-                            descriptorAdvice(ec.value())));
+  // The child reports a failure before exec here; exec closes it.
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    throw Error(fmt::format("cannot start '{}': {}{}", argv.at(0), std::strerror(errno),
+                            descriptorAdvice(errno)));
   }
-  pid_ = process.id();
-  process.detach();
+  // No signal handler of the agent may run in the child before it resets
+  // them (an asio handler would write to the agent's signal pipe).
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  const pid_t pid = cloneChild(placement.cgroup);
+  if (pid == 0) {
+    runChild(setup, outWrite.native_handle(), errWrite.native_handle(), report[1],
+             argv.at(0).c_str(), args.data(), envp.data());
+  }
+  const int cloneError = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  ::close(report[1]);
+  if (pid < 0) {
+    ::close(report[0]);
+    throw Error(fmt::format("cannot start '{}': {}{}", argv[0], std::strerror(cloneError),
+                            descriptorAdvice(cloneError)));
+  }
+  int childError = 0;
+  ssize_t n = 0;
+  while ((n = ::read(report[0], &childError, sizeof childError)) < 0 && errno == EINTR) {
+  }
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof childError)) {
+    ::waitpid(pid, nullptr, 0);
+    throw Error(fmt::format("cannot start '{}': {}{}", argv[0], std::strerror(childError),
+                            descriptorAdvice(childError)));
+  }
+  pid_ = pid;
   try {
     handle_ = bp::process_handle(io.get_executor(), pid_);
   } catch (const boost::system::system_error& e) {

@@ -1,11 +1,13 @@
 // WorkerProcess: one spawned worker.
 //
-// Spawned with Boost.Process v2 in its own process group, with
-// PR_SET_PDEATHSIG (checked after fork for the race where the agent died
-// first), default signal dispositions, and no descriptor of the agent but
-// its stdin and the two output pipes (Boost.Process closes the rest). A
-// CpuPlacement (--numa_binding) is applied between fork and exec, so every
-// thread the program starts inherits it.
+// Spawned with clone3 — directly inside the launch's cgroup when there is
+// one (CLONE_INTO_CGROUP: moving a process into a cgroup afterwards waits
+// for an RCU grace period, milliseconds per attempt) — in its own process
+// group, with PR_SET_PDEATHSIG (checked after the clone for the race where
+// the agent died first), default signal dispositions, and no descriptor of
+// the agent but its stdin and the two output pipes. A CpuPlacement
+// (--numa_binding) is applied before exec, so every thread the program
+// starts inherits it.
 // Its exit is observed through a pidfd on the agent's io_context.
 //
 // Thread-safety: the agent's loop thread only.
@@ -37,9 +39,9 @@ struct ExitStatus {
 
 // Where a worker may run and allocate (--numa_binding).
 struct CpuPlacement {
-  std::vector<int> cpus;    // empty: the agent's own affinity
-  int memoryNode = -1;      // NUMA node preferred for memory; -1: the default policy
-  std::string cgroupProcs;  // cgroup.procs the worker joins before exec; empty: none
+  std::vector<int> cpus;  // empty: the agent's own affinity
+  int memoryNode = -1;    // NUMA node preferred for memory; -1: the default policy
+  std::string cgroup;     // cgroup v2 directory the worker is born in; empty: the agent's
 };
 
 class WorkerProcess {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <filesystem>
@@ -392,6 +393,22 @@ TEST(Launcher, NoDetachedDaemonOutlivesItsWorkers) {
               std::string::npos)
         << r.err;
   }
+}
+
+// The group after a failure whose daemon was killed starts cleanly: its
+// workers are born in a new cgroup (a cgroup that was cgroup.kill'ed kills
+// what is cloned into it on the kernels seen here).
+TEST(Launcher, TheGroupAfterKilledLeftoversStartsNormally) {
+  const fs::path pidFile = scratch() / "daemon.pid";
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--max_restarts=1", "--log_prefix="},
+                     sh("if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then " + detachDaemon(pidFile) +
+                        "exit 3; fi; echo attempt $TORCHELASTIC_RESTART_COUNT rank $RANK")));
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto ranks = linesWith(r.out, "attempt 1 rank ");
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<std::string>{"0", "1"})) << r.out;
+  EXPECT_NE(r.err.find("ddprun killed"), std::string::npos) << r.err;
 }
 
 TEST(Launcher, NoDetachedDaemonOutlivesASigkilledDdprun) {
