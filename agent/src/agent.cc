@@ -70,6 +70,7 @@ struct Agent::Impl {
   void failJob(const std::string& report, const WorkerFailure* rootCause, int code);
 
   bool multiNode() const { return config.rendezvous.mode != RendezvousMode::kStandalone; }
+  bool etcdBackend() const { return config.rendezvous.backend == RendezvousBackendKind::kEtcd; }
 
   // One node: a private store, restarts counted here.
   void startLocalStore();
@@ -175,9 +176,10 @@ void Agent::Impl::startRendezvous() {
   rendezvous = std::make_unique<NodeRendezvous>(io, config);
   // Never the agents' token for workers: a credential for this job's keys.
   workerToken = workerCredential(config.rendezvous.token, config.runId);
-  if (config.useAgentStore) {
+  if (config.useAgentStore || etcdBackend()) {
     // Served by whichever node becomes group rank 0, on every address (the
     // others reach it at the address the rendezvous knows that node by).
+    // With etcd this is the only store the workers have.
     const auto& r = config.rendezvous;
     const bool v6 =
         (r.localAddr.empty() ? r.endpointHost : r.localAddr).find(':') != std::string::npos;
@@ -280,8 +282,8 @@ void Agent::Impl::onEvent(const protocol::Event& event) {
 
 void Agent::Impl::onStoreLost(const std::string& reason) {
   if (stopCode || !rendezvous) return;
-  std::cerr << "ddprun: error: lost the rendezvous store at " << rendezvous->endpoint() << " ("
-            << reason << "); stopping this node's workers\n";
+  std::cerr << "ddprun: error: lost " << rendezvous->where() << " (" << reason
+            << "); stopping this node's workers\n";
   stopCode = 1;
   if (group) group->stop(SIGTERM);  // a join in progress fails on its own
 }
@@ -299,7 +301,14 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
   id.masterAddr = assignment.masterAddr;
   id.masterPort = static_cast<int>(assignment.masterPort);
   id.useAgentStore = config.useAgentStore;
-  if (multiNode()) {
+  if (multiNode() && etcdBackend()) {
+    // No ddprun store holds the rounds: the workers' store is group rank
+    // 0's (MASTER_ADDR:MASTER_PORT), per round.
+    id.storeHost = assignment.masterAddr;
+    id.storePort = static_cast<int>(assignment.masterPort);
+    id.token = workerToken;
+    id.storePrefix = fmt::format("{}/round_{}/", config.runId, assignment.round);
+  } else if (multiNode()) {
     id.storeHost = config.rendezvous.endpointHost;
     id.storePort = config.rendezvous.endpointPort;
     id.token = workerToken;
@@ -578,10 +587,10 @@ void Agent::Impl::waitForSignal() {
     } else {
       DDPRUN_WARN("ddprun received {} again; killing the workers now.", signalName(sig));
     }
-    if (group) {
+    if (group && !group->finished()) {
       group->stop(sig);
     } else {
-      finish(*stopCode);  // between rounds: nothing to stop
+      finish(*stopCode);  // between rounds (or joining again): nothing to stop
     }
     waitForSignal();
   });

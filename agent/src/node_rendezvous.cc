@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <limits>
@@ -15,6 +16,8 @@
 #include "ddprun/common/logging.h"
 #include "ddprun/common/parse.h"
 #include "ddprun/common/secret.h"
+#include "ddprun/rendezvous/etcd_rendezvous.h"
+#include "ddprun/rendezvous/rendezvous_client.h"
 #include "free_port.h"
 #include "join_progress.h"
 
@@ -67,6 +70,10 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
     masterPort_ =
         config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
   }
+  if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
+    endpoint_ = fmt::format("{}", fmt::join(rdzv_.etcdEndpoints, ","));
+    return;  // no node hosts anything: the rounds live in etcd
+  }
   const bool staticHost = rdzv_.mode == RendezvousMode::kStatic && rdzv_.nodeRank == 0;
   const bool host = rdzv_.isHost.value_or(
       rdzv_.mode == RendezvousMode::kStatic ? staticHost : isLocalAddress(rdzv_.endpointHost));
@@ -91,6 +98,36 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
 // while the store comes up, and must not block the agent's loop (signals).
 void NodeRendezvous::connect() {
   if (client_) return;
+  std::unique_ptr<rendezvous::RendezvousBackend> client;
+  if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
+    rendezvous::EtcdRendezvousOptions options;
+    options.etcd.endpoints = rdzv_.etcdEndpoints;
+    options.etcd.tls = rdzv_.etcdTls;
+    options.etcd.caFile = rdzv_.etcdCaFile;
+    options.etcd.certFile = rdzv_.etcdCertFile;
+    options.etcd.keyFile = rdzv_.etcdKeyFile;
+    options.etcd.prefix = rdzv_.etcdPrefix;
+    options.etcd.requestTimeout = std::min(rdzv_.requestTimeout, rdzv_.keepAliveInterval * 2);
+    options.rdzvId = config_.runId;
+    options.nodeId = nodeId_;
+    const auto ttl = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
+    options.leaseTtl = std::chrono::ceil<std::chrono::seconds>(ttl);
+    options.connectTimeout = rdzv_.joinTimeout;
+    options.cancelConnect = &cancelled_;
+    client = std::make_unique<rendezvous::EtcdRendezvous>(options);
+  } else {
+    client = connectStore();
+  }
+  {
+    std::lock_guard lock(mutex_);
+    client_ = std::move(client);
+  }
+  DDPRUN_INFO("Node {} connected to {}{}.", nodeId_, where(), hosting() ? " (hosted here)" : "");
+  heartbeat_ = std::thread([this] { runHeartbeats(); });
+  events_ = std::thread([this] { runEvents(); });
+}
+
+std::unique_ptr<rendezvous::RendezvousBackend> NodeRendezvous::connectStore() {
   rendezvous::StoreClientOptions options;
   options.host = rdzv_.endpointHost;
   options.port = rdzv_.endpointPort;
@@ -99,15 +136,7 @@ void NodeRendezvous::connect() {
   options.connectTimeout = rdzv_.joinTimeout;
   options.requestTimeout = rdzv_.requestTimeout;
   options.cancelConnect = &cancelled_;
-  auto client = std::make_unique<rendezvous::RendezvousClient>(options);
-  {
-    std::lock_guard lock(mutex_);
-    client_ = std::move(client);
-  }
-  DDPRUN_INFO("Node {} connected to the rendezvous store at {}{}.", nodeId_, endpoint_,
-              hosting() ? " (hosted here)" : "");
-  heartbeat_ = std::thread([this] { runHeartbeats(); });
-  events_ = std::thread([this] { runEvents(); });
+  return std::make_unique<rendezvous::RendezvousClient>(options);
 }
 
 bool NodeRendezvous::tryToHost(std::string& why) {
@@ -137,17 +166,22 @@ NodeRendezvous::~NodeRendezvous() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     cancelled_ = true;
-    if (client_) client_->store().shutdown();  // unblocks the event and join threads
+    if (client_) client_->shutdown();  // unblocks the event and join threads
   }
   stopRequested_.notify_all();
   joinThread(joiner_);  // may still be connecting: it sees cancelled_ within ~1 s
   {
     std::lock_guard lock(mutex_);
-    if (client_) client_->store().shutdown();
+    if (client_) client_->shutdown();
   }
   for (std::thread* t : {&heartbeat_, &events_, &closer_}) joinThread(*t);
   client_.reset();
   server_.reset();
+}
+
+std::string NodeRendezvous::where() const {
+  return (rdzv_.backend == RendezvousBackendKind::kEtcd ? "etcd at " : "the rendezvous store at ") +
+         endpoint_;
 }
 
 void NodeRendezvous::joinThread(std::thread& thread) {
@@ -164,7 +198,7 @@ void NodeRendezvous::runHeartbeats() {
   while (!stopRequested_.wait_for(lock, rdzv_.keepAliveInterval, [this] { return stopping_; })) {
     lock.unlock();
     try {
-      client_->store().ping();
+      client_->keepAlive();
     } catch (const Error& e) {
       lock.lock();
       if (!stopping_) asio::post(io_, [this, reason = std::string(e.what())] { onLost_(reason); });
@@ -212,7 +246,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
       // Says what the wait is for until the round completes (or fails).
       const JoinProgress progress(
           [this]() -> std::optional<protocol::RendezvousStatus> {
-            rendezvous::RendezvousClient* client = nullptr;
+            rendezvous::RendezvousBackend* client = nullptr;
             {
               std::lock_guard lock(mutex_);
               client = client_.get();
@@ -278,7 +312,10 @@ void NodeRendezvous::asyncWaitUntilAllLeft(std::function<void()> done) {
   joinThread(closer_);
   closer_ = std::thread([this, done = std::move(done)] {
     try {
-      client_->store().wait({protocol::rendezvousFinishedKey(config_.runId)}, rdzv_.closeTimeout);
+      auto* store = dynamic_cast<rendezvous::RendezvousClient*>(client_.get());
+      if (store != nullptr) {
+        store->store().wait({protocol::rendezvousFinishedKey(config_.runId)}, rdzv_.closeTimeout);
+      }
     } catch (const Error& e) {
       DDPRUN_WARN("Not every node left the rendezvous within the close timeout: {}", e.what());
     }

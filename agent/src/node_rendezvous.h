@@ -1,8 +1,9 @@
 // NodeRendezvous: this node's side of a multi-node job.
 //
-// It hosts the job's store when this node should (static: node rank 0;
-// dynamic: is_host=1, or the endpoint is an address of this machine and the
-// port is free), connects to it with the shared token, and then:
+// With ddprun's store it hosts the store when this node should (static:
+// node rank 0; dynamic: is_host=1, or the endpoint is an address of this
+// machine and the port is free) and connects to it with the shared token;
+// with etcd it takes a lease there (rendezvous/etcd). Then, either way:
 //   - joins rounds (JOIN blocks in a helper thread; the result is posted to
 //     the agent's io_context),
 //   - sends a heartbeat every keep_alive_interval from another thread,
@@ -32,7 +33,7 @@
 
 #include "ddprun/agent/agent_config.h"
 #include "ddprun/rendezvous/protocol.h"
-#include "ddprun/rendezvous/rendezvous_client.h"
+#include "ddprun/rendezvous/rendezvous_backend.h"
 #include "ddprun/rendezvous/store_server.h"
 
 namespace ddprun::agent {
@@ -76,12 +77,15 @@ class NodeRendezvous {
 
   bool hosting() const { return server_ != nullptr; }
   const std::string& nodeId() const { return nodeId_; }
-  // "host:port" of the job's store, for messages.
+  // "host:port" of the job's store (etcd: "h1:p1,h2:p2"), for messages.
   const std::string& endpoint() const { return endpoint_; }
+  // "the rendezvous store at h:p" or "etcd at h1:p1,...", for messages.
+  std::string where() const;
 
  private:
   bool tryToHost(std::string& why);
   void connect();
+  std::unique_ptr<rendezvous::RendezvousBackend> connectStore();
   void runHeartbeats();
   void runEvents();
   void joinThread(std::thread& thread);
@@ -93,7 +97,7 @@ class NodeRendezvous {
   std::string endpoint_;
   std::uint16_t masterPort_ = 0;
   std::unique_ptr<rendezvous::StoreServer> server_;
-  std::unique_ptr<rendezvous::RendezvousClient> client_;
+  std::unique_ptr<rendezvous::RendezvousBackend> client_;
   EventFn onEvent_;
   LostFn onLost_;
   std::thread heartbeat_;

@@ -69,6 +69,8 @@ class WorkerGroup {
   // survivors after the shutdown timeout. A second call escalates to
   // SIGKILL at once.
   void stop(int sig);
+  // Every worker has exited and the outcome was delivered.
+  bool finished() const { return finished_; }
   int liveWorkers() const { return live_; }
 
   // The local rank of the live worker `pid` is, or descends from (through

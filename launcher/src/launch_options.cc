@@ -56,7 +56,7 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   text(app, "master_port", o.masterPort, "MASTER_PORT given to workers (default: a free port)");
   flag(app, "standalone", o.standalone,
        "single-node job with a private store on a free port (the default on one node)");
-  text(app, "rdzv_backend", o.rdzvBackend, "rendezvous backend: static or c10d");
+  text(app, "rdzv_backend", o.rdzvBackend, "rendezvous backend: static, c10d or etcd (etcd-v2)");
   text(app, "rdzv_endpoint", o.rdzvEndpoint, "HOST[:PORT] of the rendezvous store");
   text(app, "rdzv_id", o.rdzvId, "job id shared by all nodes (also names the log directory)");
   text(app, "rdzv_conf", o.rdzvConf, "rendezvous settings KEY=VALUE[,KEY=VALUE...]");

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "ddprun/common/env.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/parse.h"
@@ -17,6 +19,82 @@ namespace {
 
 constexpr std::uint16_t kDefaultC10dPort = 29400;
 constexpr std::uint16_t kDefaultStaticPort = 29500;
+constexpr std::uint16_t kDefaultEtcdPort = 2379;
+
+// --rdzv_backend=etcd: the members' endpoints ("h1:2379,h2:2379", each
+// optionally http:// or https://) and the rdzv_conf keys of torchrun's etcd
+// backends (protocol, ca_cert/cacert, ssl_cert/cert, ssl_cert_key/key,
+// etcd_prefix).
+void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::RendezvousConfig& r) {
+  r.backend = agent::RendezvousBackendKind::kEtcd;
+  if (auto protocol = conf.text("protocol")) {
+    if (*protocol != "http" && *protocol != "https") {
+      throw ConfigError(fmt::format(
+          "--rdzv_conf protocol={} is not http or https; give protocol=https for an etcd with TLS",
+          *protocol));
+    }
+    r.etcdTls = *protocol == "https";
+  }
+  bool schemeHttps = false;
+  bool schemeHttp = false;
+  for (std::string_view item : splitList(endpoints)) {
+    std::string text(trimSpaces(item));
+    if (text.empty()) continue;  // "h1:2379,"
+    for (const auto& [scheme, https] : {std::pair{"https://", true}, std::pair{"http://", false}}) {
+      if (text.starts_with(scheme)) {
+        text = text.substr(std::string_view(scheme).size());
+        (https ? schemeHttps : schemeHttp) = true;
+      }
+    }
+    while (!text.empty() && text.back() == '/') text.pop_back();
+    const Endpoint e = parseEndpoint("rdzv_endpoint", text, kDefaultEtcdPort);
+    r.etcdEndpoints.push_back(hostPort(e.host, e.port));
+  }
+  if (r.etcdEndpoints.empty()) {
+    throw ConfigError(
+        "--rdzv_backend=etcd needs --rdzv_endpoint=HOST[:PORT][,HOST[:PORT]...], the etcd "
+        "members' client addresses");
+  }
+  if (schemeHttps && schemeHttp) {
+    throw ConfigError(fmt::format(
+        "--rdzv_endpoint={} mixes http:// and https://; every etcd member speaks the same",
+        endpoints));
+  }
+  if (schemeHttps) r.etcdTls = true;
+  const auto file = [&](std::initializer_list<const char*> keys) -> std::string {
+    for (const char* key : keys) {
+      if (auto path = conf.text(key)) {
+        if (!std::filesystem::is_regular_file(*path)) {
+          throw ConfigError(fmt::format(
+              "--rdzv_conf {}={}: no such file; give the path of a PEM file", key, *path));
+        }
+        return *path;
+      }
+    }
+    return "";
+  };
+  r.etcdCaFile = file({"ca_cert", "cacert"});
+  r.etcdCertFile = file({"ssl_cert", "cert"});
+  r.etcdKeyFile = file({"ssl_cert_key", "key"});
+  if (r.etcdCertFile.empty() != r.etcdKeyFile.empty()) {
+    throw ConfigError(
+        "--rdzv_conf: an etcd client certificate needs both ssl_cert (cert) and ssl_cert_key "
+        "(key)");
+  }
+  if (!r.etcdTls && !(r.etcdCaFile.empty() && r.etcdCertFile.empty())) {
+    throw ConfigError(
+        "--rdzv_conf has etcd TLS files but protocol is http; add protocol=https (or give the "
+        "endpoints as https://...)");
+  }
+  if (auto prefix = conf.text("etcd_prefix")) {
+    if (prefix->empty() || prefix->front() != '/') {
+      throw ConfigError(fmt::format(
+          "--rdzv_conf etcd_prefix={} does not start with '/'; give e.g. etcd_prefix=/ddprun",
+          *prefix));
+    }
+    r.etcdPrefix = *prefix;
+  }
+}
 
 // The job's token, or empty: without DDPRUN_TOKEN or token_file the store
 // serves every client unauthenticated, as torchrun's does.
@@ -97,13 +175,22 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
   r.minNodes = nodes.min;
   r.maxNodes = nodes.max;
   const auto conf = RdzvConf::parse(o.rdzvConf);
-  bool dynamic = o.rdzvBackend == "c10d" && !o.standalone;
+  const bool etcd = (o.rdzvBackend == "etcd" || o.rdzvBackend == "etcd-v2") && !o.standalone;
+  bool dynamic = (o.rdzvBackend == "c10d" || etcd) && !o.standalone;
   if (o.standalone && nodes.max > 1) {
     throw ConfigError(fmt::format(
         "--standalone runs a single node but --nnodes={}; drop one of the two", nnodesText));
   }
   Endpoint endpoint;
-  if (dynamic) {
+  if (etcd) {
+    if (o.rdzvEndpoint.empty()) {
+      throw ConfigError(fmt::format(
+          "--rdzv_backend={} needs --rdzv_endpoint=HOST[:PORT][,HOST[:PORT]...], the etcd "
+          "members' client addresses",
+          o.rdzvBackend));
+    }
+    applyEtcd(o.rdzvEndpoint, conf, r);
+  } else if (dynamic) {
     if (o.rdzvEndpoint.empty()) {
       throw ConfigError(
           "--rdzv_backend=c10d needs --rdzv_endpoint=HOST[:PORT], the store every node uses");
@@ -145,7 +232,9 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     r.mode = agent::RendezvousMode::kDynamic;
     r.endpointHost = endpoint.host;
     r.endpointPort = endpoint.port;
-    r.token = sharedToken(conf, o.rdzvEndpoint, notices);
+    // etcd: no ddprun store holds the rounds (etcd's own TLS and
+    // certificates guard them); the workers' store is open like torchrun's.
+    if (!etcd) r.token = sharedToken(conf, o.rdzvEndpoint, notices);
     if (o.isGiven("node_rank")) {
       r.nodeRank = static_cast<int>(parseInteger(nodeRankText).value_or(-1));
       if (r.nodeRank < 0 || r.nodeRank >= nodes.max) {

@@ -278,9 +278,10 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     throw ConfigError(fmt::format("unknown option '{}'; see ddprun --help", o.program.front()));
   }
   config.nprocPerNode = parseNproc(o.nprocPerNode);
-  if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d") {
-    throw ConfigError(
-        fmt::format("--rdzv_backend={} is not supported; use static or c10d", o.rdzvBackend));
+  if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "etcd" &&
+      o.rdzvBackend != "etcd-v2") {
+    throw ConfigError(fmt::format(
+        "--rdzv_backend={} is not static, c10d, etcd or etcd-v2; give one of them", o.rdzvBackend));
   }
   if (o.masterAddr.empty()) {
     throw ConfigError("--master_addr is empty; give an address, e.g. --master_addr=127.0.0.1");
@@ -382,6 +383,21 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     throw ConfigError(
         "--strict_store and --worker_store=agent contradict each other: a strict store refuses "
         "the workers' PyTorch clients; use --worker_store=rank0");
+  }
+  if (config.rendezvous.backend == agent::RendezvousBackendKind::kEtcd) {
+    // With etcd no ddprun store holds the rounds: the workers' store is the
+    // one group rank 0's agent serves, so it must accept PyTorch's clients.
+    if (o.workerStore == "rank0" && o.isGiven("worker_store")) {
+      throw ConfigError(
+          "--worker_store=rank0 cannot be used with --rdzv_backend=etcd: the workers' store is "
+          "the one group rank 0's agent serves; drop --worker_store");
+    }
+    if (o.strictStore) {
+      throw ConfigError(
+          "--strict_store cannot be used with --rdzv_backend=etcd: the workers' store must accept "
+          "PyTorch's clients; drop --strict_store (etcd's TLS guards the rendezvous)");
+    }
+    config.useAgentStore = true;  // TORCH_DISABLE_SHARE_RDZV_TCP_STORE has no say
   }
   // Every node of a job must name the same rendezvous: only a job of one
   // node gets a random id when none was given.

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "launcher_support.h"
+#include "node_process.h"
 
 namespace ddprun {
 namespace {
@@ -23,54 +24,9 @@ using test_support::freePort;
 using test_support::kBinDir;
 using test_support::kDdprun;
 
-constexpr char kToken[] = "multinode-secret";
-
-// One agent ("node"): its process and everything it printed.
-struct Node {
-  std::unique_ptr<ChildProcess> process;
-  std::string out;
-  std::string err;
-
-  // Reads output until `pattern` has appeared `count` times (bounded).
-  bool waitFor(const std::string& pattern, int count = 1, std::chrono::seconds limit = 20s) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      out += process->drainStdout();
-      err += process->drainStderr();
-      int seen = 0;
-      for (std::size_t pos = out.find(pattern); pos != std::string::npos;
-           pos = out.find(pattern, pos + 1)) {
-        ++seen;
-      }
-      if (seen >= count) return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
-  }
-  std::optional<int> finish(std::chrono::seconds limit = 30s) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      out += process->drainStdout();
-      err += process->drainStderr();
-      if (auto code = process->wait(0ms)) {
-        out += process->stdoutText();
-        err += process->stderrText();
-        return code;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return std::nullopt;
-  }
-};
-
-Node startNode(std::vector<std::string> options, const std::string& script,
-               std::map<std::string, std::string> env = {{"DDPRUN_TOKEN", kToken}}) {
-  std::vector<std::string> argv = {kDdprun};
-  argv.insert(argv.end(), options.begin(), options.end());
-  argv.insert(argv.end(), {"/bin/sh", "-c", script});
-  env["OMP_NUM_THREADS"] = "1";
-  return Node{std::make_unique<ChildProcess>(argv, env), "", ""};
-}
+using test_support::kToken;
+using test_support::Node;
+using test_support::startNode;
 
 // The port a ddprun-rendezvous started with --port 0 prints; 0 if none.
 std::uint16_t daemonPort(ChildProcess& daemon) {

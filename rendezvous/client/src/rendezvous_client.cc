@@ -17,8 +17,8 @@ protocol::RestartDecision RendezvousClient::reportFailure(const protocol::NodeRe
   return store_.call(protocol::ReportFailure{report});
 }
 
-protocol::RendezvousStatus RendezvousClient::status(const std::string& rdzvId) {
-  return store_.call(protocol::RendezvousStatusQuery{rdzvId});
+protocol::RendezvousStatus RendezvousClient::status(const std::string& rdzvId, bool details) {
+  return store_.call(protocol::RendezvousStatusQuery{rdzvId, details ? 1u : 0u});
 }
 
 std::optional<protocol::Event> RendezvousClient::waitEvent(std::chrono::milliseconds timeout) {

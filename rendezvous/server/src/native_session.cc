@@ -331,7 +331,7 @@ void NativeSession::handleRendezvous(std::uint32_t id, Request& request) {
                    reply(status, decision);
                  },
                  [&](protocol::RendezvousStatusQuery& query) {
-                   reply(Status::kOk, rendezvous->status(query.rdzvId));
+                   reply(Status::kOk, rendezvous->status(query.rdzvId, query.details != 0));
                  },
                  [&](auto&) {},  // the key-value ops never come here
              },

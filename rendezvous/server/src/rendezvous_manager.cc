@@ -23,6 +23,7 @@ struct RendezvousManager::Node {
   std::string address;
   std::uint32_t masterPort = 0;
   std::uint64_t firstSeen = 0;
+  std::uint32_t groupRank = 0;                         // in the running round
   std::uint32_t requestId = 0;                         // of its pending JOIN
   std::unique_ptr<boost::asio::steady_timer> timeout;  // of its pending JOIN
 };
@@ -54,6 +55,7 @@ struct RendezvousManager::Rendezvous {
   std::map<std::string, std::pair<std::int64_t, std::string>> roundFailures;
   std::int64_t failedExitCode = 0;
   std::string failureReport;
+  protocol::FailureSummary lastFailure;      // the failure that ended the latest round
   std::map<std::string, Node> joining;       // waiting in JOIN
   std::map<std::string, Node> participants;  // of the running round
   std::set<std::string> expected;            // participants of the ended round
@@ -259,6 +261,7 @@ void RendezvousManager::complete(Rendezvous& r) {
     r.hosts[node.address].lastRound = r.round;
     a.groupRank = rank;
     a.rankOffset = offset;
+    node.groupRank = rank;
     offset += node.localWorldSize;
     answers.push_back({node.peer, {node.requestId, a}});
     if (node.timeout) node.timeout->cancel();
@@ -390,6 +393,8 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   }
   if (report.round == r->round && r->running && !r->closed &&
       r->participants.contains(report.nodeId)) {
+    r->lastFailure = {report.nodeId, report.round, report.exitCode, report.failedAtMs,
+                      report.report};
     if (r->restarts < r->maxRestarts) {
       ++r->restarts;
       endRound(*r,
@@ -487,7 +492,8 @@ void RendezvousManager::pushToAll(Rendezvous& r, const Event& event) {
   }
 }
 
-protocol::RendezvousStatus RendezvousManager::status(const std::string& rdzvId) const {
+protocol::RendezvousStatus RendezvousManager::status(const std::string& rdzvId,
+                                                     bool details) const {
   protocol::RendezvousStatus st;
   const auto it = rendezvous_.find(rdzvId);
   if (it == rendezvous_.end()) return st;
@@ -505,7 +511,25 @@ protocol::RendezvousStatus RendezvousManager::status(const std::string& rdzvId) 
                .count());
   }
   describeMissing(r, st);
+  if (details) describe(r, st);
   return st;
+}
+
+void RendezvousManager::describe(const Rendezvous& r, protocol::RendezvousStatus& st) {
+  st.closed = r.closed;
+  st.restarts = r.restarts;
+  st.maxRestarts = r.maxRestarts;
+  st.lastFailure = r.lastFailure;
+  if (r.running) {
+    for (const auto& [id, node] : r.participants) {
+      st.members.push_back({id, node.address, node.groupRank, node.localWorldSize});
+    }
+    std::sort(st.members.begin(), st.members.end(),
+              [](const auto& a, const auto& b) { return a.groupRank < b.groupRank; });
+  }
+  for (const auto& [id, node] : r.joining) {
+    st.members.push_back({id, node.address, -1, node.localWorldSize});
+  }
 }
 
 void RendezvousManager::describeMissing(const Rendezvous& r, protocol::RendezvousStatus& st) {

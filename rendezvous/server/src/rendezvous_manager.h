@@ -77,8 +77,9 @@ class RendezvousManager {
   protocol::Status reportFailure(Peer& peer, const protocol::NodeReport& report,
                                  protocol::RestartDecision& decision, std::string& message);
   // Who has joined the round being formed, and who is known to be missing
-  // (for a waiting node's progress line).
-  protocol::RendezvousStatus status(const std::string& rdzvId) const;
+  // (for a waiting node's progress line); with `details` also the members,
+  // the restart budget and the last failure (`ddprun status`).
+  protocol::RendezvousStatus status(const std::string& rdzvId, bool details = false) const;
   // The peer's connection closed or its heartbeats stopped.
   void peerLost(Peer& peer, const std::string& reason);
 
@@ -95,6 +96,8 @@ class RendezvousManager {
   // ended round's nodes that have not rejoined, else the requested node
   // ranks nobody has taken; none when neither is known (elastic growth).
   static void describeMissing(const Rendezvous& r, protocol::RendezvousStatus& status);
+  // Fills status's details.
+  static void describe(const Rendezvous& r, protocol::RendezvousStatus& status);
   void tryComplete(Rendezvous& r);
   void complete(Rendezvous& r);
   void endRound(Rendezvous& r, const std::string& reason, const std::string& exceptNode);

@@ -69,6 +69,12 @@ class Writer {
     return true;
   }
   bool values(const std::vector<std::string>& list) { return keys(list); }
+  template <typename T, typename Fields>
+  bool list(const std::vector<T>& items, Fields&& each) {
+    putU32(out_, static_cast<std::uint32_t>(items.size()));
+    for (const auto& item : items) each(*this, item);
+    return true;
+  }
   bool pairs(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
     putU32(out_, static_cast<std::uint32_t>(keys.size()));
     for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -276,6 +282,17 @@ class ReplyReader {
     return true;
   }
   bool values(std::vector<std::string>& list) { return keys(list); }
+  // A list of structs, each at least 4 bytes on the wire.
+  template <typename T, typename Fields>
+  bool list(std::vector<T>& items, Fields&& each) {
+    std::uint32_t n = 0;
+    if (!in_.u32(n) || n > in_.remaining() / 4) return false;
+    items.resize(n);
+    for (auto& item : items) {
+      if (!each(*this, item)) return false;
+    }
+    return true;
+  }
   bool atEnd() const { return in_.atEnd(); }
 
  private:
@@ -369,12 +386,25 @@ bool fields(auto& io, OneOf<RestartDecision> auto& r) {
   return io.i64(r.restarts) && io.flag(r.restartAllowed);
 }
 
-// RENDEZVOUS_STATUS: str rdzv_id -> the RendezvousStatus
-bool fields(auto& io, OneOf<RendezvousStatusQuery> auto& m) { return io.name(m.rdzvId); }
+// RENDEZVOUS_STATUS: str rdzv_id, u32 details -> the RendezvousStatus
+bool fields(auto& io, OneOf<RendezvousStatusQuery> auto& m) {
+  return io.name(m.rdzvId) && io.u32(m.details);
+}
+bool fields(auto& io, OneOf<RendezvousMember> auto& m) {
+  return io.value(m.nodeId) && io.value(m.address) && io.i64(m.groupRank) &&
+         io.u32(m.localWorldSize);
+}
+bool fields(auto& io, OneOf<FailureSummary> auto& f) {
+  return io.value(f.nodeId) && io.i64(f.round) && io.i64(f.exitCode) && io.i64(f.failedAtMs) &&
+         io.value(f.report);
+}
 bool fields(auto& io, OneOf<RendezvousStatus> auto& st) {
   return io.flag(st.exists) && io.i64(st.round) && io.flag(st.running) && io.u32(st.joined) &&
          io.u32(st.minNodes) && io.u32(st.maxNodes) && io.i64(st.lastCallMs) &&
-         io.u32(st.missingCount) && io.keys(st.missing) && st.missing.size() <= kMaxMissingShown;
+         io.u32(st.missingCount) && io.keys(st.missing) && st.missing.size() <= kMaxMissingShown &&
+         io.flag(st.closed) && io.i64(st.restarts) && io.i64(st.maxRestarts) &&
+         io.list(st.members, [](auto& x, auto& m) { return fields(x, m); }) &&
+         fields(io, st.lastFailure);
 }
 
 // Alternative I of Request is the message of op I + 1.

@@ -24,8 +24,23 @@ enum class RendezvousMode {
   kDynamic,     // --nnodes=MIN:MAX --rdzv_backend=c10d --rdzv_endpoint=H:P
 };
 
+// Where a multi-node job's rounds live.
+enum class RendezvousBackendKind {
+  kStore,  // ddprun's store (hosted by a node or ddprun-rendezvous): c10d, static
+  kEtcd,   // an etcd cluster (--rdzv_backend=etcd): survives any node
+};
+
 struct RendezvousConfig {
   RendezvousMode mode = RendezvousMode::kStandalone;
+  RendezvousBackendKind backend = RendezvousBackendKind::kStore;
+  // kEtcd: the members' "host:port", TLS and the key prefix (rdzv_conf
+  // protocol, ca_cert, cert, key, etcd_prefix; docs/multinode.md).
+  std::vector<std::string> etcdEndpoints;
+  bool etcdTls = false;
+  std::string etcdCaFile;
+  std::string etcdCertFile;
+  std::string etcdKeyFile;
+  std::string etcdPrefix = "/ddprun";
   std::string endpointHost;  // the store every node uses
   std::uint16_t endpointPort = 0;
   std::optional<bool> isHost;  // host the store here; unset: decide (docs/multinode.md)

@@ -19,11 +19,12 @@
 #include <string>
 
 #include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/rendezvous_backend.h"
 #include "ddprun/rendezvous/store_client.h"
 
 namespace ddprun::rendezvous {
 
-class RendezvousClient {
+class RendezvousClient final : public RendezvousBackend {
  public:
   // Connects and authenticates with the agents' token (see StoreClient).
   explicit RendezvousClient(StoreClientOptions options) : store_(std::move(options)) {}
@@ -33,16 +34,19 @@ class RendezvousClient {
   // Blocks until this node's round is complete (or TimeoutError after
   // `timeout`; RendezvousClosedError when the job already failed).
   protocol::Assignment join(const protocol::JoinRequest& request,
-                            std::chrono::milliseconds timeout);
+                            std::chrono::milliseconds timeout) override;
   // The node is done: it leaves without ending the round for the others.
-  void leave(const protocol::NodeReport& report);
+  void leave(const protocol::NodeReport& report) override;
   // A worker of this node failed in `report.round`: whether the job may
   // restart, and how many restarts it has used.
-  protocol::RestartDecision reportFailure(const protocol::NodeReport& report);
+  protocol::RestartDecision reportFailure(const protocol::NodeReport& report) override;
   // Who has joined rendezvous `rdzvId`'s round being formed.
-  protocol::RendezvousStatus status(const std::string& rdzvId);
+  protocol::RendezvousStatus status(const std::string& rdzvId, bool details = false) override;
   // The next event the server pushed, or nullopt after `timeout`.
-  std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout);
+  std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout) override;
+  // A PING: the server counts it as a heartbeat.
+  void keepAlive() override { store_.ping(); }
+  void shutdown() override { store_.shutdown(); }
 
   // The key-value calls on the same connection.
   StoreClient& store() { return store_; }

@@ -20,9 +20,10 @@ namespace ddprun::rendezvous::protocol {
 // fields, and RENDEZVOUS_STATUS exists. Version 3: JOIN carries
 // max_node_failures and node_cooldown_ms, EXCLUDED and the
 // NODE_EXCLUDED/NODE_READMITTED events exist. Older peers are refused at
-// HELLO (their JOIN would not decode).
-inline constexpr std::uint16_t kVersion = 3;
-inline constexpr std::uint16_t kMinVersion = 3;
+// HELLO (their JOIN would not decode). Version 4: RENDEZVOUS_STATUS may ask
+// for details (members, restarts, the last failure) for `ddprun status`.
+inline constexpr std::uint16_t kVersion = 4;
+inline constexpr std::uint16_t kMinVersion = 4;
 // A timeout field of this value means "wait without limit".
 inline constexpr std::uint32_t kNoTimeout = 0xFFFFFFFFu;
 
@@ -124,8 +125,27 @@ struct RestartDecision {
   bool restartAllowed = false;
   bool operator==(const RestartDecision&) const = default;
 };
+// One node of a rendezvous, as RENDEZVOUS_STATUS's details list it.
+struct RendezvousMember {
+  std::string nodeId;
+  std::string address;          // where its workers are reached
+  std::int64_t groupRank = -1;  // in the running round; -1: waiting to join
+  std::uint32_t localWorldSize = 1;
+  bool operator==(const RendezvousMember&) const = default;
+};
+// The job's latest worker failure (REPORT_FAILURE), for operators.
+struct FailureSummary {
+  std::string nodeId;      // empty: no failure yet
+  std::int64_t round = 0;  // the round it failed in
+  std::int64_t exitCode = 0;
+  std::int64_t failedAtMs = 0;  // Unix ms, the failing node's clock
+  std::string report;           // the root-cause report's text
+  bool operator==(const FailureSummary&) const = default;
+};
+
 // RENDEZVOUS_STATUS's answer: the round being formed, for a waiting node's
-// progress line and timeout message.
+// progress line and timeout message; with details, also the members, the
+// restart budget and the last failure (`ddprun status`).
 struct RendezvousStatus {
   bool exists = false;     // false: no node has joined rendezvous `rdzvId` yet
   std::int64_t round = 0;  // rounds completed so far
@@ -136,6 +156,12 @@ struct RendezvousStatus {
   std::int64_t lastCallMs = -1;      // until the last call ends; -1: not counting
   std::uint32_t missingCount = 0;    // nodes known to be missing (0: unknown)
   std::vector<std::string> missing;  // the first kMaxMissingShown of them, described
+  // Details (only when asked for; else empty and zero).
+  bool closed = false;  // the job failed: no restarts left
+  std::int64_t restarts = 0;
+  std::int64_t maxRestarts = 0;
+  std::vector<RendezvousMember> members;  // running round by group rank, then waiting
+  FailureSummary lastFailure;
   bool operator==(const RendezvousStatus&) const = default;
 };
 inline constexpr std::size_t kMaxMissingShown = 16;
@@ -293,6 +319,7 @@ struct RendezvousStatusQuery {
   static constexpr Op kOp = Op::kRendezvousStatus;
   using Reply = RendezvousStatus;
   std::string rdzvId;
+  std::uint32_t details = 0;  // 1: fill the details (members: one line per node)
   bool operator==(const RendezvousStatusQuery&) const = default;
 };
 

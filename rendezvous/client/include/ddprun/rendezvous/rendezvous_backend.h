@@ -1,0 +1,46 @@
+// RendezvousBackend: where an agent's rendezvous lives, as the agent sees
+// it. Two implementations: RendezvousClient (ddprun's store computes the
+// rounds, docs/protocol.md) and EtcdRendezvous (the rounds live in etcd,
+// docs/multinode.md). The agent's NodeRendezvous drives either the same way:
+// join on one thread, keepAlive() on another, waitEvent() on a third.
+//
+// Thread-safety: every call may run on any thread at once; shutdown() makes
+// blocked calls on other threads return (or throw) promptly.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "ddprun/rendezvous/messages.h"
+
+namespace ddprun::rendezvous {
+
+class RendezvousBackend {
+ public:
+  virtual ~RendezvousBackend() = default;
+
+  // Blocks until this node's round is complete: TimeoutError after
+  // `timeout`, RendezvousClosedError when the job already failed,
+  // NodeExcludedError when this host is left out for a cooldown.
+  virtual protocol::Assignment join(const protocol::JoinRequest& request,
+                                    std::chrono::milliseconds timeout) = 0;
+  // The node is done: it leaves without ending the round for the others.
+  virtual void leave(const protocol::NodeReport& report) = 0;
+  // A worker of this node failed in `report.round`: whether the job may
+  // restart, and how many restarts it has used.
+  virtual protocol::RestartDecision reportFailure(const protocol::NodeReport& report) = 0;
+  // Rendezvous `rdzvId`'s round being formed; `details`: also its members,
+  // restarts and last failure.
+  virtual protocol::RendezvousStatus status(const std::string& rdzvId, bool details = false) = 0;
+  // The next event for this node, or nullopt after `timeout`. Throws
+  // ddprun::Error when the rendezvous can no longer be reached.
+  virtual std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout) = 0;
+  // Tells the rendezvous this node is alive (a heartbeat, a lease renewal).
+  // Throws ddprun::Error when that is no longer possible.
+  virtual void keepAlive() = 0;
+  // Unblocks every call in progress; later calls fail.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace ddprun::rendezvous

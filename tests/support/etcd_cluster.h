@@ -1,0 +1,117 @@
+// EtcdCluster: a real etcd cluster (Debian's etcd-server, installed by
+// scripts/setup) of N members on loopback, for the tests of
+// --rdzv_backend=etcd. Each member listens on its own free ports and keeps
+// its data in a fresh directory (on /dev/shm when there is one: etcd syncs
+// every write). The constructor returns once the cluster has a leader and
+// accepts writes; the destructor kills every member and removes the data.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child_process.h"
+#include "unused_port.h"
+#include "ddprun/rendezvous/etcd_client.h"
+
+namespace ddprun::test_support {
+
+class EtcdCluster {
+ public:
+  explicit EtcdCluster(int members = 3) {
+    const std::filesystem::path shm = "/dev/shm";
+    dir_ = (std::filesystem::is_directory(shm) ? shm : std::filesystem::temp_directory_path()) /
+           fmt::format("ddprun-etcd-{}-{}", ::getpid(), counter()++);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    const auto ports = freePorts(static_cast<std::size_t>(2 * members));
+    std::string initial;
+    for (int i = 0; i < members; ++i) {
+      clientPorts_.push_back(ports[2 * i]);
+      peerPorts_.push_back(ports[2 * i + 1]);
+      initial += fmt::format("{}m{}=http://127.0.0.1:{}", i == 0 ? "" : ",", i, ports[2 * i + 1]);
+    }
+    for (int i = 0; i < members; ++i) {
+      const std::string command = fmt::format(
+          "exec etcd --name m{0} --data-dir {1}/m{0} --listen-client-urls http://127.0.0.1:{2} "
+          "--advertise-client-urls http://127.0.0.1:{2} --listen-peer-urls http://127.0.0.1:{3} "
+          "--initial-advertise-peer-urls http://127.0.0.1:{3} --initial-cluster {4} "
+          "--initial-cluster-state new --initial-cluster-token ddprun-test-{5} "
+          "--heartbeat-interval 50 --election-timeout 500 > {1}/m{0}.log 2>&1",
+          i, dir_.string(), clientPorts_[i], peerPorts_[i], initial, dir_.filename().string());
+      members_.push_back(
+          std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", command}));
+    }
+    waitUntilWritable(std::chrono::seconds(30));
+  }
+
+  ~EtcdCluster() {
+    members_.clear();  // SIGKILL and reap
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  EtcdCluster(const EtcdCluster&) = delete;
+  EtcdCluster& operator=(const EtcdCluster&) = delete;
+
+  std::string endpoint(int i) const { return fmt::format("127.0.0.1:{}", clientPorts_[i]); }
+  // Every member: "127.0.0.1:p0,127.0.0.1:p1,...".
+  std::string endpoints() const {
+    std::string list;
+    for (std::size_t i = 0; i < clientPorts_.size(); ++i) {
+      list += (i == 0 ? "" : ",") + endpoint(static_cast<int>(i));
+    }
+    return list;
+  }
+  rendezvous::EtcdOptions options() const {
+    rendezvous::EtcdOptions o;
+    for (std::size_t i = 0; i < clientPorts_.size(); ++i)
+      o.endpoints.push_back(endpoint(static_cast<int>(i)));
+    return o;
+  }
+  void kill(int i) {
+    members_[i]->signal(SIGKILL);
+    members_[i]->wait(std::chrono::seconds(10));
+  }
+  std::string log(int i) const { return (dir_ / fmt::format("m{}.log", i)).string(); }
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+
+  void waitUntilWritable(std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    auto o = options();
+    o.requestTimeout = std::chrono::seconds(2);
+    std::string last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      try {
+        rendezvous::EtcdClient client(o);
+        client.put("/ddprun-test/ready", "1");
+        return;
+      } catch (const std::exception& e) {
+        last = e.what();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    throw std::runtime_error("the etcd cluster did not start: " + last);
+  }
+
+  std::filesystem::path dir_;
+  std::vector<std::uint16_t> clientPorts_;
+  std::vector<std::uint16_t> peerPorts_;
+  std::vector<std::unique_ptr<ChildProcess>> members_;
+};
+
+}  // namespace ddprun::test_support
