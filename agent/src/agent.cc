@@ -88,6 +88,10 @@ struct Agent::Impl {
   void onGroupDone(GroupOutcome outcome);
   void onFailure(const GroupOutcome& outcome);
   // Runs `restart` now, or after the back-off when failures came in a row.
+  // --event_log_handler: the job restarts (restart N of the budget) after a
+  // failure with `failedCode`.
+  // restarts -1: the round ended elsewhere (`reason`), this node rejoins.
+  void recordRestart(std::int64_t restarts, int failedCode, const std::string& reason = "");
   void restartAfterBackoff(std::function<void()> restart);
   void waitForSignal();
   WorkerIdentity identityFor(int localRank, const std::string& errorFile) const;
@@ -394,6 +398,7 @@ void Agent::Impl::onGroupDone(GroupOutcome outcome) {
       rendezvous->leave(assignment.round);
       failJob(stoppedFor->message, nullptr, static_cast<int>(stoppedFor->exitCode));
     } else {
+      recordRestart(-1, 0, stoppedFor->message);
       join();
     }
     return;
@@ -434,9 +439,10 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
     if (decision.restartAllowed) {
       history.add(attempt, root);
       const auto restarts = decision.restarts;
-      restartAfterBackoff([this, restarts] {
+      restartAfterBackoff([this, restarts, failedCode = root.status.shellCode()] {
         DDPRUN_WARN("Restarting the job (restart {} of {}, counted for the whole job).", restarts,
                     config.maxRestarts);
+        recordRestart(restarts, failedCode);
         join();
       });
       return;
@@ -447,14 +453,27 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
   }
   if (attempt < config.maxRestarts) {
     history.add(attempt, root);
-    restartAfterBackoff([this] {
+    restartAfterBackoff([this, failedCode = root.status.shellCode()] {
       ++attempt;
       DDPRUN_WARN("Restarting the worker group (restart {} of {}).", attempt, config.maxRestarts);
+      recordRestart(attempt, failedCode);
       startAttempt();
     });
     return;
   }
   failJob(reportFor(outcome), &root, root.status.shellCode());
+}
+
+void Agent::Impl::recordRestart(std::int64_t restarts, int failedCode, const std::string& reason) {
+  if (!events.enabled()) return;
+  events.record("torchelastic.agent.RESTART", "AGENT",
+                {{"run_id", config.runId},
+                 {"hostname", config.hostname},
+                 {"round", std::to_string(assignment.round)},
+                 {"restart", restarts >= 0 ? std::to_string(restarts) : std::string()},
+                 {"max_restarts", std::to_string(config.maxRestarts)},
+                 {"exit_code", restarts >= 0 ? std::to_string(failedCode) : std::string()},
+                 {"reason", reason.empty() ? "a worker of this node failed" : reason}});
 }
 
 void Agent::Impl::restartAfterBackoff(std::function<void()> restart) {

@@ -71,7 +71,7 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
         config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
   }
   if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
-    endpoint_ = fmt::format("{}", fmt::join(rdzv_.etcdEndpoints, ","));
+    endpoint_ = fmt::format("{}", fmt::join(rdzv_.etcd.endpoints, ","));
     return;  // no node hosts anything: the rounds live in etcd
   }
   const bool staticHost = rdzv_.mode == RendezvousMode::kStatic && rdzv_.nodeRank == 0;
@@ -101,12 +101,7 @@ void NodeRendezvous::connect() {
   std::unique_ptr<rendezvous::RendezvousBackend> client;
   if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
     rendezvous::EtcdRendezvousOptions options;
-    options.etcd.endpoints = rdzv_.etcdEndpoints;
-    options.etcd.tls = rdzv_.etcdTls;
-    options.etcd.caFile = rdzv_.etcdCaFile;
-    options.etcd.certFile = rdzv_.etcdCertFile;
-    options.etcd.keyFile = rdzv_.etcdKeyFile;
-    options.etcd.prefix = rdzv_.etcdPrefix;
+    options.etcd = rdzv_.etcd;
     options.etcd.requestTimeout = std::min(rdzv_.requestTimeout, rdzv_.keepAliveInterval * 2);
     options.rdzvId = config_.runId;
     options.nodeId = nodeId_;
@@ -150,6 +145,8 @@ bool NodeRendezvous::tryToHost(std::string& why) {
   options.token = rdzv_.token;
   options.name = "ddprun-agent-store";
   options.strict = config_.strictStore;
+  options.metricsPort = rdzv_.metricsPort;
+  options.metricsHost = "0.0.0.0";
   try {
     server_ = std::make_unique<rendezvous::StoreServer>(options);
   } catch (const NetworkError& e) {
@@ -158,6 +155,10 @@ bool NodeRendezvous::tryToHost(std::string& why) {
     return false;
   }
   server_->start();
+  if (server_->metricsPort() != 0) {
+    DDPRUN_INFO("The job's store serves metrics at http://0.0.0.0:{}/metrics.",
+                server_->metricsPort());
+  }
   return true;
 }
 

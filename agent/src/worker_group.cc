@@ -153,8 +153,10 @@ void WorkerGroup::startProcess(Slot& slot) {
 void WorkerGroup::recordEvent(const Slot& slot, const std::string& state,
                               const std::string& rawError) {
   if (!shared_.events.enabled()) return;
-  const char* backend =
-      shared_.config.rendezvous.mode == RendezvousMode::kDynamic ? "c10d" : "static";
+  const auto& r = shared_.config.rendezvous;
+  const char* backend = r.backend == RendezvousBackendKind::kEtcd ? "etcd"
+                        : r.mode == RendezvousMode::kDynamic      ? "c10d"
+                                                                  : "static";
   shared_.events.record(
       "torchelastic.worker.status." + state, "WORKER",
       {{"run_id", shared_.config.runId},

@@ -31,6 +31,7 @@ struct LaunchOptions {
   std::string restartBackoffInitial = "1";
   std::string restartBackoffMax = "30";
   std::string watchdogTimeout = "0";
+  std::string metricsPort;  // empty: no metrics endpoint
   std::string monitorInterval = "0.1";
   std::string role = "default";
   std::string logDir;

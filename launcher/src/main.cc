@@ -4,17 +4,22 @@
 #include <signal.h>
 
 #include <iostream>
+#include <string_view>
 
 #include "ddprun/agent/agent.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "launch_options.h"
 #include "run_config.h"
+#include "status_command.h"
 
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   // A log file over RLIMIT_FSIZE must fail the write (reported), not kill ddprun.
   ::signal(SIGXFSZ, SIG_IGN);
+  if (argc > 1 && std::string_view(argv[1]) == "status") {
+    return ddprun::launcher::runStatusCommand(argc, argv);
+  }
   ddprun::launcher::LaunchOptions options;
   if (const int code = ddprun::launcher::parseCommandLine(argc, argv, options); code >= 0) {
     return code;

@@ -21,10 +21,10 @@ constexpr std::uint16_t kDefaultC10dPort = 29400;
 constexpr std::uint16_t kDefaultStaticPort = 29500;
 constexpr std::uint16_t kDefaultEtcdPort = 2379;
 
-// --rdzv_backend=etcd: the members' endpoints ("h1:2379,h2:2379", each
-// optionally http:// or https://) and the rdzv_conf keys of torchrun's etcd
-// backends (protocol, ca_cert/cacert, ssl_cert/cert, ssl_cert_key/key,
-// etcd_prefix).
+}  // namespace
+
+// The rdzv_conf keys of torchrun's etcd backends: protocol,
+// ca_cert/cacert, ssl_cert/cert, ssl_cert_key/key, etcd_prefix.
 void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::RendezvousConfig& r) {
   r.backend = agent::RendezvousBackendKind::kEtcd;
   if (auto protocol = conf.text("protocol")) {
@@ -33,7 +33,7 @@ void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::Rendez
           "--rdzv_conf protocol={} is not http or https; give protocol=https for an etcd with TLS",
           *protocol));
     }
-    r.etcdTls = *protocol == "https";
+    r.etcd.tls = *protocol == "https";
   }
   bool schemeHttps = false;
   bool schemeHttp = false;
@@ -48,9 +48,9 @@ void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::Rendez
     }
     while (!text.empty() && text.back() == '/') text.pop_back();
     const Endpoint e = parseEndpoint("rdzv_endpoint", text, kDefaultEtcdPort);
-    r.etcdEndpoints.push_back(hostPort(e.host, e.port));
+    r.etcd.endpoints.push_back(hostPort(e.host, e.port));
   }
-  if (r.etcdEndpoints.empty()) {
+  if (r.etcd.endpoints.empty()) {
     throw ConfigError(
         "--rdzv_backend=etcd needs --rdzv_endpoint=HOST[:PORT][,HOST[:PORT]...], the etcd "
         "members' client addresses");
@@ -60,7 +60,7 @@ void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::Rendez
         "--rdzv_endpoint={} mixes http:// and https://; every etcd member speaks the same",
         endpoints));
   }
-  if (schemeHttps) r.etcdTls = true;
+  if (schemeHttps) r.etcd.tls = true;
   const auto file = [&](std::initializer_list<const char*> keys) -> std::string {
     for (const char* key : keys) {
       if (auto path = conf.text(key)) {
@@ -73,15 +73,15 @@ void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::Rendez
     }
     return "";
   };
-  r.etcdCaFile = file({"ca_cert", "cacert"});
-  r.etcdCertFile = file({"ssl_cert", "cert"});
-  r.etcdKeyFile = file({"ssl_cert_key", "key"});
-  if (r.etcdCertFile.empty() != r.etcdKeyFile.empty()) {
+  r.etcd.caFile = file({"ca_cert", "cacert"});
+  r.etcd.certFile = file({"ssl_cert", "cert"});
+  r.etcd.keyFile = file({"ssl_cert_key", "key"});
+  if (r.etcd.certFile.empty() != r.etcd.keyFile.empty()) {
     throw ConfigError(
         "--rdzv_conf: an etcd client certificate needs both ssl_cert (cert) and ssl_cert_key "
         "(key)");
   }
-  if (!r.etcdTls && !(r.etcdCaFile.empty() && r.etcdCertFile.empty())) {
+  if (!r.etcd.tls && !(r.etcd.caFile.empty() && r.etcd.certFile.empty())) {
     throw ConfigError(
         "--rdzv_conf has etcd TLS files but protocol is http; add protocol=https (or give the "
         "endpoints as https://...)");
@@ -92,9 +92,11 @@ void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::Rendez
           "--rdzv_conf etcd_prefix={} does not start with '/'; give e.g. etcd_prefix=/ddprun",
           *prefix));
     }
-    r.etcdPrefix = *prefix;
+    r.etcd.prefix = *prefix;
   }
 }
+
+namespace {
 
 // The job's token, or empty: without DDPRUN_TOKEN or token_file the store
 // serves every client unauthenticated, as torchrun's does.

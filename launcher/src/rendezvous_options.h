@@ -21,4 +21,10 @@ void applyRendezvousOptions(const LaunchOptions& options,
                             const std::map<std::string, std::string>& env,
                             agent::AgentConfig& config, std::string& notices);
 
+// --rdzv_backend=etcd: the members' endpoints (a comma-separated list,
+// each optionally http:// or https://) and the etcd keys of `conf` (TLS
+// files, etcd_prefix) into `r`.
+class RdzvConf;
+void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::RendezvousConfig& r);
+
 }  // namespace ddprun::launcher

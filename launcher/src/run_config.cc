@@ -302,6 +302,17 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   config.restartBackoff.initial = secondsOption("restart_backoff_initial", o.restartBackoffInitial);
   config.restartBackoff.max = secondsOption("restart_backoff_max", o.restartBackoffMax);
   config.watchdogTimeout = secondsOption("watchdog_timeout", o.watchdogTimeout);
+  if (!o.metricsPort.empty()) {
+    config.rendezvous.metricsPort =
+        static_cast<int>(integerOption("metrics_port", o.metricsPort, 1, 65535, "9400"));
+    if (config.rendezvous.mode == agent::RendezvousMode::kStandalone ||
+        config.rendezvous.backend == agent::RendezvousBackendKind::kEtcd) {
+      throw ConfigError(
+          "--metrics_port serves the metrics of a multi-node job's ddprun store (c10d or "
+          "static); this job has none (single node, or its rounds live in etcd: use etcd's own "
+          "/metrics and `ddprun status`); drop --metrics_port");
+    }
+  }
   config.forwardedSignals = parseSignals(o.signalsToHandle);
   config.signalsToHandle = o.signalsToHandle;
   if (o.startMethod != "spawn" && o.startMethod != "fork" && o.startMethod != "forkserver") {

@@ -8,7 +8,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+
+#include <nlohmann/json.hpp>
 
 #include "ddprun/rendezvous/etcd_client.h"
 #include "etcd_cluster.h"
@@ -104,6 +107,38 @@ TEST_F(EtcdRendezvousTest, ElasticJobRestartsAfterAFailureOnTheBudget) {
         << all;
   }
   EXPECT_EQ(keysLeft(), 0u);
+}
+
+// --event_log_handler=file:PATH on a multi-node job: one JSON object per
+// line for each rendezvous, worker start, failure, restart and the exit.
+TEST_F(EtcdRendezvousTest, TheEventLogRecordsTheJobsLife) {
+  const std::string script =
+      "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then if [ $RANK = 3 ]; then exit 3; fi; sleep 60; "
+      "fi; true";
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) {
+    const auto log = dir_ / fmt::format("events{}.jsonl", i);
+    nodes.push_back(node(
+        options("2", {"--max_restarts=1", "--event_log_handler=file:" + log.string()}), script));
+  }
+  expectAllExit(nodes, 0);
+  std::map<std::string, int> names;
+  for (int i = 0; i < 2; ++i) {
+    std::ifstream in(dir_ / fmt::format("events{}.jsonl", i));
+    for (std::string line; std::getline(in, line);) {
+      const auto event = nlohmann::json::parse(line);  // every line is one JSON object
+      ++names[event["name"].get<std::string>()];
+      EXPECT_TRUE(event["timestamp"].is_number()) << line;
+      if (event["source"] == "WORKER") {
+        EXPECT_EQ(event["metadata"]["rdzv_backend"], "etcd");
+      }
+    }
+  }
+  EXPECT_EQ(names["torchelastic.agent.RENDEZVOUS"], 4);  // two rounds, two nodes
+  EXPECT_EQ(names["torchelastic.worker.status.START"], 8);
+  EXPECT_EQ(names["torchelastic.worker.status.FAILED"], 1);
+  EXPECT_EQ(names["torchelastic.agent.RESTART"], 2);  // each node restarts once
+  EXPECT_EQ(names["torchelastic.agent.status.SUCCEEDED"], 2);
 }
 
 TEST_F(EtcdRendezvousTest, SurvivorsReformWhenTheFirstNodeIsKilled) {
@@ -207,6 +242,91 @@ TEST_F(EtcdRendezvousTest, PyTorchWorkersFormAProcessGroupOnGroupRankZerosStore)
     EXPECT_NE(n.out.find("sum 6 of 4"), std::string::npos) << n.out;
   }
 }
+
+}  // namespace
+}  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+// `ddprun status` while a job runs its second round, on either backend:
+// the members, their node ranks and addresses, the restarts used and the
+// last failure agree with what the agents logged.
+class StatusCommandTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StatusCommandTest, AgreesWithWhatTheAgentsLog) {
+  const std::string backend = GetParam();
+  const auto dir = test_support::scratch();
+  std::unique_ptr<EtcdCluster> etcd;
+  std::string endpoint;
+  if (backend == "etcd") {
+    etcd = std::make_unique<EtcdCluster>(1);
+    endpoint = etcd->endpoints();
+  } else {
+    endpoint = fmt::format("127.0.0.1:{}", test_support::freePort());
+  }
+  const std::string script = fmt::format(
+      "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then if [ $RANK = 3 ]; then exit 3; fi; sleep 60; "
+      "fi; while [ ! -e {}/go ]; do sleep 0.05; done",
+      dir.string());
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(
+        startNode({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=" + backend,
+                   "--rdzv_endpoint=" + endpoint, "--rdzv_id=status-job", "--max_restarts=2"},
+                  script, {}));
+  }
+  std::map<std::string, std::string> rankOfNode;  // node id -> node rank, from the agents' logs
+  const std::regex joining("Node (\\S+) is joining");
+  const std::regex round2("Round 2: this node is group rank (\\d+) of 2");
+  for (auto& n : nodes) {
+    ASSERT_TRUE(n.waitFor("Round 2: this node", 1, 30s, true)) << n.err;
+    std::smatch id;
+    std::smatch rank;
+    ASSERT_TRUE(std::regex_search(n.err, id, joining)) << n.err;
+    ASSERT_TRUE(std::regex_search(n.err, rank, round2)) << n.err;
+    rankOfNode[id[1]] = rank[1];
+  }
+  const auto r =
+      test_support::runDdprun({"status", "--rdzv_endpoint=" + endpoint, "--rdzv_id=status-job",
+                               "--rdzv_backend=" + backend, "--json"},
+                              {}, 30s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto status = nlohmann::json::parse(r.out);
+  EXPECT_EQ(status["state"], "running");
+  EXPECT_EQ(status["round"], 2);
+  EXPECT_EQ(status["restarts"], 1);
+  EXPECT_EQ(status["max_restarts"], 2);
+  ASSERT_EQ(status["members"].size(), 2u) << r.out;
+  for (const auto& m : status["members"]) {
+    const std::string id = m["node_id"];
+    ASSERT_TRUE(rankOfNode.contains(id)) << r.out;
+    EXPECT_EQ(std::to_string(m["node_rank"].get<int>()), rankOfNode[id]);
+    EXPECT_EQ(m["address"], "127.0.0.1");
+    EXPECT_EQ(m["local_world_size"], 2);
+  }
+  EXPECT_EQ(status["last_failure"]["exit_code"], 3);
+  EXPECT_EQ(status["last_failure"]["round"], 1);
+  EXPECT_TRUE(rankOfNode.contains(status["last_failure"]["node_id"].get<std::string>()));
+  // The table says the same.
+  const auto table = test_support::runDdprun({"status", "--rdzv_endpoint=" + endpoint,
+                                              "--rdzv_id=status-job", "--rdzv_backend=" + backend},
+                                             {}, 30s);
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("round 2 running"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("restarts: 1 of 2 used"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("exit code 3"), std::string::npos) << table.out;
+  std::ofstream(dir / "go").put('1');
+  for (auto& n : nodes) EXPECT_EQ(n.finish(), 0) << n.err;
+  // A rendezvous nobody has joined: exit code 1 and a message.
+  const auto missing =
+      test_support::runDdprun({"status", "--rdzv_endpoint=" + endpoint, "--rdzv_id=status-job",
+                               "--rdzv_backend=" + backend},
+                              {}, 30s);
+  EXPECT_EQ(missing.code, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StatusCommandTest, ::testing::Values("c10d", "etcd"));
 
 }  // namespace
 }  // namespace ddprun

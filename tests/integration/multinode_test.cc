@@ -8,8 +8,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "launcher_support.h"
@@ -351,6 +354,99 @@ TEST(MultiNode, AnOpenDaemonServesNodesWithoutAToken) {
   daemon.signal(SIGTERM);
   EXPECT_EQ(daemon.wait(10s), 0);
   EXPECT_NE(daemon.stderrText().find("the store is open (--open"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+// One HTTP GET on 127.0.0.1:port (Connection: close): status line and body.
+std::pair<std::string, std::string> httpGet(std::uint16_t port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return {};
+  }
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  if (::write(fd, request.data(), request.size()) < 0) {
+    ::close(fd);
+    return {};
+  }
+  std::string reply;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof(buffer))) > 0;) reply.append(buffer, n);
+  ::close(fd);
+  const auto headerEnd = reply.find("\r\n\r\n");
+  if (headerEnd == std::string::npos) return {reply, ""};
+  return {reply.substr(0, reply.find("\r\n")), reply.substr(headerEnd + 4)};
+}
+
+// Prometheus text: "name{labels}" -> value (comments skipped).
+std::map<std::string, double> parseMetrics(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.rfind(' ');
+    samples[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return samples;
+}
+
+TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
+  ChildProcess daemon(
+      {kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0", "--metrics_port", "0"},
+      {{"DDPRUN_TOKEN", kToken}});
+  const std::uint16_t port = daemonPort(daemon);
+  ASSERT_NE(port, 0);
+  const auto metricsLine = daemon.readStdoutLine(10s);
+  ASSERT_TRUE(metricsLine && metricsLine->starts_with("metrics on http://127.0.0.1:"));
+  const auto metricsPort =
+      static_cast<std::uint16_t>(std::stoi(metricsLine->substr(metricsLine->rfind(':') + 1)));
+  const auto dir = test_support::scratch();
+  // Round 1: rank 3 fails; round 2 waits for `go`.
+  const std::string script = fmt::format(
+      "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then if [ $RANK = 3 ]; then exit 3; fi; sleep 60; "
+      "fi; echo round2; while [ ! -e {}/go ]; do sleep 0.05; done",
+      dir.string());
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) {
+    auto options = dynamicOptions(port, i + 1, "2", ",is_host=0");
+    options.back() = "--max_restarts=2";
+    nodes.push_back(startNode(options, script));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("round2", 2, 30s)) << node.err;
+  const auto [status, body] = httpGet(metricsPort, "/metrics");
+  ASSERT_EQ(status, "HTTP/1.1 200 OK") << body;
+  const auto m = parseMetrics(body);
+  EXPECT_EQ(m.at("ddprun_rendezvous_rounds_total{rdzv_id=\"job\"}"), 2);
+  EXPECT_EQ(m.at("ddprun_rendezvous_running{rdzv_id=\"job\"}"), 1);
+  EXPECT_EQ(m.at("ddprun_rendezvous_members{rdzv_id=\"job\"}"), 2);
+  EXPECT_EQ(m.at("ddprun_rendezvous_restarts_used{rdzv_id=\"job\"}"), 1);
+  EXPECT_EQ(m.at("ddprun_rendezvous_restarts_left{rdzv_id=\"job\"}"), 1);
+  EXPECT_EQ(m.at("ddprun_rendezvous_failures_total{rdzv_id=\"job\"}"), 1);
+  EXPECT_EQ(m.at("ddprun_rendezvous_closed{rdzv_id=\"job\"}"), 0);
+  EXPECT_GE(m.at("ddprun_store_connections{dialect=\"native\"}"), 2);  // the agents
+  EXPECT_GE(m.at("ddprun_store_operations_total{dialect=\"native\",op=\"JOIN\"}"), 4);
+  EXPECT_EQ(m.at("ddprun_store_operations_total{dialect=\"native\",op=\"REPORT_FAILURE\"}"), 1);
+  EXPECT_GT(m.at("ddprun_store_received_bytes_total"), 0);
+  EXPECT_GT(m.at("ddprun_store_sent_bytes_total"), 0);
+  EXPECT_GT(m.at("ddprun_store_data_bytes{kind=\"limit\"}"), 0);
+  EXPECT_TRUE(m.contains("ddprun_store_buffered_bytes{kind=\"used\"}"));
+  EXPECT_TRUE(m.contains("ddprun_store_clients_rejected_total"));
+  EXPECT_TRUE(m.contains("ddprun_store_waits"));
+  // Only /metrics is served.
+  EXPECT_EQ(httpGet(metricsPort, "/").first, "HTTP/1.1 404 Not Found");
+  std::ofstream(dir / "go").put('1');
+  for (auto& node : nodes) EXPECT_EQ(node.finish(), 0) << node.err;
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(10s), 0);
 }
 
 }  // namespace

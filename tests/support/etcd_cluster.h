@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "child_process.h"
-#include "unused_port.h"
 #include "ddprun/rendezvous/etcd_client.h"
+#include "unused_port.h"
 
 namespace ddprun::test_support {
 

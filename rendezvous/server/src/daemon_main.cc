@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
   double handshakeSeconds = 10;
   double maxWaitSeconds = 7200;
   app.add_option("--host", options.host, "IP address to listen on")->capture_default_str();
+  app.add_option("--metrics_port,--metrics-port", options.metricsPort,
+                 "serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port, printed)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics_host,--metrics-host", options.metricsHost,
+                 "IP address of the metrics endpoint (default: --host)");
   app.add_option("--port", options.port, "TCP port (0: pick a free port and print it)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
@@ -151,6 +156,11 @@ int main(int argc, char** argv) {
                    "keys; export DDPRUN_TOKEN on it and on every agent to protect it\n";
     }
     std::cout << "listening on " << options.host << ":" << server.port() << std::endl;
+    if (server.metricsPort() != 0) {
+      std::cout << "metrics on http://"
+                << (options.metricsHost.empty() ? options.host : options.metricsHost) << ":"
+                << server.metricsPort() << "/metrics" << std::endl;
+    }
     server.start();
     int signal = 0;
     sigwait(&stopSignals, &signal);

@@ -160,6 +160,7 @@ void NativeSession::handleFrame(const protocol::FrameHeader& header, std::string
     return;
   }
   context_.counters.requests++;
+  context_.metrics.nativeOperations[protocol::opName(protocol::opOf(request))]++;
   if (!error.ok()) {
     // The framing is intact, so the connection can go on after the error.
     sendError(header.requestId, error.status, error.message);

@@ -56,6 +56,7 @@ struct RendezvousManager::Rendezvous {
   std::int64_t failedExitCode = 0;
   std::string failureReport;
   protocol::FailureSummary lastFailure;      // the failure that ended the latest round
+  std::int64_t failures = 0;                 // rounds ended by a worker failure
   std::map<std::string, Node> joining;       // waiting in JOIN
   std::map<std::string, Node> participants;  // of the running round
   std::set<std::string> expected;            // participants of the ended round
@@ -395,6 +396,7 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
       r->participants.contains(report.nodeId)) {
     r->lastFailure = {report.nodeId, report.round, report.exitCode, report.failedAtMs,
                       report.report};
+    ++r->failures;
     if (r->restarts < r->maxRestarts) {
       ++r->restarts;
       endRound(*r,
@@ -513,6 +515,16 @@ protocol::RendezvousStatus RendezvousManager::status(const std::string& rdzvId,
   describeMissing(r, st);
   if (details) describe(r, st);
   return st;
+}
+
+std::vector<RendezvousManager::Summary> RendezvousManager::summaries() const {
+  std::vector<Summary> out;
+  for (const auto& [id, r] : rendezvous_) {
+    out.push_back({id, r->round, r->running, r->closed, r->participants.size(), r->joining.size(),
+                   r->restarts, r->maxRestarts, r->failures});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
 }
 
 void RendezvousManager::describe(const Rendezvous& r, protocol::RendezvousStatus& st) {

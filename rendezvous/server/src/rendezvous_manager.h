@@ -85,6 +85,20 @@ class RendezvousManager {
 
   std::size_t numRendezvous() const { return rendezvous_.size(); }
 
+  // One rendezvous for /metrics.
+  struct Summary {
+    std::string id;
+    std::int64_t round = 0;
+    bool running = false;
+    bool closed = false;
+    std::size_t members = 0;  // of the running round
+    std::size_t joining = 0;  // waiting in JOIN
+    std::int64_t restarts = 0;
+    std::int64_t maxRestarts = 0;
+    std::int64_t failures = 0;  // rounds ended by a worker failure
+  };
+  std::vector<Summary> summaries() const;
+
  private:
   struct Node;
   struct Host;

@@ -70,6 +70,8 @@ class ResourceBudget {
   }
 
   std::size_t connections() const { return connections_; }
+  std::size_t used() const { return used_; }
+  std::size_t limit() const { return limits_.maxBufferedBytes; }
 
  private:
   bool fits(std::size_t more) const { return more <= limits_.maxBufferedBytes - used_; }

@@ -27,6 +27,18 @@ struct ServerCounters {
   std::atomic<std::uint64_t> waiters{0};
 };
 
+// What /metrics reports beyond ServerCounters: plain values, touched only
+// on the server's loop thread (where the metrics endpoint runs too).
+struct ServerMetrics {
+  std::uint64_t nativeConnections = 0;  // open now, by dialect
+  std::uint64_t tcpstoreConnections = 0;
+  // Requests handled, by dialect and operation name.
+  std::map<std::string, std::uint64_t> nativeOperations;
+  std::map<std::string, std::uint64_t> tcpstoreOperations;
+  std::uint64_t bytesReceived = 0;
+  std::uint64_t bytesSent = 0;
+};
+
 struct ServerContext {
   explicit ServerContext(StoreServerOptions opts)
       : options(std::move(opts)),
@@ -46,6 +58,7 @@ struct ServerContext {
   std::map<std::string, int> memberAddresses;
   std::unordered_set<Transport*> connections;
   ServerCounters counters;
+  ServerMetrics metrics;
   // Owned by the server; null once it is being destroyed.
   RendezvousManager* rendezvous = nullptr;
 

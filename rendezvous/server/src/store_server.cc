@@ -21,6 +21,8 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
+#include "metrics_endpoint.h"
+#include "rendezvous_manager.h"
 #include "server_context.h"
 #include "transport.h"
 
@@ -77,6 +79,7 @@ struct StoreServer::Impl {
   asio::steady_timer retryTimer;
   // Declared after `io`: its timers must go before the io_context does.
   std::unique_ptr<RendezvousManager> rendezvous;
+  std::unique_ptr<MetricsEndpoint> metrics;
   std::uint16_t port = 0;
   std::thread thread;
   std::atomic<bool> stopped{false};
@@ -167,6 +170,7 @@ void StoreServer::Impl::shutdown() {
   boost::system::error_code ignored;
   acceptor.close(ignored);
   retryTimer.cancel();
+  if (metrics) metrics->close();
   // close() unregisters, so iterate over a copy.
   std::vector<Transport*> open(context.connections.begin(), context.connections.end());
   for (Transport* connection : open) connection->close();
@@ -205,6 +209,17 @@ StoreServer::StoreServer(StoreServerOptions options) {
   ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
   impl_->port = acceptor.local_endpoint().port();
   asio::co_spawn(impl_->io, impl_->listen(), asio::detached);
+  if (opts.metricsPort >= 0) {
+    Impl* impl = impl_.get();
+    impl->metrics = std::make_unique<MetricsEndpoint>(
+        impl->io, opts.metricsHost.empty() ? opts.host : opts.metricsHost,
+        static_cast<std::uint16_t>(opts.metricsPort),
+        [impl] { return renderMetrics(impl->context, impl->rendezvous.get()); });
+  }
+}
+
+std::uint16_t StoreServer::metricsPort() const {
+  return impl_->metrics ? impl_->metrics->port() : 0;
 }
 
 StoreServer::~StoreServer() { stop(); }

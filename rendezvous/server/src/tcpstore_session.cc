@@ -72,6 +72,7 @@ bool TcpStoreSession::process() {
     }
     transport_.markProven();
     context_.counters.requests++;
+    context_.metrics.tcpstoreOperations[tcpstore::opName(r.op)]++;
     for (const auto& key : r.keys) {
       if (!protocol::isControlKey(key)) continue;
       closeBecause(fmt::format("it named the control key '{}', which only ddprun's agents may use",

@@ -74,6 +74,7 @@ asio::awaitable<void> Transport::run() {
       break;
     }
     input_.commit(n);
+    context_.metrics.bytesReceived += n;
     lastActivity_ = std::chrono::steady_clock::now();
     if (!bytesSeen_) {
       bytesSeen_ = true;
@@ -144,6 +145,8 @@ bool Transport::detectDialect() {
   const auto first = static_cast<std::uint8_t>(data[0]);
   if (first == static_cast<std::uint8_t>(protocol::kPreamble[0])) {
     session_ = std::make_unique<NativeSession>(*this);
+    dialectCount_ = &context_.metrics.nativeConnections;
+    ++*dialectCount_;
     return true;
   }
   if (first > 8) {
@@ -176,6 +179,8 @@ bool Transport::detectDialect() {
     }  // else a 1.13 SET whose key length started
   }
   session_ = std::make_unique<TcpStoreSession>(*this, dialect);
+  dialectCount_ = &context_.metrics.tcpstoreConnections;
+  ++*dialectCount_;
   DDPRUN_DEBUG("Client {} speaks TCPStore {}.", peer_,
                dialect == tcpstore::Dialect::kV1 ? "1.13" : "2.x");
   return true;
@@ -201,6 +206,7 @@ void Transport::flush() {
     return;
   }
   output_.erase(0, written);
+  context_.metrics.bytesSent += written;
   if (output_.empty()) {
     drained_.cancel();
     if (closing_) {
@@ -217,7 +223,8 @@ void Transport::flush() {
   writing_ = true;
   std::swap(output_, inFlight_);
   asio::async_write(socket_, asio::buffer(inFlight_),
-                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                      self->context_.metrics.bytesSent += n;
                       self->writing_ = false;
                       self->inFlight_.clear();
                       if (self->inFlight_.capacity() > kIdleBufferBytes) {
@@ -257,6 +264,7 @@ void Transport::close(const std::string& reason) {
   drained_.cancel();
   context_.connections.erase(this);
   context_.counters.active--;
+  if (dialectCount_ != nullptr) --*dialectCount_;
   if (!proven_) context_.unproven--;
   context_.budget.leave(peerHost_);
   // Everything it held goes now, not when the last handler lets go.

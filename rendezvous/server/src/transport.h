@@ -113,6 +113,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
   boost::asio::steady_timer watchdogTimer_;
   boost::asio::steady_timer drained_;  // cancelled when output drains
   std::unique_ptr<DialectSession> session_;
+  std::uint64_t* dialectCount_ = nullptr;  // the metrics' open count of its dialect
 };
 
 }  // namespace ddprun::rendezvous

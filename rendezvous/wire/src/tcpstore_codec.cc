@@ -6,6 +6,44 @@
 
 namespace ddprun::rendezvous::tcpstore {
 
+const char* opName(Op op) {
+  switch (op) {
+    case Op::kValidate:
+      return "VALIDATE";
+    case Op::kSet:
+      return "SET";
+    case Op::kCompareSet:
+      return "COMPARE_SET";
+    case Op::kGet:
+      return "GET";
+    case Op::kAdd:
+      return "ADD";
+    case Op::kCheck:
+      return "CHECK";
+    case Op::kWait:
+      return "WAIT";
+    case Op::kGetNumKeys:
+      return "GET_NUM_KEYS";
+    case Op::kWatchKey:
+      return "WATCH_KEY";
+    case Op::kDeleteKey:
+      return "DELETE_KEY";
+    case Op::kAppend:
+      return "APPEND";
+    case Op::kMultiGet:
+      return "MULTI_GET";
+    case Op::kMultiSet:
+      return "MULTI_SET";
+    case Op::kCancelWait:
+      return "CANCEL_WAIT";
+    case Op::kPing:
+      return "PING";
+    case Op::kListKeys:
+      return "LIST_KEYS";
+  }
+  return "UNKNOWN";
+}
+
 namespace {
 
 // Opcode tables (reference: tcpstore-wire-protocol.md §3).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ddprun/agent/std_spec.h"
+#include "ddprun/rendezvous/etcd_options.h"
 
 namespace ddprun::agent {
 
@@ -35,12 +36,9 @@ struct RendezvousConfig {
   RendezvousBackendKind backend = RendezvousBackendKind::kStore;
   // kEtcd: the members' "host:port", TLS and the key prefix (rdzv_conf
   // protocol, ca_cert, cert, key, etcd_prefix; docs/multinode.md).
-  std::vector<std::string> etcdEndpoints;
-  bool etcdTls = false;
-  std::string etcdCaFile;
-  std::string etcdCertFile;
-  std::string etcdKeyFile;
-  std::string etcdPrefix = "/ddprun";
+  rendezvous::EtcdOptions etcd;
+  // --metrics_port: the node hosting the store serves /metrics there; -1: no.
+  int metricsPort = -1;
   std::string endpointHost;  // the store every node uses
   std::uint16_t endpointPort = 0;
   std::optional<bool> isHost;  // host the store here; unset: decide (docs/multinode.md)

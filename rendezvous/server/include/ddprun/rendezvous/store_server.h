@@ -72,6 +72,11 @@ struct StoreServerOptions {
   std::chrono::milliseconds idleTimeout{std::chrono::hours(1)};
   // TCP keepalive probing detects peers that vanished without closing.
   std::chrono::seconds keepAliveIdle{30};
+  // Prometheus text format at http://metricsHost:metricsPort/metrics
+  // (docs/operations.md). -1: none; 0: any free port (metricsPort()).
+  // metricsHost empty: `host`.
+  int metricsPort = -1;
+  std::string metricsHost;
   std::chrono::seconds keepAliveInterval{10};
   int keepAliveCount = 3;
 };
@@ -96,6 +101,8 @@ class StoreServer {
 
   std::uint16_t port() const;
   const std::string& host() const;
+  // The metrics endpoint's port; 0 when there is none.
+  std::uint16_t metricsPort() const;
 
   // Serves on a background thread until stop().
   void start();

@@ -39,6 +39,9 @@ enum class Op {
   kListKeys,
 };
 
+// "SET", "MULTI_GET", ... (metrics labels).
+const char* opName(Op op);
+
 inline constexpr std::uint32_t kValidateMagic = 0x3C85F7CE;
 
 struct Request {
