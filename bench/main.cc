@@ -18,6 +18,7 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun_driver.h"
+#include "etcd_rendezvous_bench.h"
 #include "rendezvous_benchmark.h"
 #include "store_benchmark.h"
 #include "store_report.h"
@@ -104,6 +105,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   rdzv->add_option("--daemon", daemonPath, "the ddprun-rendezvous binary");
+  bool withEtcd = false;
+  rdzv->add_flag("--etcd", withEtcd,
+                 "also time the rounds over etcd (a 3-member cluster on loopback, etcd from "
+                 "scripts/setup) and compare");
 
 #ifdef DDPRUN_BENCH_HAVE_TORCH
   // Internal: the child process that hosts the reference server.
@@ -121,8 +126,12 @@ int main(int argc, char** argv) {
   try {
     if (rdzv->parsed()) {
       std::cerr << "ddprun-bench rendezvous: measuring\n";
-      bench::printRendezvousTable(bench::runRendezvousBenchmark(rdzvOptions, daemonPath, std::cerr),
-                                  std::cout);
+      const auto c10d = bench::runRendezvousBenchmark(rdzvOptions, daemonPath, std::cerr);
+      bench::printRendezvousTable(c10d, std::cout);
+      if (withEtcd) {
+        const auto etcd = bench::runEtcdRendezvousBenchmark(rdzvOptions, std::cerr);
+        bench::printBackendComparison(c10d, etcd, std::cout);
+      }
       return 0;
     }
     options.duration = std::chrono::duration<double>(seconds);

@@ -159,12 +159,13 @@ std::int64_t EtcdClient::put(const std::string& key, const std::string& value, s
 
 EtcdSwap EtcdClient::compareAndSwap(const std::string& key, std::int64_t expected,
                                     const std::string& value, std::int64_t lease,
-                                    const std::vector<std::string>& alsoDelete) {
+                                    const std::string& alsoDeletePrefix) {
   json put = {{"key", toBase64(key)}, {"value", toBase64(value)}};
   if (lease != 0) put["lease"] = std::to_string(lease);
   json success = json::array({{{"request_put", put}}});
-  for (const auto& k : alsoDelete) {
-    success.push_back({{"request_delete_range", {{"key", toBase64(k)}}}});
+  if (!alsoDeletePrefix.empty()) {
+    success.push_back(
+        {{"request_delete_range", rangeRequest(alsoDeletePrefix, etcdPrefixEnd(alsoDeletePrefix))}});
   }
   const json request = {{"compare", json::array({{{"key", toBase64(key)},
                                                   {"target", "MOD"},

@@ -19,6 +19,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// How long the nodes wait for the designated one to complete a round.
+constexpr auto kCompleterGrace = std::chrono::seconds(2);
+
 std::int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -43,6 +46,7 @@ EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options)
   for (;;) {
     try {
       lease_ = client_.grantLease(std::max(1s, options_.leaseTtl));
+      lastRenewed_ = Clock::now();
       break;
     } catch (const NetworkError& e) {
       if (options_.cancelConnect != nullptr && options_.cancelConnect->load()) {
@@ -210,15 +214,25 @@ void EtcdRendezvous::onStateChange(const std::optional<RoundState>& before,
 
 void EtcdRendezvous::onNodeLost(const std::string& nodeId) {
   for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+    }
     const View v = snapshot();
     if (!v.state || v.state->phase != Phase::kRunning || v.left.contains(nodeId) ||
         !isParticipant(*v.state, nodeId)) {
       return;
     }
+    // One node acts, not all of them at once: the first live participant
+    // (a node that rejoins also ends a round with a lost member).
+    const auto actor =
+        std::find_if(v.state->participants.begin(), v.state->participants.end(),
+                     [&](const etcd::NodeInfo& n) { return v.alive.contains(n.id); });
+    if (actor == v.state->participants.end() || actor->id != options_.nodeId) return;
     const RoundState next = etcd::endRound(
         *v.state, fmt::format("node {} stopped renewing its etcd lease", nodeId), nowMs());
     try {
-      if (swap(v, next, {}, false)) return;  // this is the watch's thread
+      if (swap(v, next, "", false)) return;  // this is the watch's thread
       // Lost the race: the winner's change is on its way through the watch.
       return;
     } catch (const Error& e) {
@@ -230,10 +244,10 @@ void EtcdRendezvous::onNodeLost(const std::string& nodeId) {
 }
 
 bool EtcdRendezvous::swap(const View& view, const RoundState& next,
-                          const std::vector<std::string>& alsoDelete, bool awaitWatch) {
+                          const std::string& alsoDeletePrefix, bool awaitWatch) {
   const etcd::Keys keys{base()};
   const EtcdSwap result =
-      client_.compareAndSwap(keys.state(), view.stateRevision, etcd::toJson(next), 0, alsoDelete);
+      client_.compareAndSwap(keys.state(), view.stateRevision, etcd::toJson(next), 0, alsoDeletePrefix);
   // Every state reaches the view through the watch, in order (a JOIN's
   // answer may be a round that is over by the time it looks): wait until
   // the watch has brought this change, or the one that won.
@@ -271,6 +285,8 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
   me.firstSeen = firstSeen_;
   me.joinedAtMs = nowMs();
   client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
+  // Since when the round could complete (min() while it cannot).
+  auto readySince = Clock::time_point::min();
   for (;;) {
     {
       std::lock_guard lock(mutex_);
@@ -312,10 +328,13 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
         }
       }
     }
-    const bool othersAlive =
-        std::any_of(v.alive.begin(), v.alive.end(), [&](const auto& id) { return id != me.id; });
+    // A closed state whose nodes are all gone is a failed job's leftover.
+    const bool failedJobAlive =
+        std::any_of(s.participants.begin(), s.participants.end(), [&](const etcd::NodeInfo& n) {
+          return n.id != me.id && v.alive.contains(n.id);
+        });
     if (s.phase == Phase::kClosed) {
-      if (!othersAlive) {
+      if (!failedJobAlive) {
         // A failed job's leftover state, and nobody of it is left: a new job.
         DDPRUN_INFO("Rendezvous '{}' in etcd is a failed job's with no node left; starting anew.",
                     options_.rdzvId);
@@ -345,16 +364,35 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
         swap(v, etcd::endRound(s, reason, nowMs()));
         continue;
       }
-      // Full: this node waits for a slot.
+      // Full: this node waits for a slot, its joining key in place.
+      if (!v.joining.contains(me.id)) {
+        client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
+        waitForChange(v.stateSeen, v.revision, deadline);
+        continue;
+      }
     }
     auto until = deadline;
     if (s.phase == Phase::kForming) {
       std::int64_t wakeAtMs = 0;
       if (auto next = etcd::completeIfReady(v, nowMs(), wakeAtMs)) {
-        std::vector<std::string> joined;
-        for (const auto& n : next->participants) joined.push_back(keys.joining(n.id));
-        swap(v, *next, joined);
-        continue;
+        // One node completes the round (the one that will be group rank
+        // 0), not every node at once; the others step in only if it has
+        // not within kCompleterGrace (it may have died).
+        const bool completer = next->participants.front().id == me.id;
+        const bool waited =
+            readySince != Clock::time_point::min() && Clock::now() - readySince >= kCompleterGrace;
+        if (completer || waited) {
+          // Every joining key goes with it; a node left over (more than
+          // MAX joined) puts its key back when it sees the round.
+          swap(v, *next, keys.joining(""));
+          continue;
+        }
+        if (readySince == Clock::time_point::min()) readySince = Clock::now();
+        wakeAtMs = nowMs() + std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 readySince + kCompleterGrace - Clock::now())
+                                 .count() + 1;
+      } else {
+        readySince = Clock::time_point::min();
       }
       if (wakeAtMs > 0) {
         until = std::min(until, Clock::now() + std::chrono::milliseconds(wakeAtMs - nowMs()));
@@ -460,12 +498,25 @@ void EtcdRendezvous::keepAlive() {
     std::lock_guard lock(mutex_);
     if (left_ || lease_ == 0) return;
   }
-  if (client_.keepAliveLease(lease_) <= 0) {
+  std::int64_t ttl = 0;
+  try {
+    ttl = client_.keepAliveLease(lease_);
+  } catch (const NetworkError& e) {
+    // No member answered this time: the lease may still hold until its
+    // TTL has passed since the last renewal; the next renewal tries again.
+    if (Clock::now() - lastRenewed_ < options_.leaseTtl) {
+      DDPRUN_WARN("Renewing this node's etcd lease failed ({}); trying again.", e.what());
+      return;
+    }
+    throw;
+  }
+  if (ttl <= 0) {
     throw NetworkError(fmt::format(
         "this node's etcd lease expired: the other nodes count it as lost (its renewals did not "
         "reach etcd at {} in time)",
         client_.endpointList()));
   }
+  lastRenewed_ = Clock::now();
 }
 
 }  // namespace ddprun::rendezvous

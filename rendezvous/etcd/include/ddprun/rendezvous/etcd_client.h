@@ -72,10 +72,12 @@ class EtcdClient {
   EtcdRange getPrefix(const std::string& prefix);
   std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
   // Writes `value` to `key` (attached to `lease`, 0: none) if the key's mod
-  // revision is `expected` (0: the key must not exist); with `alsoDelete`,
-  // deletes those keys in the same transaction.
+  // revision is `expected` (0: the key must not exist); with
+  // `alsoDeletePrefix`, deletes every key under it in the same transaction
+  // (one operation, whatever the number of keys: etcd caps a transaction's
+  // operations, 128 by default).
   EtcdSwap compareAndSwap(const std::string& key, std::int64_t expected, const std::string& value,
-                          std::int64_t lease = 0, const std::vector<std::string>& alsoDelete = {});
+                          std::int64_t lease = 0, const std::string& alsoDeletePrefix = "");
   // Deletes `key` if its mod revision is still `expected`.
   bool compareAndDelete(const std::string& key, std::int64_t expected);
   void deletePrefix(const std::string& prefix);

@@ -83,7 +83,7 @@ class EtcdRendezvous final : public RendezvousBackend {
   // when another node changed it first. With awaitWatch, returns once the
   // view has that change (never on the watch's own thread).
   bool swap(const etcd::View& view, const etcd::RoundState& next,
-            const std::vector<std::string>& alsoDelete = {}, bool awaitWatch = true);
+            const std::string& alsoDeletePrefix = "", bool awaitWatch = true);
   // Until the view changes, the stop, or `until`.
   void waitForChange(std::int64_t stateSeen, std::int64_t revision,
                      std::chrono::steady_clock::time_point until);
@@ -92,6 +92,7 @@ class EtcdRendezvous final : public RendezvousBackend {
   EtcdRendezvousOptions options_;
   EtcdClient client_;
   std::int64_t lease_ = 0;
+  std::chrono::steady_clock::time_point lastRenewed_;  // of the lease (keepAlive's thread)
   std::int64_t firstSeen_ = 0;  // this node's alive key's create revision
   std::unique_ptr<EtcdWatch> watch_;
   std::thread watcher_;

@@ -1,0 +1,120 @@
+#include "etcd_rendezvous_bench.h"
+
+#include <sys/resource.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "ddprun/rendezvous/etcd_rendezvous.h"
+#include "etcd_cluster.h"
+
+namespace ddprun::bench {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double oneRound(const test_support::EtcdCluster& cluster, int n, const std::string& id) {
+  std::vector<std::unique_ptr<rendezvous::EtcdRendezvous>> nodes;
+  for (int i = 0; i < n; ++i) {
+    rendezvous::EtcdRendezvousOptions options;
+    options.etcd = cluster.options();
+    options.etcd.requestTimeout = std::chrono::seconds(30);
+    options.rdzvId = id;
+    options.nodeId = fmt::format("node{}", i);
+    options.leaseTtl = std::chrono::seconds(60);
+    nodes.push_back(std::make_unique<rendezvous::EtcdRendezvous>(options));
+  }
+  std::mutex mutex;
+  std::condition_variable go;
+  bool started = false;
+  std::atomic<int> failed{0};
+  std::string firstError;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      rendezvous::protocol::JoinRequest request;
+      request.rdzvId = id;
+      request.nodeId = fmt::format("node{}", i);
+      request.localWorldSize = 8;
+      request.minNodes = static_cast<std::uint32_t>(n);
+      request.maxNodes = static_cast<std::uint32_t>(n);
+      request.address = "127.0.0.1";
+      {
+        std::unique_lock lock(mutex);
+        go.wait(lock, [&] { return started; });
+      }
+      try {
+        nodes[static_cast<std::size_t>(i)]->join(request, std::chrono::minutes(5));
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mutex);
+        if (failed++ == 0) firstError = e.what();
+      }
+    });
+  }
+  const auto start = Clock::now();
+  {
+    std::lock_guard lock(mutex);
+    started = true;
+  }
+  go.notify_all();
+  for (auto& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& node : nodes) node->shutdown();  // no node reacts to the others' leases going
+  nodes.clear();
+  if (failed > 0) {
+    throw std::runtime_error(
+        fmt::format("{} of {} joins failed; the first: {}", failed.load(), n, firstError));
+  }
+  return seconds;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOptions& options,
+                                                         std::ostream& log) {
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+  test_support::EtcdCluster cluster(3);
+  std::vector<RendezvousResult> results;
+  for (int n : options.nodes) {
+    RendezvousResult result;
+    result.nodes = n;
+    for (int r = 0; r < options.repeat; ++r) {
+      const double seconds = oneRound(cluster, n, fmt::format("bench-{}-{}", n, r));
+      result.seconds.push_back(seconds);
+      log << fmt::format("  etcd: {} nodes, run {} of {}: {:.1f} ms\n", n, r + 1, options.repeat,
+                         seconds * 1000);
+    }
+    results.push_back(result);
+  }
+  return results;
+}
+
+void printBackendComparison(const std::vector<RendezvousResult>& c10d,
+                            const std::vector<RendezvousResult>& etcd, std::ostream& out) {
+  out << "\nRendezvous round over etcd (3 members on loopback, one EtcdRendezvous per node) "
+         "against the c10d store (ddprun-rendezvous), medians of the same run\n\n";
+  out << "| nodes | c10d store | etcd | etcd / c10d |\n|---:|---:|---:|---:|\n";
+  for (std::size_t i = 0; i < std::min(c10d.size(), etcd.size()); ++i) {
+    const double a = median(c10d[i].seconds);
+    const double b = median(etcd[i].seconds);
+    out << fmt::format("| {} | {:.1f} ms | {:.1f} ms | {:.1f}x |\n", c10d[i].nodes, a * 1000,
+                       b * 1000, b / a);
+  }
+}
+
+}  // namespace ddprun::bench
