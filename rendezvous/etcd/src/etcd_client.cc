@@ -164,8 +164,8 @@ EtcdSwap EtcdClient::compareAndSwap(const std::string& key, std::int64_t expecte
   if (lease != 0) put["lease"] = std::to_string(lease);
   json success = json::array({{{"request_put", put}}});
   if (!alsoDeletePrefix.empty()) {
-    success.push_back(
-        {{"request_delete_range", rangeRequest(alsoDeletePrefix, etcdPrefixEnd(alsoDeletePrefix))}});
+    success.push_back({{"request_delete_range",
+                        rangeRequest(alsoDeletePrefix, etcdPrefixEnd(alsoDeletePrefix))}});
   }
   const json request = {{"compare", json::array({{{"key", toBase64(key)},
                                                   {"target", "MOD"},

@@ -246,8 +246,8 @@ void EtcdRendezvous::onNodeLost(const std::string& nodeId) {
 bool EtcdRendezvous::swap(const View& view, const RoundState& next,
                           const std::string& alsoDeletePrefix, bool awaitWatch) {
   const etcd::Keys keys{base()};
-  const EtcdSwap result =
-      client_.compareAndSwap(keys.state(), view.stateRevision, etcd::toJson(next), 0, alsoDeletePrefix);
+  const EtcdSwap result = client_.compareAndSwap(keys.state(), view.stateRevision,
+                                                 etcd::toJson(next), 0, alsoDeletePrefix);
   // Every state reaches the view through the watch, in order (a JOIN's
   // answer may be a round that is over by the time it looks): wait until
   // the watch has brought this change, or the one that won.
@@ -329,10 +329,9 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
       }
     }
     // A closed state whose nodes are all gone is a failed job's leftover.
-    const bool failedJobAlive =
-        std::any_of(s.participants.begin(), s.participants.end(), [&](const etcd::NodeInfo& n) {
-          return n.id != me.id && v.alive.contains(n.id);
-        });
+    const bool failedJobAlive = std::any_of(
+        s.participants.begin(), s.participants.end(),
+        [&](const etcd::NodeInfo& n) { return n.id != me.id && v.alive.contains(n.id); });
     if (s.phase == Phase::kClosed) {
       if (!failedJobAlive) {
         // A failed job's leftover state, and nobody of it is left: a new job.
@@ -388,9 +387,11 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
           continue;
         }
         if (readySince == Clock::time_point::min()) readySince = Clock::now();
-        wakeAtMs = nowMs() + std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 readySince + kCompleterGrace - Clock::now())
-                                 .count() + 1;
+        wakeAtMs = nowMs() +
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                       readySince + kCompleterGrace - Clock::now())
+                       .count() +
+                   1;
       } else {
         readySince = Clock::time_point::min();
       }

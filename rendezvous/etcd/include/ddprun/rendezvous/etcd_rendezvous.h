@@ -93,7 +93,7 @@ class EtcdRendezvous final : public RendezvousBackend {
   EtcdClient client_;
   std::int64_t lease_ = 0;
   std::chrono::steady_clock::time_point lastRenewed_;  // of the lease (keepAlive's thread)
-  std::int64_t firstSeen_ = 0;  // this node's alive key's create revision
+  std::int64_t firstSeen_ = 0;                         // this node's alive key's create revision
   std::unique_ptr<EtcdWatch> watch_;
   std::thread watcher_;
 
