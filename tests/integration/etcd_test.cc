@@ -201,6 +201,29 @@ TEST_F(EtcdRendezvousTest, AnEtcdMemberKilledMidJobChangesNothing) {
   }
 }
 
+// etcd with TLS and client-certificate authentication: the rdzv_conf keys
+// of torchrun's etcd backends reach it; without the client certificate
+// etcd refuses the node, which says so.
+TEST_F(EtcdRendezvousTest, TlsWithClientCertificates) {
+  const auto tls = test_support::EtcdTls::make(dir_ / "tls");
+  EtcdCluster secure(1, tls);
+  const std::string endpoint = "--rdzv_endpoint=https://" + secure.endpoint(0);
+  const std::string conf = fmt::format("--rdzv_conf=cacert={},cert={},key={}", tls.ca(),
+                                       tls.clientCert(), tls.clientKey());
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(
+        node({"--nnodes=2", "--rdzv_backend=etcd", endpoint, "--rdzv_id=" + rdzvId_, conf},
+             "echo rank=$RANK"));
+  }
+  expectAllExit(nodes, 0);
+  Node refused = node({"--nnodes=2", "--rdzv_backend=etcd", endpoint, "--rdzv_id=other",
+                       "--rdzv_conf=join_timeout=2,ca_cert=" + tls.ca()},
+                      "true");
+  EXPECT_EQ(refused.finish(), 1);
+  EXPECT_NE(refused.err.find("could not be reached within 2 s"), std::string::npos) << refused.err;
+}
+
 TEST_F(EtcdRendezvousTest, UnreachableEtcdFailsWithAClearMessageAfterTheTimeout) {
   const auto port = test_support::freePort();
   Node n =

@@ -12,8 +12,10 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -26,9 +28,43 @@
 
 namespace ddprun::test_support {
 
+// Certificates for an etcd that speaks TLS and checks client certificates
+// (--client-cert-auth): a CA, the members' certificate for 127.0.0.1 and a
+// client's, made with the openssl command in `dir`.
+struct EtcdTls {
+  std::filesystem::path dir;
+  std::string ca() const { return (dir / "ca.pem").string(); }
+  std::string serverCert() const { return (dir / "server.pem").string(); }
+  std::string serverKey() const { return (dir / "server.key").string(); }
+  std::string clientCert() const { return (dir / "client.pem").string(); }
+  std::string clientKey() const { return (dir / "client.key").string(); }
+
+  static EtcdTls make(const std::filesystem::path& dir) {
+    std::filesystem::create_directories(dir);
+    const std::string script = fmt::format(
+        "set -e; cd {}; "
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+        "-subj /CN=ddprun-test-ca; "
+        "for who in server client; do "
+        "openssl req -newkey rsa:2048 -nodes -keyout $who.key -out $who.csr -subj /CN=$who; "
+        "printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > "
+        "$who.ext; "
+        "openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem "
+        "-days 2 -extfile $who.ext; done",
+        dir.string());
+    const std::string command = "(" + script + ") > " + (dir / "openssl.log").string() + " 2>&1";
+    if (std::system(command.c_str()) != 0) {
+      throw std::runtime_error("openssl could not make the test certificates (see " +
+                               (dir / "openssl.log").string() + ")");
+    }
+    return EtcdTls{dir};
+  }
+};
+
 class EtcdCluster {
  public:
-  explicit EtcdCluster(int members = 3) {
+  explicit EtcdCluster(int members = 3, std::optional<EtcdTls> tls = std::nullopt)
+      : tls_(std::move(tls)) {
     const std::filesystem::path shm = "/dev/shm";
     dir_ = (std::filesystem::is_directory(shm) ? shm : std::filesystem::temp_directory_path()) /
            fmt::format("ddprun-etcd-{}-{}", ::getpid(), counter()++);
@@ -41,14 +77,20 @@ class EtcdCluster {
       peerPorts_.push_back(ports[2 * i + 1]);
       initial += fmt::format("{}m{}=http://127.0.0.1:{}", i == 0 ? "" : ",", i, ports[2 * i + 1]);
     }
+    const std::string scheme = tls_ ? "https" : "http";
+    const std::string tlsFlags =
+        tls_ ? fmt::format(" --cert-file {} --key-file {} --trusted-ca-file {} --client-cert-auth",
+                           tls_->serverCert(), tls_->serverKey(), tls_->ca())
+             : "";
     for (int i = 0; i < members; ++i) {
       const std::string command = fmt::format(
-          "exec etcd --name m{0} --data-dir {1}/m{0} --listen-client-urls http://127.0.0.1:{2} "
-          "--advertise-client-urls http://127.0.0.1:{2} --listen-peer-urls http://127.0.0.1:{3} "
+          "exec etcd --name m{0} --data-dir {1}/m{0} --listen-client-urls {6}://127.0.0.1:{2} "
+          "--advertise-client-urls {6}://127.0.0.1:{2} --listen-peer-urls http://127.0.0.1:{3} "
           "--initial-advertise-peer-urls http://127.0.0.1:{3} --initial-cluster {4} "
           "--initial-cluster-state new --initial-cluster-token ddprun-test-{5} "
-          "--heartbeat-interval 50 --election-timeout 500 > {1}/m{0}.log 2>&1",
-          i, dir_.string(), clientPorts_[i], peerPorts_[i], initial, dir_.filename().string());
+          "--heartbeat-interval 50 --election-timeout 500{7} > {1}/m{0}.log 2>&1",
+          i, dir_.string(), clientPorts_[i], peerPorts_[i], initial, dir_.filename().string(),
+          scheme, tlsFlags);
       members_.push_back(
           std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", command}));
     }
@@ -74,6 +116,12 @@ class EtcdCluster {
   }
   rendezvous::EtcdOptions options() const {
     rendezvous::EtcdOptions o;
+    if (tls_) {
+      o.tls = true;
+      o.caFile = tls_->ca();
+      o.certFile = tls_->clientCert();
+      o.keyFile = tls_->clientKey();
+    }
     for (std::size_t i = 0; i < clientPorts_.size(); ++i)
       o.endpoints.push_back(endpoint(static_cast<int>(i)));
     return o;
@@ -108,6 +156,7 @@ class EtcdCluster {
     throw std::runtime_error("the etcd cluster did not start: " + last);
   }
 
+  std::optional<EtcdTls> tls_;
   std::filesystem::path dir_;
   std::vector<std::uint16_t> clientPorts_;
   std::vector<std::uint16_t> peerPorts_;
