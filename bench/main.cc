@@ -19,6 +19,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun_driver.h"
 #include "etcd_rendezvous_bench.h"
+#include "fanin_benchmark.h"
 #include "rendezvous_benchmark.h"
 #include "store_benchmark.h"
 #include "store_report.h"
@@ -110,6 +111,31 @@ int main(int argc, char** argv) {
                  "also time the rounds over etcd (a 3-member cluster on loopback, etcd from "
                  "scripts/setup) and compare");
 
+  bench::FaninOptions faninOptions;
+  int faninLimit = 120;
+  bool noReference = false;
+  CLI::App* fanin = app.add_subcommand(
+      "fanin", "N worker ranks reach the store as init_process_group does (docs/benchmarks.md)");
+  fanin->add_option("--ranks", faninOptions.ranks, "rank counts, as a comma list")
+      ->delimiter(',')
+      ->capture_default_str();
+  fanin->add_option("--processes", faninOptions.processes, "client processes")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  fanin->add_option("--sources", faninOptions.sources, "loopback source addresses (127.0.0.x)")
+      ->check(CLI::Range(1, 250))
+      ->capture_default_str();
+  fanin
+      ->add_option("--window", faninOptions.window,
+                   "connections per client process awaiting their first reply")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  fanin->add_option("--limit", faninLimit, "seconds a run may take")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  fanin->add_flag("--no-reference", noReference, "skip PyTorch's TCPStore server");
+  fanin->add_option("--daemon", daemonPath, "the ddprun-rendezvous binary");
+
 #ifdef DDPRUN_BENCH_HAVE_TORCH
   // Internal: the child process that hosts the reference server.
   CLI::App* c10dServer =
@@ -124,6 +150,19 @@ int main(int argc, char** argv) {
   if (c10dServer->parsed()) return bench::runTcpStoreServer();
 #endif
   try {
+    if (fanin->parsed()) {
+      faninOptions.limit = std::chrono::seconds(faninLimit);
+#ifdef DDPRUN_BENCH_HAVE_TORCH
+      faninOptions.reference = !noReference;
+#else
+      faninOptions.reference = false;
+#endif
+      std::cerr << "ddprun-bench fanin: measuring\n";
+      bench::printFaninTable(
+          bench::runFaninBenchmark(faninOptions, daemonPath, thisExecutable(), std::cerr),
+          std::cout);
+      return 0;
+    }
     if (rdzv->parsed()) {
       std::cerr << "ddprun-bench rendezvous: measuring\n";
       const auto c10d = bench::runRendezvousBenchmark(rdzvOptions, daemonPath, std::cerr);

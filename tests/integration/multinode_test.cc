@@ -451,3 +451,54 @@ TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
 
 }  // namespace
 }  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+// A job's store may hold a connection per rank, most of them blocked in a
+// wait: a waiting connection holds no input buffer (what /metrics reports
+// as the buffer budget's use stays far below 64 KiB per connection).
+TEST(MultiNode, WaitingConnectionsHoldNoInputBuffer) {
+  ChildProcess daemon({kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0",
+                       "--open", "--metrics_port", "0"},
+                      {});
+  const std::uint16_t port = daemonPort(daemon);
+  ASSERT_NE(port, 0);
+  const auto metricsLine = daemon.readStdoutLine(10s);
+  ASSERT_TRUE(metricsLine);
+  const auto metricsPort =
+      static_cast<std::uint16_t>(std::stoi(metricsLine->substr(metricsLine->rfind(':') + 1)));
+  // PyTorch 1.13's WAIT ["/never"]: opcode 5, u64 count, u64 length, key.
+  std::string wait(1, '\x05');
+  const auto putU64 = [&](std::uint64_t v) { wait.append(reinterpret_cast<char*>(&v), 8); };
+  putU64(1);
+  putU64(6);
+  wait += "/never";
+  constexpr int kConnections = 300;
+  std::vector<int> sockets;
+  for (int i = 0; i < kConnections; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    ASSERT_EQ(::write(fd, wait.data(), wait.size()), static_cast<ssize_t>(wait.size()));
+    sockets.push_back(fd);
+  }
+  std::map<std::string, double> m;
+  for (int attempt = 0; attempt < 200; ++attempt) {  // until every wait is registered
+    m = parseMetrics(httpGet(metricsPort, "/metrics").second);
+    if (m["ddprun_store_waits"] >= kConnections) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(m["ddprun_store_waits"], kConnections);
+  EXPECT_EQ(m["ddprun_store_connections{dialect=\"tcpstore\"}"], kConnections);
+  EXPECT_LT(m["ddprun_store_buffered_bytes{kind=\"used\"}"], kConnections * 1024.0);
+  for (int fd : sockets) ::close(fd);
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(10s), 0);
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -62,6 +62,15 @@ asio::awaitable<void> Transport::run() {
       co_await drained_.async_wait(kAwait);
       continue;
     }
+    if (input_.readable().empty()) {
+      // Nothing half-read: hold no input buffer while waiting for bytes (a
+      // job's store may hold 100K connections, most blocked in a wait).
+      input_.release();
+      if (!updateCharge()) break;
+      auto [waitError] = co_await socket_.async_wait(asio::ip::tcp::socket::wait_read, kAwait);
+      if (waitError) break;
+      if (closed_ || closing_) break;
+    }
     std::size_t space = 0;
     char* tail = input_.writable(0, space);
     auto [ec, n] = co_await socket_.async_read_some(asio::buffer(tail, space), kAwait);

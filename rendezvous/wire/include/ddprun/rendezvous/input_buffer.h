@@ -30,12 +30,12 @@ class InputBuffer {
     if (want < size + 4096) want = size + 4096;
     if (capacity_ - begin_ < want) {
       if (capacity_ >= want) {
-        std::memmove(data_.get(), data_.get() + begin_, size);
+        if (size > 0) std::memmove(data_.get(), data_.get() + begin_, size);
       } else {
         std::size_t grown = std::max<std::size_t>(capacity_ * 2, 4096);
         while (grown < want) grown *= 2;
         std::unique_ptr<char[]> bigger(new char[grown]);
-        std::memcpy(bigger.get(), data_.get() + begin_, size);
+        if (size > 0) std::memcpy(bigger.get(), data_.get() + begin_, size);
         data_ = std::move(bigger);
         capacity_ = grown;
       }
@@ -70,7 +70,8 @@ class InputBuffer {
   }
   std::size_t capacity() const { return capacity_; }
 
-  // Frees the memory (a closed connection's buffer).
+  // Frees the memory (a closed or idle connection's buffer); writable()
+  // allocates again.
   void release() {
     data_.reset();
     capacity_ = begin_ = end_ = 0;

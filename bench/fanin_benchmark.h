@@ -1,0 +1,55 @@
+// FaninBenchmark: N worker ranks reaching a job's store at start-up, as
+// PyTorch's init_process_group does against the agent store
+// (TORCHELASTIC_USE_AGENT_STORE), measured against ddprun's store and
+// PyTorch's legacy TCPStore server (LibTorch 1.13) in the same run.
+//
+// Each simulated rank, in the TCPStore protocol of PyTorch 1.13 (which both
+// servers speak): connect; ADD "init/" 1; rank 0 SETs its address, every
+// other rank WAITs for it and GETs it; then a barrier: ADD the barrier key,
+// the rank that brings it to N SETs "last", every rank WAITs for "last".
+// (1.13's own barrier polls ADD 0 every 10 ms; this is 2.x's event-driven
+// one, which asks less of the server.) The ranks are spread over a few
+// client processes, each multiplexing its connections with epoll and
+// keeping at most `window` connections that have not had their first reply,
+// and bound to several loopback source addresses (127.0.0.1..8) so that
+// 98,304 connections fit in the ephemeral-port range. Measured: the clock
+// starts when the client processes are told to go and stops when the last
+// rank's final WAIT is answered.
+//
+// Thread-safety: run from one thread (it forks the client processes).
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace ddprun::bench {
+
+struct FaninOptions {
+  std::vector<int> ranks = {1024, 8192, 32768, 98304};
+  int processes = 8;
+  int sources = 8;
+  int window = 128;  // per client process
+  std::chrono::seconds limit{120};
+  bool reference = true;  // also PyTorch's legacy TCPStore server
+};
+
+struct FaninResult {
+  std::string server;
+  int ranks = 0;
+  bool completed = false;
+  double seconds = 0;
+  int ranksDone = 0;
+  bool skipped = false;  // more connections than one process may hold here
+};
+
+std::vector<FaninResult> runFaninBenchmark(const FaninOptions& options,
+                                           const std::filesystem::path& daemonPath,
+                                           const std::filesystem::path& benchPath,
+                                           std::ostream& log);
+
+void printFaninTable(const std::vector<FaninResult>& results, std::ostream& out);
+
+}  // namespace ddprun::bench
