@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <tuple>
+
 #include <cstring>
 
 #include "ddprun/common/logging.h"
@@ -73,7 +75,13 @@ asio::awaitable<void> Transport::run() {
     }
     std::size_t space = 0;
     char* tail = input_.writable(0, space);
-    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(tail, space), kAwait);
+    // The socket is readable (or a frame is half-read): read at once; wait
+    // only when the bytes are not there yet.
+    boost::system::error_code ec;
+    std::size_t n = socket_.read_some(asio::buffer(tail, space), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      std::tie(ec, n) = co_await socket_.async_read_some(asio::buffer(tail, space), kAwait);
+    }
     if (ec) {
       if (!proven_ && !closed_ && ec != asio::error::eof) {
         context_.counters.rejected++;
