@@ -30,6 +30,7 @@ double oneRound(const test_support::EtcdCluster& cluster, int n, const std::stri
     options.nodeId = fmt::format("node{}", i);
     options.leaseTtl = std::chrono::seconds(60);
     nodes.push_back(std::make_unique<rendezvous::EtcdRendezvous>(options));
+    nodes.back()->connect();  // lease, alive key and watch: before the clock
   }
   std::mutex mutex;
   std::condition_variable go;

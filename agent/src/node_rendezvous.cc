@@ -107,8 +107,7 @@ void NodeRendezvous::connect() {
     options.nodeId = nodeId_;
     const auto ttl = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
     options.leaseTtl = std::chrono::ceil<std::chrono::seconds>(ttl);
-    options.connectTimeout = rdzv_.joinTimeout;
-    options.cancelConnect = &cancelled_;
+    options.connectTimeout = rdzv_.joinTimeout;  // join() reaches etcd first
     client = std::make_unique<rendezvous::EtcdRendezvous>(options);
   } else {
     client = connectStore();
@@ -117,7 +116,11 @@ void NodeRendezvous::connect() {
     std::lock_guard lock(mutex_);
     client_ = std::move(client);
   }
-  DDPRUN_INFO("Node {} connected to {}{}.", nodeId_, where(), hosting() ? " (hosted here)" : "");
+  if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
+    DDPRUN_INFO("Node {} keeps its rendezvous in {}.", nodeId_, where());  // reached at join
+  } else {
+    DDPRUN_INFO("Node {} connected to {}{}.", nodeId_, where(), hosting() ? " (hosted here)" : "");
+  }
   heartbeat_ = std::thread([this] { runHeartbeats(); });
   events_ = std::thread([this] { runEvents(); });
 }

@@ -36,23 +36,21 @@ bool isParticipant(const RoundState& s, const std::string& nodeId) {
 }  // namespace
 
 EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options)
-    : options_(std::move(options)), client_(options_.etcd), view_(std::make_unique<View>()) {
-  if (options_.nodeId.empty()) return;  // an observer
+    : options_(std::move(options)), client_(options_.etcd), view_(std::make_unique<View>()) {}
+
+void EtcdRendezvous::connect() {
+  if (started_ || options_.nodeId.empty()) return;  // done, or an observer
   // Reaching etcd: retried with back-off until the connect timeout, so
-  // nodes may start before the cluster is up.
+  // nodes may start before the cluster is up; shutdown() ends the wait.
   const auto deadline = Clock::now() + options_.connectTimeout;
   auto backoff = 50ms;
   std::minstd_rand jitter(std::random_device{}());
+  std::int64_t lease = 0;
   for (;;) {
     try {
-      lease_ = client_.grantLease(std::max(1s, options_.leaseTtl));
-      lastRenewed_ = Clock::now();
+      lease = client_.grantLease(std::max(1s, options_.leaseTtl));
       break;
     } catch (const NetworkError& e) {
-      if (options_.cancelConnect != nullptr && options_.cancelConnect->load()) {
-        throw NetworkError(
-            fmt::format("reaching etcd at {} was cancelled", client_.endpointList()));
-      }
       if (Clock::now() + backoff >= deadline) {
         throw TimeoutError(fmt::format(
             "etcd at {} could not be reached within {} s ({}); check --rdzv_endpoint and that "
@@ -61,16 +59,28 @@ EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options)
             std::chrono::duration_cast<std::chrono::seconds>(options_.connectTimeout).count(),
             e.what()));
       }
-      std::this_thread::sleep_for(backoff + std::chrono::milliseconds(jitter() % 50));
+      std::unique_lock lock(mutex_);
+      changed_.wait_for(lock, backoff + std::chrono::milliseconds(jitter() % 50),
+                        [this] { return stopping_; });
+      if (stopping_) {
+        throw NetworkError(
+            fmt::format("reaching etcd at {} was cancelled", client_.endpointList()));
+      }
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
   }
+  {
+    std::lock_guard lock(mutex_);
+    lease_ = lease;
+    lastRenewed_ = Clock::now();
+  }
   const etcd::Keys keys{base()};
-  client_.put(keys.alive(options_.nodeId), options_.nodeId, lease_);
+  client_.put(keys.alive(options_.nodeId), options_.nodeId, lease);
   const EtcdRange alive = client_.get(keys.alive(options_.nodeId));
   if (!alive.kvs.empty()) firstSeen_ = alive.kvs.front().createRevision;
   loadView();
   watcher_ = std::thread([this] { runWatch(); });
+  started_ = true;
 }
 
 EtcdRendezvous::~EtcdRendezvous() {
@@ -86,10 +96,10 @@ EtcdRendezvous::~EtcdRendezvous() {
   }
 }
 
-std::string EtcdRendezvous::base() const {
+std::string EtcdRendezvous::base(const std::string& rdzvId) const {
   std::string prefix = options_.etcd.prefix;
   while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-  return prefix + "/" + options_.rdzvId + "/";
+  return prefix + "/" + rdzvId + "/";
 }
 
 void EtcdRendezvous::shutdown() {
@@ -273,7 +283,8 @@ void EtcdRendezvous::waitForChange(std::int64_t stateSeen, std::int64_t revision
 
 protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
                                           std::chrono::milliseconds timeout) {
-  if (lease_ == 0) throw Error("an etcd rendezvous observer cannot join");
+  if (options_.nodeId.empty()) throw Error("an etcd rendezvous observer cannot join");
+  connect();
   const auto deadline = Clock::now() + timeout;
   const etcd::Keys keys{base()};
   etcd::NodeInfo me;
@@ -466,12 +477,10 @@ void EtcdRendezvous::leave(const protocol::NodeReport& report) {
 }
 
 protocol::RendezvousStatus EtcdRendezvous::status(const std::string& rdzvId, bool details) {
-  if (rdzvId == options_.rdzvId && watcher_.joinable()) {
+  if (rdzvId == options_.rdzvId && started_) {
     return etcd::statusOf(snapshot(), details, nowMs());
   }
-  std::string prefix = options_.etcd.prefix;
-  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-  const etcd::Keys keys{prefix + "/" + rdzvId + "/"};
+  const etcd::Keys keys{base(rdzvId)};
   const EtcdRange range = client_.getPrefix(keys.base);
   View v;
   for (const auto& kv : range.kvs) etcd::apply(v, keys, kv.key, &kv.value, kv.modRevision);

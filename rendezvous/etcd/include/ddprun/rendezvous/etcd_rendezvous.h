@@ -44,20 +44,23 @@ struct EtcdRendezvousOptions {
   // The lease's TTL: a node silent this long is lost (keep_alive_interval x
   // keep_alive_max_attempt, in whole seconds, at least 1).
   std::chrono::seconds leaseTtl{15};
-  // How long to keep trying to reach etcd at start-up.
+  // How long connect() keeps trying to reach etcd.
   std::chrono::milliseconds connectTimeout{std::chrono::seconds(60)};
-  const std::atomic<bool>* cancelConnect = nullptr;
 };
 
 class EtcdRendezvous final : public RendezvousBackend {
  public:
-  // Reaches etcd (retrying until connectTimeout; TimeoutError naming the
-  // endpoints then), takes a lease and starts the watch. A read-only
-  // observer (`ddprun status`) passes an empty nodeId: no lease, no watch.
+  // Contacts nothing yet. A read-only observer (`ddprun status`) passes an
+  // empty nodeId: it never takes a lease or watches.
   explicit EtcdRendezvous(EtcdRendezvousOptions options);
   ~EtcdRendezvous() override;
   EtcdRendezvous(const EtcdRendezvous&) = delete;
   EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
+
+  // Reaches etcd (retrying until connectTimeout; TimeoutError naming the
+  // endpoints then, NetworkError after shutdown()), takes the lease and
+  // starts the watch. The first join() calls it; once done it returns.
+  void connect();
 
   protocol::Assignment join(const protocol::JoinRequest& request,
                             std::chrono::milliseconds timeout) override;
@@ -87,11 +90,14 @@ class EtcdRendezvous final : public RendezvousBackend {
   // Until the view changes, the stop, or `until`.
   void waitForChange(std::int64_t stateSeen, std::int64_t revision,
                      std::chrono::steady_clock::time_point until);
-  std::string base() const;
+  // "<prefix>/<rdzv_id>/": where a rendezvous's keys live.
+  std::string base(const std::string& rdzvId) const;
+  std::string base() const { return base(options_.rdzvId); }
 
   EtcdRendezvousOptions options_;
   EtcdClient client_;
-  std::int64_t lease_ = 0;
+  std::int64_t lease_ = 0;                             // set by connect() under mutex_
+  std::atomic<bool> started_{false};                   // connect() is done: the watch runs
   std::chrono::steady_clock::time_point lastRenewed_;  // of the lease (keepAlive's thread)
   std::int64_t firstSeen_ = 0;                         // this node's alive key's create revision
   std::unique_ptr<EtcdWatch> watch_;
