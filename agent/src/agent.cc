@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 
@@ -28,6 +29,7 @@
 #include "numa_binding.h"
 #include "orphan_guard.h"
 #include "output_router.h"
+#include "python_zygote.h"
 #include "restart_backoff.h"
 #include "run_directory.h"
 #include "worker_env.h"
@@ -51,6 +53,7 @@ struct Agent::Impl {
     }
     if (!config.numaBinding.empty()) planNuma();
     startFileTimer();
+    if (!config.preload.empty()) startZygote();
     if (!guard.notice().empty()) DDPRUN_INFO("Notice: {}.", guard.notice());
     // Without a cgroup (now, or once the first worker could not join it)
     // the agent is the workers' subreaper and reaps what it adopts.
@@ -66,6 +69,8 @@ struct Agent::Impl {
   void onHang(const HangReport& report);
 
   void planNuma();
+  // --preload: the zygote starts importing now, while the rendezvous runs.
+  void startZygote();
   // Prints the final report, writes the launcher's error file and exits.
   void failJob(const std::string& report, const WorkerFailure* rootCause, int code);
 
@@ -138,6 +143,7 @@ struct Agent::Impl {
   std::chrono::steady_clock::time_point attemptStarted;
   std::unique_ptr<FileTimerServer> fileTimer;
   std::unique_ptr<HangWatchdog> watchdog;  // --watchdog_timeout, per attempt
+  std::unique_ptr<PythonZygote> zygote;    // --preload
   int exitCode = 0;
 };
 
@@ -335,6 +341,13 @@ void Agent::Impl::endAttempt() {
 
 void Agent::Impl::startAttempt() {
   endAttempt();
+  if (zygote && !zygote->ready()) {
+    // The first group (or one after the zygote died) waits for its import.
+    zygote->whenReady([this] {
+      if (!stopCode) startAttempt();
+    });
+    return;
+  }
   attemptStarted = std::chrono::steady_clock::now();
   if (!multiNode()) {
     // Every attempt's workers start on an empty store (the previous
@@ -344,7 +357,9 @@ void Agent::Impl::startAttempt() {
     if (config.useAgentStore) assignment.masterPort = port;
   }
   const int directory = multiNode() ? static_cast<int>(assignment.round) - 1 : attempt;
-  const WorkerGroup::Shared shared{config, baseEnv, guard, router, runDir, events, placements};
+  const WorkerGroup::Shared shared{
+      config, baseEnv, guard,      router,
+      runDir, events,  placements, zygote ? &zygote->forker() : nullptr};
   group = std::make_unique<WorkerGroup>(
       io, shared, directory,
       [this](int localRank, const std::string& errorFile) {
@@ -541,9 +556,28 @@ void Agent::Impl::reapAdopted() {
     if (group) {
       for (const auto& w : group->watchedWorkers()) workers.insert(w.pid);
     }
+    if (zygote && zygote->pid() > 0) workers.insert(zygote->pid());
     guard.reapAdopted(workers);
     reapAdopted();
   });
+}
+
+void Agent::Impl::startZygote() {
+  PythonZygote::Settings settings;
+  settings.command = config.command;
+  settings.modules = config.preload;
+  // What every worker shares: the agent's environment and --preload's
+  // fixed settings (OMP_NUM_THREADS...), read by libraries at import.
+  auto env = baseEnv;
+  for (const auto& [key, value] : config.extraEnv) env[key] = value;
+  for (const auto& [key, value] : env) settings.env.push_back(key + "=" + value);
+  settings.scriptPath = runDir.root() / "preload_zygote.py";
+  zygote = std::make_unique<PythonZygote>(
+      io, guard, std::move(settings), [this](const std::string& why) {
+        failJob(
+            fmt::format("ddprun: error: --preload {}: {}\n", fmt::join(config.preload, ","), why),
+            nullptr, 2);
+      });
 }
 
 void Agent::Impl::startFileTimer() {

@@ -155,7 +155,8 @@ std::vector<pid_t> OrphanGuard::adoptedChildren(const std::set<pid_t>& keep) con
     std::ifstream list(task.path() / "children");
     pid_t pid = 0;
     while (list >> pid) {
-      if (pid != guardian_ && !keep.contains(pid)) children.push_back(pid);
+      if (pid != guardian_ && !keep.contains(pid) && !keptChildren_.contains(pid))
+        children.push_back(pid);
     }
   }
   return children;

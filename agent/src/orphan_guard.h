@@ -49,6 +49,10 @@ class OrphanGuard {
 
   void watch(pid_t processGroup);
   void unwatch(pid_t processGroup);
+  // A child of the agent that is no orphan (the preload zygote): neither
+  // killed nor reaped as a leftover.
+  void keepChild(pid_t pid) { keptChildren_.insert(pid); }
+  void forgetChild(pid_t pid) { keptChildren_.erase(pid); }
   pid_t guardianPid() const { return guardian_; }
 
   // The cgroup workers join between fork and exec, or nullptr.
@@ -78,6 +82,7 @@ class OrphanGuard {
   std::unique_ptr<WorkerCgroup> cgroup_;
   bool cgroupConfirmed_ = false;
   std::string notice_;
+  std::set<pid_t> keptChildren_;
   int writeFd_ = -1;
   pid_t guardian_ = -1;
 };

@@ -128,8 +128,10 @@ void WorkerGroup::startProcess(Slot& slot) {
                                ? CpuPlacement{}
                                : shared_.placements.at(static_cast<std::size_t>(localRank));
   placement.cgroup = cgroup_;
+  SpawnOptions options;
+  options.forker = shared_.forker;
   slot.process = std::make_unique<WorkerProcess>(
-      io_, argv, buildWorkerEnv(shared_.baseEnv, shared_.config, id), placement);
+      io_, argv, buildWorkerEnv(shared_.baseEnv, shared_.config, id), placement, options);
   shared_.guard.watch(slot.process->pid());
   if (!placement.cgroup.empty()) shared_.guard.confirmCgroup(slot.process->pid());
   slot.exited = false;

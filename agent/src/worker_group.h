@@ -53,6 +53,7 @@ class WorkerGroup {
     const RunDirectory& runDir;
     EventLog& events;
     const std::vector<CpuPlacement>& placements;  // per local rank, or empty
+    const Forker* forker = nullptr;               // --preload's zygote, or exec
   };
 
   WorkerGroup(boost::asio::io_context& io, const Shared& shared, int attempt, IdentityFn identity,

@@ -40,11 +40,18 @@ ExitStatus ExitStatus::fromWaitStatus(int status) {
 
 namespace {
 
-// Closes every descriptor from 3 up except `keep`. No allocation: runs in
-// the child before exec.
-void closeInheritedDescriptors(int keep) {
-  if (keep > 3) ::syscall(SYS_close_range, 3U, static_cast<unsigned>(keep) - 1, 0);
-  ::syscall(SYS_close_range, static_cast<unsigned>(keep) + 1, ~0U, 0);
+// Closes every descriptor from 3 up except `keep` and `alsoKeep` (-1:
+// none). No allocation: runs in the child before exec.
+void closeInheritedDescriptors(int keep, int alsoKeep) {
+  const int low = alsoKeep >= 0 && alsoKeep < keep ? alsoKeep : keep;
+  const int high = alsoKeep > keep ? alsoKeep : keep;
+  auto closeRange = [](int first, int last) {
+    if (first <= last)
+      ::syscall(SYS_close_range, static_cast<unsigned>(first), static_cast<unsigned>(last), 0);
+  };
+  closeRange(3, low - 1);
+  if (high != low) closeRange(low + 1, high - 1);
+  ::syscall(SYS_close_range, static_cast<unsigned>(high) + 1, ~0U, 0);
 }
 
 // Runs in the child between fork and exec: only async-signal-safe calls.
@@ -53,6 +60,7 @@ struct ChildSetup {
   bool bindCpus = false;
   cpu_set_t cpus{};
   int memoryNode = -1;
+  int passFd = -1;  // kept open across exec
 
   // 0, or the errno of the step that failed.
   int apply() const {
@@ -88,9 +96,10 @@ struct ChildSetup {
   int error = 0;
   if (::dup2(out, STDOUT_FILENO) < 0 || ::dup2(err, STDERR_FILENO) < 0) error = errno;
   if (error == 0) {
-    closeInheritedDescriptors(report);
-    error = setup.apply();
+    closeInheritedDescriptors(report, setup.passFd);
+    if (setup.passFd >= 0 && ::fcntl(setup.passFd, F_SETFD, 0) != 0) error = errno;
   }
+  if (error == 0) error = setup.apply();
   if (error == 0) {
     ::execve(path, argv, envp);
     error = errno;
@@ -138,17 +147,46 @@ std::string descriptorAdvice(int error) {
 }  // namespace
 
 WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string>& argv,
-                             const std::vector<std::string>& env, const CpuPlacement& placement) try
+                             const std::vector<std::string>& env, const CpuPlacement& placement,
+                             const SpawnOptions& options) try
     : stdout_(io), stderr_(io), handle_(io) {
   asio::writable_pipe outWrite(io);
   asio::writable_pipe errWrite(io);
-  boost::system::error_code pipeError;
-  asio::connect_pipe(stdout_, outWrite, pipeError);
-  if (!pipeError) asio::connect_pipe(stderr_, errWrite, pipeError);
-  if (pipeError) {
-    throw Error(fmt::format("cannot create the output pipes for '{}': {}{}", argv.at(0),
-                            pipeError.message(), descriptorAdvice(pipeError.value())));
+  int out = STDERR_FILENO;
+  int err = STDERR_FILENO;
+  if (!options.outputToAgentStderr) {
+    boost::system::error_code pipeError;
+    asio::connect_pipe(stdout_, outWrite, pipeError);
+    if (!pipeError) asio::connect_pipe(stderr_, errWrite, pipeError);
+    if (pipeError) {
+      throw Error(fmt::format("cannot create the output pipes for '{}': {}{}", argv.at(0),
+                              pipeError.message(), descriptorAdvice(pipeError.value())));
+    }
+    out = outWrite.native_handle();
+    err = errWrite.native_handle();
   }
+  std::optional<pid_t> forked;
+  if (options.forker) forked = forkChild(argv, env, placement, *options.forker, out, err);
+  forked_ = forked.has_value();
+  pid_ = forked ? *forked : execChild(argv, env, placement, options, out, err);
+  try {
+    handle_ = bp::process_handle(io.get_executor(), pid_);
+  } catch (const boost::system::system_error& e) {
+    ::kill(-pid_, SIGKILL);  // started, but cannot be watched: it must not run on
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    throw Error(fmt::format("cannot watch '{}' (pid {}): {}{}", argv[0], pid_, e.what(),
+                            descriptorAdvice(e.code().value())));
+  }
+} catch (const boost::system::system_error& e) {
+  // Asio's own descriptors (an epoll instance, pipes) ran out before the fork.
+  throw Error(fmt::format("cannot start '{}': {}{}", argv.at(0), e.what(),
+                          descriptorAdvice(e.code().value())));
+}
+
+pid_t WorkerProcess::execChild(const std::vector<std::string>& argv,
+                               const std::vector<std::string>& env, const CpuPlacement& placement,
+                               const SpawnOptions& options, int out, int err) {
   ChildSetup setup{::getpid()};
   if (!placement.cpus.empty()) {
     setup.bindCpus = true;
@@ -156,6 +194,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
     for (int cpu : placement.cpus) CPU_SET(static_cast<unsigned>(cpu), &setup.cpus);
   }
   setup.memoryNode = placement.memoryNode;
+  setup.passFd = options.passFd;
 
   std::vector<char*> args;
   for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
@@ -179,8 +218,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   const pid_t pid = cloneChild(placement.cgroup);
   if (pid == 0) {
-    runChild(setup, outWrite.native_handle(), errWrite.native_handle(), report[1],
-             argv.at(0).c_str(), args.data(), envp.data());
+    runChild(setup, out, err, report[1], argv.at(0).c_str(), args.data(), envp.data());
   }
   const int cloneError = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
@@ -200,19 +238,39 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
     throw Error(fmt::format("cannot start '{}': {}{}", argv[0], std::strerror(childError),
                             descriptorAdvice(childError)));
   }
-  pid_ = pid;
-  try {
-    handle_ = bp::process_handle(io.get_executor(), pid_);
-  } catch (const boost::system::system_error& e) {
-    ::kill(-pid_, SIGKILL);  // started, but cannot be watched: it must not run on
-    ::waitpid(pid_, nullptr, 0);
-    throw Error(fmt::format("cannot watch '{}' (pid {}): {}{}", argv[0], pid_, e.what(),
-                            descriptorAdvice(e.code().value())));
+  return pid;
+}
+
+std::optional<pid_t> WorkerProcess::forkChild(const std::vector<std::string>& argv,
+                                              const std::vector<std::string>& env,
+                                              const CpuPlacement& placement, const Forker& forker,
+                                              int out, int err) {
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    throw Error(fmt::format("cannot start '{}': {}{}", argv.at(0), std::strerror(errno),
+                            descriptorAdvice(errno)));
   }
-} catch (const boost::system::system_error& e) {
-  // Asio's own descriptors (an epoll instance, pipes) ran out before the fork.
-  throw Error(fmt::format("cannot start '{}': {}{}", argv.at(0), e.what(),
-                          descriptorAdvice(e.code().value())));
+  const auto pid = forker(ForkRequest{argv, env, placement, out, err, report[1]});
+  ::close(report[1]);
+  if (!pid) {
+    ::close(report[0]);
+    return std::nullopt;
+  }
+  // End of file: the child runs the program; text: why it could not.
+  std::string why;
+  char buffer[512];
+  ssize_t n = 0;
+  while ((n = ::read(report[0], buffer, sizeof buffer)) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    if (why.size() < 4096) why.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(report[0]);
+  if (!why.empty()) {
+    ::waitpid(*pid, nullptr, 0);
+    throw Error(fmt::format("cannot start '{}' from the preload zygote: {}", argv.at(0), why));
+  }
+  return pid;
 }
 
 void WorkerProcess::signalGroup(int sig) const {

@@ -8,6 +8,8 @@
 // the agent but its stdin and the two output pipes. A CpuPlacement
 // (--numa_binding) is applied before exec, so every thread the program
 // starts inherits it.
+// With --preload a zygote forks it instead (SpawnOptions::forker): the same
+// setup, done by the zygote's child, which the agent waits for alike.
 // Its exit is observed through a pidfd on the agent's io_context.
 //
 // Thread-safety: the agent's loop thread only.
@@ -21,6 +23,7 @@
 #include "process_v2.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,13 +47,39 @@ struct CpuPlacement {
   std::string cgroup;     // cgroup v2 directory the worker is born in; empty: the agent's
 };
 
+// A worker another process forks for the agent (--preload's zygote): the
+// child is the agent's own, set up as below, and closes `reportFd` when it
+// runs the program or writes why it could not.
+struct ForkRequest {
+  const std::vector<std::string>& argv;
+  const std::vector<std::string>& env;
+  const CpuPlacement& placement;
+  int stdoutFd;  // the write ends of the worker's output pipes
+  int stderrFd;
+  int reportFd;
+};
+// Returns the child's pid, or nullopt when it cannot fork now (the worker
+// is then exec'd as usual).
+using Forker = std::function<std::optional<pid_t>(const ForkRequest&)>;
+
+struct SpawnOptions {
+  // Forks the worker instead of exec'ing it here; null: exec.
+  const Forker* forker = nullptr;
+  // The child's stdout and stderr are the agent's stderr (no pipes).
+  bool outputToAgentStderr = false;
+  // A descriptor the child keeps (at the same number, close-on-exec
+  // cleared); -1: none.
+  int passFd = -1;
+};
+
 class WorkerProcess {
  public:
   // Starts `argv` (argv[0] an absolute path) with exactly `env`. Throws
   // ddprun::Error naming the program and the cause when it cannot be
   // started (including running out of descriptors for its pipes).
   WorkerProcess(boost::asio::io_context& io, const std::vector<std::string>& argv,
-                const std::vector<std::string>& env, const CpuPlacement& placement = {});
+                const std::vector<std::string>& env, const CpuPlacement& placement = {},
+                const SpawnOptions& options = {});
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
@@ -62,12 +91,23 @@ class WorkerProcess {
 
   boost::asio::readable_pipe& stdoutPipe() { return stdout_; }
   boost::asio::readable_pipe& stderrPipe() { return stderr_; }
+  // It was forked by a SpawnOptions::forker (not exec'd here).
+  bool forked() const { return forked_; }
 
  private:
+  // Clones and execs; returns the child's pid (throws on failure).
+  pid_t execChild(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                  const CpuPlacement& placement, const SpawnOptions& options, int out, int err);
+  // Asks the forker; nullopt when it cannot fork now.
+  std::optional<pid_t> forkChild(const std::vector<std::string>& argv,
+                                 const std::vector<std::string>& env, const CpuPlacement& placement,
+                                 const Forker& forker, int out, int err);
+
   boost::asio::readable_pipe stdout_;
   boost::asio::readable_pipe stderr_;
   boost::process::v2::process_handle handle_;
   pid_t pid_ = -1;
+  bool forked_ = false;
 };
 
 }  // namespace ddprun::agent

@@ -88,6 +88,10 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   flag(app, "run_path", o.runPath, "run PROGRAM as a Python script whatever its name");
   flag(app, "module", o.module, "PROGRAM is a Python module, run as python -m", "m");
   flag(app, "no_python", o.noPython, "run PROGRAM directly, never through Python");
+  text(app, "preload", o.preload,
+       "Python modules (comma-separated, e.g. torch,numpy) a zygote per node imports once; "
+       "Python workers are forked from it at launch and at each restart instead of importing "
+       "them again (docs/cli.md)");
   text(app, "local_addr", o.localAddr, "address of this node that other nodes can reach");
   text(app, "shutdown_timeout", o.shutdownTimeout,
        "seconds between forwarding a stop signal and SIGKILL");

@@ -41,6 +41,7 @@ struct LaunchOptions {
   bool runPath = false;
   bool module = false;
   bool noPython = false;
+  std::string preload;  // --preload MOD[,MOD...]
   std::string localAddr;
   std::string shutdownTimeout = "30";  // or TORCH_ELASTIC_SHUTDOWN_TIMEOUT
   std::string logPrefix = "[rank ${rank}]: ";

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -270,6 +272,42 @@ bool resolveProgram(const LaunchOptions& o, agent::AgentConfig& config) {
   return python;
 }
 
+// --preload's module names; empty when not given.
+std::vector<std::string> parsePreload(const std::string& text, bool python,
+                                      const std::string& program) {
+  std::vector<std::string> modules;
+  std::string current;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') {
+      current += text[i];
+      continue;
+    }
+    const bool valid =
+        !current.empty() && current.front() != '.' && current.back() != '.' &&
+        current.find("..") == std::string::npos &&
+        std::all_of(current.begin(), current.end(),
+                    [](char c) {
+                      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+                    }) &&
+        !std::isdigit(static_cast<unsigned char>(current.front()));
+    if (!current.empty() && !valid) {
+      throw ConfigError(fmt::format(
+          "--preload: '{}' is not a Python module name; give module names separated by commas, "
+          "e.g. --preload torch,numpy",
+          current));
+    }
+    if (!current.empty()) modules.push_back(current);
+    current.clear();
+  }
+  if (!modules.empty() && !python) {
+    throw ConfigError(fmt::format(
+        "--preload forks Python workers from a zygote, but '{}' does not run under Python; give "
+        "a .py script, -m MODULE or --run_path, or drop --preload",
+        program));
+  }
+  return modules;
+}
+
 }  // namespace
 
 agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices) {
@@ -379,6 +417,7 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     config.logPrefixTemplate = t;
   }
   const bool python = resolveProgram(o, config);
+  config.preload = parsePreload(o.preload, python, config.programName);
   chooseNcclVariable(config, python);
   if (o.workerStore != "agent" && o.workerStore != "rank0") {
     throw ConfigError(fmt::format("--worker_store={} is not 'agent' or 'rank0'", o.workerStore));

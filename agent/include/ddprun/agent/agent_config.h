@@ -150,6 +150,11 @@ struct AgentConfig {
   // The agent's store refuses PyTorch TCPStore clients (they carry no token).
   bool strictStore = false;
 
+  // --preload: Python modules a per-node zygote imports once; Python
+  // workers are forked from it instead of exec'd (command is then
+  // PYTHON -u SCRIPT... or PYTHON -u -m MODULE...). Empty: off.
+  std::vector<std::string> preload;
+
   // Extra environment set for every worker (after torchrun's variables are
   // computed, so these win). Used for OMP_NUM_THREADS and the like.
   std::map<std::string, std::string> extraEnv;

@@ -1,0 +1,302 @@
+# ddprun's preload zygote (--preload, docs/cli.md). The agent embeds this
+# file, writes it into the launch's run directory and starts it as
+#
+#   PYTHON -u preload_zygote.py CONTROL_FD AGENT_PID MODE TARGET MODULES
+#
+# MODE is "script" (TARGET a path) or "module" (TARGET a module name, -m);
+# MODULES is comma-separated. The zygote imports MODULES once, refuses to
+# serve when that started a thread or initialised CUDA, says "ready", then
+# forks one worker per request. Each worker is a clone3 child with
+# CLONE_PARENT (its parent is the agent, which waits for it, gets its exit
+# status and its SIGCHLD) and CLONE_INTO_CGROUP, set up as an exec'd worker
+# would be, that then runs TARGET exactly as `python -u TARGET ARGS` would.
+#
+# Messages on CONTROL_FD (a stream socket) are a 4-byte big-endian length
+# and fields separated by NUL bytes (argv and environment are bytes, not
+# text). Requests carry the worker's stdout, stderr and report descriptors.
+import ctypes
+import os
+import socket
+import struct
+import sys
+import time
+
+_ZYGOTE_FILE = __file__
+_CLONE_PARENT = 0x00008000
+_CLONE_INTO_CGROUP = 0x200000000
+_PR_SET_PDEATHSIG = 1
+_SYSCALLS = {  # clone3, clone, set_mempolicy
+    "x86_64": (435, 56, 238),
+    "aarch64": (435, 220, 237),
+    "ppc64le": (435, 120, 261),
+}
+_MPOL_PREFERRED = 1
+
+
+class _CloneArgs(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in ("flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack",
+                     "stack_size", "tls", "set_tid", "set_tid_size", "cgroup")
+    ]
+
+
+# PyDLL: the GIL stays held across the call, as os.fork() holds it.
+_libc = ctypes.PyDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                        ctypes.c_ulong]
+
+
+def _send(sock, *fields):
+    body = b"\0".join(f if isinstance(f, bytes) else str(f).encode() for f in fields)
+    sock.sendall(struct.pack(">I", len(body)) + body)
+
+
+def _receive(sock):
+    """One request: (fields, descriptors); (None, []) at end of stream."""
+    header, fds, _, _ = socket.recv_fds(sock, 4, 8)
+    if not header:
+        return None, fds
+    while len(header) < 4:
+        more = sock.recv(4 - len(header))
+        if not more:
+            return None, fds
+        header += more
+    size = struct.unpack(">I", header)[0]
+    body = bytearray()
+    while len(body) < size:
+        chunk = sock.recv(size - len(body))
+        if not chunk:
+            return None, fds
+        body += chunk
+    return bytes(body).split(b"\0"), fds
+
+
+def _threads():
+    """Names of this process's threads other than the main one."""
+    names = []
+    for task in sorted(os.listdir("/proc/self/task")):
+        if int(task) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        except OSError:
+            names.append(task)
+    return names
+
+
+def _cuda_initialised():
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+def _preload(modules):
+    """None, or why the zygote cannot serve."""
+    import importlib
+    import traceback
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            return (f"importing '{name}' failed: {e}; check the module name and that "
+                    f"PYTHON_EXEC ({sys.executable}) can import it, or drop it from --preload")
+        except BaseException:
+            return (f"importing '{name}' failed:\n" + traceback.format_exc(limit=-3).rstrip() +
+                    f"\ncheck the module name and that PYTHON_EXEC ({sys.executable}) can import "
+                    f"it, or drop it from --preload")
+        threads = _threads()
+        if threads:
+            return (f"importing '{name}' started {len(threads)} thread(s) "
+                    f"({', '.join(repr(t) for t in threads)}); a worker forked from the zygote "
+                    f"would not have them, so '{name}' cannot be preloaded: drop it from "
+                    f"--preload (the script still imports it itself)")
+        if _cuda_initialised():
+            return (f"importing '{name}' initialised CUDA, which a forked worker cannot use: "
+                    f"drop '{name}' from --preload")
+    return None
+
+
+def _clone(cgroup_fd):
+    """fork(), with the agent as the child's parent, born in `cgroup_fd`."""
+    clone3, clone, _ = _SYSCALLS.get(os.uname().machine, (435, None, None))
+    args = _CloneArgs(flags=_CLONE_PARENT)
+    if cgroup_fd >= 0:
+        args.flags |= _CLONE_INTO_CGROUP
+        args.cgroup = cgroup_fd
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = _libc.syscall(clone3, ctypes.byref(args), ctypes.sizeof(args))
+    error = ctypes.get_errno()
+    if pid < 0 and cgroup_fd >= 0 and error != 38:  # refused in the cgroup: outside it
+        args.flags = _CLONE_PARENT
+        args.cgroup = 0
+        pid = _libc.syscall(clone3, ctypes.byref(args), ctypes.sizeof(args))
+        error = ctypes.get_errno()
+    if pid < 0 and error == 38 and clone is not None:  # ENOSYS: a kernel before 5.3
+        pid = _libc.syscall(clone, ctypes.c_ulong(_CLONE_PARENT), 0, 0, 0, 0)
+        error = ctypes.get_errno()
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+    else:
+        ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(error, os.strerror(error))
+    return pid
+
+
+class _Job:
+    """What a forked worker runs once the zygote's loop is left."""
+
+    def __init__(self, mode, target, args):
+        self.mode, self.target, self.args = mode, target, args
+
+
+def _become_worker(sock, agent, request, fds):
+    """In the forked child: the worker's process state, as an exec'd one has."""
+    out, err, report = fds[:3]
+    cgroup_fd = fds[3] if len(fds) > 3 else -1
+    (_, cwd, cpus, memory_node, argc, *rest) = request
+    argc = int(argc)
+    argv = [os.fsdecode(a) for a in rest[:argc]]
+    env = rest[argc:]
+    try:
+        os.setpgid(0, 0)
+        _libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL when the agent dies
+        if os.getppid() != agent:
+            os._exit(137)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        for fd in (out, err, cgroup_fd):
+            if fd > 2:
+                os.close(fd)
+        sock.close()
+        if cpus:
+            os.sched_setaffinity(0, [int(c) for c in cpus.split(b",")])
+        if int(memory_node) >= 0:
+            call = _SYSCALLS.get(os.uname().machine)
+            if call is None:
+                raise OSError(f"no set_mempolicy number known for {os.uname().machine}")
+            mask = (ctypes.c_ulong * 16)()
+            node = int(memory_node)
+            mask[node // 64] |= 1 << (node % 64)
+            if _libc.syscall(call[2], _MPOL_PREFERRED, mask, 16 * 64) != 0:
+                raise OSError(ctypes.get_errno(), "set_mempolicy")
+        os.chdir(os.fsdecode(cwd))
+        os.environ.clear()
+        for entry in env:
+            key, _, value = entry.partition(b"=")
+            if key:
+                os.environ[os.fsdecode(key)] = os.fsdecode(value)
+        sys.orig_argv = argv
+        mode, target = ("module", argv[3]) if argv[2] == "-m" else ("script", argv[2])
+        job = _Job(mode, target, argv[4:] if mode == "module" else argv[3:])
+        _set_path0(mode, target)
+        _reseed()
+    except BaseException as e:
+        os.write(report, f"{type(e).__name__}: {e}".encode())
+        os._exit(127)
+    os.close(report)  # the agent reads end of file: the worker runs
+    return job
+
+
+def _set_path0(mode, target):
+    """sys.path[0] as `python -u TARGET` (or -m TARGET) has it."""
+    if getattr(sys.flags, "safe_path", False):
+        return  # -P / PYTHONSAFEPATH: nothing was prepended
+    if mode == "script":
+        sys.path[0] = os.path.dirname(os.path.realpath(target))
+    else:
+        sys.path[0] = os.getcwd()
+
+
+def _reseed():
+    """Modules that seeded a generator at import get fresh entropy, as a new
+    interpreter would (the zygote's state is the same in every worker)."""
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+
+
+def _serve(sock, agent, mode, target, modules):
+    started = time.monotonic()
+    _set_path0(mode, target)  # preloaded modules are found where the program finds them
+    problem = _preload(modules)
+    if problem is not None:
+        _send(sock, b"fatal", problem)
+        os._exit(1)
+    _send(sock, b"ready", f"{time.monotonic() - started:.3f}")
+    while True:
+        request, fds = _receive(sock)
+        if request is None or request[0] != b"spawn" or len(fds) not in (3, 4):
+            for fd in fds:
+                os.close(fd)
+            os._exit(0 if request is None else 2)
+        threads = _threads()
+        if threads or _cuda_initialised():
+            why = (f"threads {threads} were started after the preload" if threads else
+                   "CUDA was initialised after the preload")
+            for fd in fds:
+                os.close(fd)
+            _send(sock, b"error", why)
+            os._exit(3)
+        try:
+            pid = _clone(fds[3] if len(fds) > 3 else -1)
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, b"error", f"clone3: {e}")
+            continue
+        if pid == 0:
+            return _become_worker(sock, agent, request, fds)
+        for fd in fds:
+            os.close(fd)
+        _send(sock, b"ok", pid)
+
+
+def _run(job):
+    """Runs the worker's program as the interpreter runs its main file."""
+    import builtins
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    main.__annotations__ = {}
+    sys.modules["__main__"] = main
+    if job.mode == "module":
+        import runpy
+
+        sys.argv = ["-m"] + job.args
+        runpy._run_module_as_main(job.target, alter_argv=True)
+        return
+    from importlib.machinery import SourceFileLoader
+
+    path = os.path.abspath(job.target)
+    sys.argv = [job.target] + job.args
+    main.__file__ = path
+    main.__cached__ = None
+    main.__loader__ = SourceFileLoader("__main__", path)
+    with open(path, "rb") as source:
+        code = compile(source.read(), path, "exec", dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+def _without_zygote_frames(tb):
+    while tb is not None and tb.tb_frame.f_code.co_filename == _ZYGOTE_FILE:
+        tb = tb.tb_next
+    return tb
+
+
+if __name__ == "__main__":
+    _job = _serve(socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2]), sys.argv[3],
+                  sys.argv[4], [m for m in sys.argv[5].split(",") if m])
+    try:
+        _run(_job)
+    except BaseException as _error:
+        # A bare raise adds no frame: the traceback starts in the program.
+        _error.__traceback__ = _without_zygote_frames(_error.__traceback__)
+        raise
