@@ -31,6 +31,8 @@ _SYSCALLS = {  # clone3, clone, set_mempolicy
     "ppc64le": (435, 120, 261),
 }
 _MPOL_PREFERRED = 1
+_PR_SET_MM, _PR_SET_MM_MAP = 35, 14
+_KEPT = []  # buffers the kernel shows as /proc/self/cmdline and environ
 
 
 class _CloneArgs(ctypes.Structure):
@@ -112,8 +114,16 @@ def _preload(modules):
                     f"it, or drop it from --preload")
         threads = _threads()
         if threads:
-            return (f"importing '{name}' started {len(threads)} thread(s) "
-                    f"({', '.join(repr(t) for t in threads)}); a worker forked from the zygote "
+            import threading
+
+            named = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+            what = ", ".join(f"Python thread '{n}'" for n in named)
+            if len(threads) > len(named):
+                native = len(threads) - len(named)
+                what += (", " if what else "") + f"{native} native thread(s) " + ", ".join(
+                    repr(t) for t in threads[len(named):])
+            return (f"importing '{name}' started {len(threads)} thread(s) ({what}); a worker "
+                    f"forked from the zygote "
                     f"would not have them, so '{name}' cannot be preloaded: drop it from "
                     f"--preload (the script still imports it itself)")
         if _cuda_initialised():
@@ -147,6 +157,37 @@ def _clone(cgroup_fd):
     if pid < 0:
         raise OSError(error, os.strerror(error))
     return pid
+
+
+class _MmMap(ctypes.Structure):  # struct prctl_mm_map
+    _fields_ = [(name, ctypes.c_uint64)
+                for name in ("start_code", "end_code", "start_data", "end_data", "start_brk",
+                             "brk", "start_stack", "arg_start", "arg_end", "env_start",
+                             "env_end", "auxv")] + [("auxv_size", ctypes.c_uint32),
+                                                    ("exe_fd", ctypes.c_uint32)]
+
+
+def _show_as(argv, env):
+    """/proc/self/cmdline and environ become the worker's own (what ps, pgrep
+    -f and other tools read), not the zygote's. PR_SET_MM_MAP needs a kernel
+    with CONFIG_CHECKPOINT_RESTORE; without it they stay the zygote's."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    field = lambda n: int(fields[n - 3])  # noqa: E731 (man 5 proc numbering)
+    cmdline = b"".join(os.fsencode(a) + b"\0" for a in argv)
+    environ = b"".join(e + b"\0" for e in env)
+    buffers = [ctypes.create_string_buffer(cmdline, len(cmdline)),
+               ctypes.create_string_buffer(environ, max(len(environ), 1))]
+    _libc.sbrk.restype = ctypes.c_void_p
+    mm = _MmMap(start_code=field(26), end_code=field(27), start_data=field(45),
+                end_data=field(46), start_brk=field(47), brk=_libc.sbrk(0),
+                start_stack=field(28), arg_start=ctypes.addressof(buffers[0]),
+                env_start=ctypes.addressof(buffers[1]), auxv=0, auxv_size=0,
+                exe_fd=0xFFFFFFFF)
+    mm.arg_end = mm.arg_start + len(cmdline)
+    mm.env_end = mm.env_start + len(environ)
+    if _libc.prctl(_PR_SET_MM, _PR_SET_MM_MAP, ctypes.addressof(mm), ctypes.sizeof(mm), 0) == 0:
+        _KEPT.extend(buffers)
 
 
 class _Job:
@@ -187,12 +228,17 @@ def _become_worker(sock, agent, request, fds):
             if _libc.syscall(call[2], _MPOL_PREFERRED, mask, 16 * 64) != 0:
                 raise OSError(ctypes.get_errno(), "set_mempolicy")
         os.chdir(os.fsdecode(cwd))
-        os.environ.clear()
-        for entry in env:
+        # The agent sends what differs from the environment it started the
+        # zygote with: applied to the zygote's own (which a PYTHON_EXEC
+        # wrapper may have changed), as the wrapper would have it.
+        count = int(env[0])
+        for entry in env[1:1 + count]:
             key, _, value = entry.partition(b"=")
-            if key:
-                os.environ[os.fsdecode(key)] = os.fsdecode(value)
+            os.environ[os.fsdecode(key)] = os.fsdecode(value)
+        for key in env[1 + count:]:
+            os.environ.pop(os.fsdecode(key), None)
         sys.orig_argv = argv
+        _show_as(argv, [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in os.environ.items()])
         mode, target = ("module", argv[3]) if argv[2] == "-m" else ("script", argv[2])
         job = _Job(mode, target, argv[4:] if mode == "module" else argv[3:])
         _set_path0(mode, target)

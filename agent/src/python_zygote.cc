@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
@@ -134,7 +135,8 @@ PythonZygote::PythonZygote(asio::io_context& io, OrphanGuard& guard, Settings se
       guard_(guard),
       settings_(std::move(settings)),
       onFatal_(std::move(onFatal)),
-      forker_([this](const ForkRequest& request) { return fork(request); }) {
+      forker_([this](const ForkRequest& request) { return fork(request); }),
+      zygoteEnv_(settings_.env.begin(), settings_.env.end()) {
   std::ofstream file(settings_.scriptPath, std::ios::binary | std::ios::trunc);
   file << kPreloadZygoteSource;
   file.close();
@@ -296,7 +298,20 @@ std::optional<pid_t> PythonZygote::fork(const ForkRequest& request) {
   field(std::to_string(request.placement.memoryNode));
   field(std::to_string(request.argv.size()));
   for (const auto& arg : request.argv) field(arg);
-  for (const auto& entry : request.env) field(entry);
+  // The environment as a change of the zygote's: entries to set, then
+  // names to remove.
+  std::vector<const std::string*> set;
+  std::set<std::string> kept;
+  for (const auto& entry : request.env) {
+    kept.insert(entry.substr(0, entry.find('=')));
+    if (!zygoteEnv_.contains(entry)) set.push_back(&entry);
+  }
+  field(std::to_string(set.size()));
+  for (const auto* entry : set) field(*entry);
+  for (const auto& entry : settings_.env) {
+    const std::string name = entry.substr(0, entry.find('='));
+    if (!kept.contains(name)) field(name);
+  }
   std::string message(4, '\0');
   const auto size = static_cast<std::uint32_t>(body.size());
   for (int i = 0; i < 4; ++i) message[i] = static_cast<char>((size >> (24 - 8 * i)) & 0xff);

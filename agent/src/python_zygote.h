@@ -32,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,7 @@ class PythonZygote {
   const Settings settings_;
   FatalFn onFatal_;
   Forker forker_;
+  const std::set<std::string> zygoteEnv_;  // settings_.env, for lookups
   std::unique_ptr<WorkerProcess> process_;
   std::unique_ptr<boost::asio::local::stream_protocol::socket> socket_;
   std::vector<std::function<void()>> waiting_;

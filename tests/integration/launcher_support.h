@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "child_process.h"
@@ -108,6 +110,28 @@ inline std::vector<std::string> linesWith(const std::string& text, const std::st
     start = end + 1;
   }
   return lines;
+}
+
+// Starts ddprun, waits (up to `timeout`) until its workers wrote `expected`
+// "<pid>" lines to `pidFile`; `pids` holds what was read.
+inline std::unique_ptr<ChildProcess> startAndWait(
+    const std::vector<std::string>& ddprunArgs, const std::filesystem::path& pidFile,
+    std::size_t expected, std::vector<pid_t>& pids,
+    const std::map<std::string, std::string>& env = {},
+    std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  std::vector<std::string> argv = {kDdprun};
+  argv.insert(argv.end(), ddprunArgs.begin(), ddprunArgs.end());
+  auto process = std::make_unique<ChildProcess>(argv, env);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(pidFile);
+    pids.clear();
+    pid_t pid = 0;
+    while (in >> pid) pids.push_back(pid);
+    if (pids.size() >= expected) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return process;
 }
 
 }  // namespace ddprun::test_support

@@ -33,6 +33,7 @@ namespace fs = std::filesystem;
 using test_support::args;
 using test_support::scratch;
 using test_support::sh;
+using test_support::startAndWait;
 
 TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
   const auto r = runDdprun(
@@ -273,24 +274,6 @@ TEST(Launcher, ProgramThatCannotStartIsReported) {
   const auto r = runDdprun({script.string()});
   EXPECT_EQ(r.code, 127) << r.err;
   EXPECT_NE(r.err.find("cannot start"), std::string::npos) << r.err;
-}
-
-// Starts ddprun, waits until every worker wrote "<pid>" lines to `pidFile`.
-std::unique_ptr<ChildProcess> startAndWait(const std::vector<std::string>& ddprunArgs,
-                                           const fs::path& pidFile, std::size_t expected,
-                                           std::vector<pid_t>& pids) {
-  std::vector<std::string> argv = {kDdprun};
-  argv.insert(argv.end(), ddprunArgs.begin(), ddprunArgs.end());
-  auto process = std::make_unique<ChildProcess>(argv);
-  for (int i = 0; i < 1000; ++i) {
-    std::ifstream in(pidFile);
-    pids.clear();
-    pid_t pid = 0;
-    while (in >> pid) pids.push_back(pid);
-    if (pids.size() >= expected) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  return process;
 }
 
 TEST(Launcher, SignalsAreForwardedToEveryWorker) {

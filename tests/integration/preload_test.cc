@@ -1,0 +1,338 @@
+// --preload: Python workers forked from a per-node zygote that imported
+// torch once. Every test runs twice (CMake): under Debian's python3-torch
+// 1.13.1 and, with DDPRUN_TEST_PYTHON set to scripts/torch2-python, under
+// PyTorch 2.6 from the Debian trixie root.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "launcher_support.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::linesWith;
+using test_support::processGone;
+using test_support::runDdprun;
+using test_support::startAndWait;
+namespace fs = std::filesystem;
+
+// Per test process: the 1.13 and 2.6 copies of a test run at the same time.
+fs::path scratchDir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("preload-" + std::to_string(::getpid())) / info->name();
+  fs::create_directories(dir);
+  return dir;
+}
+
+fs::path writeScript(const fs::path& dir, const std::string& name, const std::string& text) {
+  const fs::path path = dir / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string testPython() {
+  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
+  return python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
+}
+
+const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()},
+                                                    {"DDPRUN_TEST_MARK", "a b=c"}};
+
+std::vector<std::string> sorted(std::vector<std::string> lines) {
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// Zygotes (their cmdline names preload_zygote.py) whose parent is `parent`.
+std::vector<pid_t> zygotesOf(pid_t parent) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (!std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    const std::string text((std::istreambuf_iterator<char>(cmdline)), {});
+    if (text.find("preload_zygote.py") == std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+// The 2-rank DDP regression of python_workers_test.cc, saying whether torch
+// was already imported when the script began.
+const char kTrain[] = R"py(
+import sys
+print("preloaded", "torch" in sys.modules)
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+g = torch.Generator().manual_seed(rank)
+w = torch.arange(8.0) / 8
+for step in range(60):
+    x = torch.randn(32, 8, generator=g)
+    loss = ((model(x).squeeze() - x @ w) ** 2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    if step in (0, 59): print(f"step {step} loss {loss.item():.4f}")
+total = sum(p.detach().sum() for p in model.parameters())
+print(f"checksum {total.item():.6f}")
+dist.destroy_process_group()
+)py";
+
+TEST(Preload, DdpTrainsToTheSameChecksumAsWithout) {
+  const auto script = writeScript(scratchDir(), "ddp_train.py", kTrain);
+  const auto plain =
+      runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, kPython, 120s);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const auto preloaded = runDdprun(
+      {"--nproc_per_node=2", "--log_prefix=", "--preload=torch", script.string()}, kPython, 120s);
+  ASSERT_EQ(preloaded.code, 0) << preloaded.err;
+  EXPECT_EQ(linesWith(plain.out, "preloaded "), (std::vector<std::string>{"False", "False"}));
+  EXPECT_EQ(linesWith(preloaded.out, "preloaded "), (std::vector<std::string>{"True", "True"}));
+  const auto sums = linesWith(preloaded.out, "checksum ");
+  ASSERT_EQ(sums.size(), 2u) << preloaded.out;
+  EXPECT_EQ(sums[0], sums[1]);
+  EXPECT_EQ(sorted(sums), sorted(linesWith(plain.out, "checksum ")));
+  EXPECT_EQ(sorted(linesWith(preloaded.out, "step ")), sorted(linesWith(plain.out, "step ")));
+  EXPECT_NE(preloaded.err.find("Preloaded torch in"), std::string::npos) << preloaded.err;
+}
+
+// Everything a worker can observe of its process, printed as one line per
+// rank; values that differ between any two launches are left out.
+const char kProbe[] = R"py(
+import ctypes, json, os, signal, sys
+preloaded = "torch" in sys.modules
+varying = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "DDPRUN_TOKEN", "TORCHELASTIC_ERROR_FILE",
+           "DDPRUN_STORE_PORT", "DDPRUN_STORE_PREFIX"}
+pdeathsig = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)
+names = ["SIGINT", "SIGTERM", "SIGPIPE", "SIGCHLD", "SIGHUP", "SIGUSR1", "SIGXFSZ", "SIGQUIT"]
+state = {
+    "env": {k: ("*" if k in varying else v) for k, v in os.environ.items()},
+    "argv": sys.argv, "orig_argv": sys.orig_argv[1:], "path0": sys.path[0],
+    "main": sorted((k, repr(v) if k in ("__name__", "__file__", "__package__", "__cached__",
+                                         "__doc__") else type(v).__name__)
+                   for k, v in globals().items() if k.startswith("__")),
+    "cwd": os.getcwd(), "parent": open(f"/proc/{os.getppid()}/comm").read().strip(),
+    "own_group": os.getpgid(0) == os.getpid(), "pdeathsig": pdeathsig.value,
+    "signals": {n: str(signal.getsignal(getattr(signal, n))) for n in names},
+    "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    "affinity": sorted(os.sched_getaffinity(0)), "threads": len(os.listdir("/proc/self/task")),
+    "stdout": [os.readlink(f"/proc/self/fd/{fd}")[:5] for fd in (1, 2)],
+    "write_through": sys.stdout.write_through, "stdin": os.path.exists("/proc/self/fd/0"),
+    "main_module": sys.modules["__main__"] is sys.modules[__name__],
+}
+print("STATE", os.environ["RANK"], json.dumps(state, sort_keys=True))
+print("PRELOADED", preloaded)
+sys.exit(int(sys.argv[2]))
+)py";
+
+TEST(Preload, EachRankHasTheProcessStateOfAnExecdWorker) {
+  const fs::path dir = scratchDir();
+  writeScript(dir, "probe.py", kProbe);
+  fs::create_directories(dir / "pkg");
+  writeScript(dir, "pkg/__init__.py", "");
+  writeScript(dir, "pkg/probe.py", kProbe);
+  for (const bool module : {false, true}) {
+    SCOPED_TRACE(module ? "-m pkg.probe" : "probe.py");
+    std::vector<std::string> args = {"--nproc_per_node=3", "--log_prefix=", "--max_restarts=0"};
+    if (module) {
+      args.insert(args.end(), {"-m", "pkg.probe"});
+    } else {
+      args.push_back((dir / "probe.py").string());
+    }
+    args.insert(args.end(), {"arg 1", "0"});
+    auto preloadArgs = args;
+    preloadArgs.insert(preloadArgs.begin(), "--preload=torch");
+    auto run = [&](const std::vector<std::string>& a) {
+      std::vector<std::string> full = {"/bin/sh",    "-c", "cd \"$0\" && shift && exec \"$@\"",
+                                       dir.string(), "_",  test_support::kDdprun};
+      full.insert(full.end(), a.begin(), a.end());
+      test_support::ChildProcess process(full, kPython);
+      test_support::RunResult result;
+      const auto deadline = std::chrono::steady_clock::now() + 120s;
+      while (std::chrono::steady_clock::now() < deadline) {
+        result.out += process.drainStdout();
+        result.err += process.drainStderr();
+        if (auto code = process.wait(0ms)) {
+          result.code = *code;
+          break;
+        }
+        std::this_thread::sleep_for(5ms);
+      }
+      result.out += process.stdoutText();
+      result.err += process.stderrText();
+      return result;
+    };
+    const auto plain = run(args);
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    const auto preloaded = run(preloadArgs);
+    ASSERT_EQ(preloaded.code, 0) << preloaded.err;
+    EXPECT_EQ(linesWith(preloaded.out, "PRELOADED "), std::vector<std::string>(3, "True"));
+    const auto expected = sorted(linesWith(plain.out, "STATE "));
+    ASSERT_EQ(expected.size(), 3u) << plain.out;
+    EXPECT_NE(expected[0].find("\"pdeathsig\": 9"), std::string::npos) << expected[0];
+    const auto got = sorted(linesWith(preloaded.out, "STATE "));
+    ASSERT_EQ(got.size(), 3u) << preloaded.out;
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], expected[i]);
+  }
+}
+
+TEST(Preload, ExitCodesTracebacksAndErrorFilesAreThoseOfAnExecdWorker) {
+  const auto script = writeScript(scratchDir(), "raises.py", R"py(
+import os, sys
+from torch.distributed.elastic.multiprocessing.errors import record
+@record
+def main():
+    if os.environ["RANK"] == "1":
+        raise ValueError("bad batch shape on rank 1")
+    sys.exit(0)
+main()
+)py");
+  for (const bool preload : {false, true}) {
+    SCOPED_TRACE(preload);
+    std::vector<std::string> args = {"--nproc_per_node=2", script.string()};
+    if (preload) args.insert(args.begin(), "--preload=torch");
+    const auto r = runDdprun(args, kPython, 120s);
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("message    : ValueError: bad batch shape on rank 1"), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("rank       : 1"), std::string::npos) << r.err;
+    // The traceback starts in the script: no frame of the zygote.
+    EXPECT_EQ(r.err.find("preload_zygote"), std::string::npos) << r.err;
+  }
+}
+
+// Rank 0 fails in attempt 0; attempt 1 must again be forked from the
+// zygote, which imported torch once for both attempts.
+TEST(Preload, RestartedWorkersAreForkedFromTheSameZygote) {
+  const auto script = writeScript(scratchDir(), "flaky.py", R"py(
+import os, sys
+preloaded = "torch" in sys.modules
+import torch, torch.distributed as dist
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.init_process_group("gloo")
+if attempt == 0 and dist.get_rank() == 0:
+    raise SystemExit(3)
+t = torch.ones(1); dist.all_reduce(t)
+print(f"attempt {attempt} sum {t.item():.0f} preloaded {preloaded}")
+dist.destroy_process_group()
+)py");
+  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1",
+                            "--log_prefix=", "--preload=torch", script.string()},
+                           kPython, 120s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "attempt "), std::vector<std::string>(2, "1 sum 2 preloaded True"));
+  std::size_t imports = 0;
+  for (std::size_t at = r.err.find("Preloaded torch in"); at != std::string::npos;
+       at = r.err.find("Preloaded torch in", at + 1)) {
+    ++imports;
+  }
+  EXPECT_EQ(imports, 1u) << r.err;
+}
+
+// Attempt 0's rank 0 SIGKILLs the zygote and fails once it is reaped; the
+// agent starts a new zygote and attempt 1 is forked from it.
+TEST(Preload, ADeadZygoteIsReplaced) {
+  const auto script = writeScript(scratchDir(), "kill_zygote.py", R"py(
+import os, signal, sys, time
+preloaded = "torch" in sys.modules
+import torch.distributed as dist
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.init_process_group("gloo")
+dist.barrier()  # every worker of the attempt was forked
+if attempt == 0 and dist.get_rank() == 1:
+    time.sleep(100)  # stopped when rank 0 fails
+if attempt == 0:
+    agent = os.getppid()
+    for pid in os.listdir("/proc"):
+        try:
+            if not pid.isdigit() or b"preload_zygote.py" not in open(f"/proc/{pid}/cmdline", "rb").read():
+                continue
+            if int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) != agent:
+                continue
+        except OSError:
+            continue
+        os.kill(int(pid), signal.SIGKILL)
+        while os.path.exists(f"/proc/{pid}"):  # until the agent reaped it
+            time.sleep(0.01)
+        print("killed the zygote")
+    sys.exit(1)
+print(f"attempt {attempt} preloaded {preloaded}")
+dist.destroy_process_group()
+)py");
+  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1",
+                            "--log_prefix=", "--preload=torch", script.string()},
+                           kPython, 120s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "killed the zygote"), std::vector<std::string>{""});
+  EXPECT_EQ(linesWith(r.out, "attempt "), std::vector<std::string>(2, "1 preloaded True")) << r.out;
+  EXPECT_NE(r.err.find("ended (killed by SIGKILL); starting a new one"), std::string::npos)
+      << r.err;
+}
+
+TEST(Preload, SigkillOfDdprunLeavesNoZygoteAndNoWorker) {
+  const fs::path dir = scratchDir();
+  const fs::path pids = dir / "pids";
+  const auto script = writeScript(dir, "sleeper.py",
+                                  "import os, time\nopen('" + pids.string() +
+                                      "', 'a').write(f'{os.getpid()}\\n')\ntime.sleep(1000)\n");
+  std::vector<pid_t> workers;
+  auto process = startAndWait({"--nproc_per_node=2", "--preload=torch", script.string()}, pids, 2,
+                              workers, kPython, 120s);
+  ASSERT_EQ(workers.size(), 2u) << process->stderrText();
+  auto all = workers;
+  const auto zygotes = zygotesOf(process->pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  all.push_back(zygotes[0]);
+  for (pid_t pid : all) ASSERT_FALSE(processGone(pid)) << pid;
+  process->signal(SIGKILL);
+  ASSERT_EQ(process->wait(5s), 128 + SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  bool allGone = false;
+  while (!allGone && std::chrono::steady_clock::now() < deadline) {
+    allGone = std::all_of(all.begin(), all.end(), processGone);
+    if (!allGone) std::this_thread::sleep_for(10ms);
+  }
+  for (pid_t pid : all) EXPECT_TRUE(processGone(pid)) << "pid " << pid << " survived ddprun";
+}
+
+TEST(Preload, AModuleThatStartsAThreadAtImportIsRefused) {
+  const fs::path dir = scratchDir();
+  writeScript(dir, "poller.py", R"py(
+import threading, time
+threading.Thread(target=time.sleep, args=(100,), name="poller", daemon=True).start()
+)py");
+  const auto script = writeScript(dir, "main.py", "print('ran')\n");
+  const auto r =
+      runDdprun({"--nproc_per_node=2", "--preload=torch,poller", script.string()}, kPython, 120s);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.out.find("ran"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("ddprun: error: --preload torch,poller: importing 'poller' started 1 "
+                       "thread(s) (Python thread 'poller')"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace ddprun
