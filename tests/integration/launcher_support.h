@@ -63,6 +63,15 @@ inline bool processGone(pid_t pid) {
   return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z';
 }
 
+// True when `pid` is gone within `limit`.
+inline bool goneWithin(pid_t pid, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!processGone(pid) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return processGone(pid);
+}
+
 // Lines of `text` that start with `prefix`, with the prefix removed.
 // A fresh scratch directory per test.
 inline std::filesystem::path scratch() {

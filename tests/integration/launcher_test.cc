@@ -23,6 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test_support::ChildProcess;
+using test_support::goneWithin;
 using test_support::kBinDir;
 using test_support::kDdprun;
 using test_support::linesWith;
@@ -329,13 +330,7 @@ TEST(Launcher, SigkillOfDdprunLeavesNoWorkerAndNoGrandchild) {
   for (pid_t pid : all) ASSERT_FALSE(processGone(pid)) << pid;
   process->signal(SIGKILL);
   ASSERT_EQ(process->wait(5s), 128 + SIGKILL);
-  const auto deadline = std::chrono::steady_clock::now() + 1s;
-  bool allGone = false;
-  while (!allGone && std::chrono::steady_clock::now() < deadline) {
-    allGone = std::all_of(all.begin(), all.end(), processGone);
-    if (!allGone) std::this_thread::sleep_for(10ms);
-  }
-  for (pid_t pid : all) EXPECT_TRUE(processGone(pid)) << "pid " << pid << " survived ddprun";
+  for (pid_t pid : all) EXPECT_TRUE(goneWithin(pid, 1s)) << "pid " << pid << " survived ddprun";
 }
 
 // A daemon a worker detaches (double fork + setsid: outside the worker's
@@ -345,14 +340,6 @@ std::string detachDaemon(const fs::path& pidFile) {
   return "setsid -f sh -c 'echo $$ > " + pidFile.string() +
          "; exec sleep 300'; i=0; while [ ! -s " + pidFile.string() +
          " ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; ";
-}
-
-bool goneWithin(pid_t pid, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!processGone(pid) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  return processGone(pid);
 }
 
 pid_t readPid(const fs::path& file) {

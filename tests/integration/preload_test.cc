@@ -13,11 +13,13 @@
 #include <sstream>
 
 #include "launcher_support.h"
+#include "python_scripts.h"
 
 namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
+using test_support::goneWithin;
 using test_support::linesWith;
 using test_support::processGone;
 using test_support::runDdprun;
@@ -75,32 +77,20 @@ std::vector<pid_t> zygotesOf(pid_t parent) {
   return found;
 }
 
-// The 2-rank DDP regression of python_workers_test.cc, saying whether torch
-// was already imported when the script began.
-const char kTrain[] = R"py(
-import sys
-print("preloaded", "torch" in sys.modules)
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-torch.manual_seed(0)
-model = DDP(torch.nn.Linear(8, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-g = torch.Generator().manual_seed(rank)
-w = torch.arange(8.0) / 8
-for step in range(60):
-    x = torch.randn(32, 8, generator=g)
-    loss = ((model(x).squeeze() - x @ w) ** 2).mean()
-    opt.zero_grad(); loss.backward(); opt.step()
-    if step in (0, 59): print(f"step {step} loss {loss.item():.4f}")
-total = sum(p.detach().sum() for p in model.parameters())
-print(f"checksum {total.item():.6f}")
-dist.destroy_process_group()
-)py";
+// Two workers forked from a zygote that preloaded torch, one restart.
+test_support::RunResult runWithOneRestart(const fs::path& script) {
+  return runDdprun({"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", "--preload=torch",
+                    script.string()},
+                   kPython, 120s);
+}
 
 TEST(Preload, DdpTrainsToTheSameChecksumAsWithout) {
-  const auto script = writeScript(scratchDir(), "ddp_train.py", kTrain);
+  // Whether torch was already imported when the script began, then the
+  // DDP regression of python_workers_test.cc.
+  const auto script =
+      writeScript(scratchDir(), "ddp_train.py",
+                  std::string("import sys\nprint('preloaded', 'torch' in sys.modules)\n") +
+                      test_support::kDdpTrainScript);
   const auto plain =
       runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, kPython, 120s);
   ASSERT_EQ(plain.code, 0) << plain.err;
@@ -238,9 +228,7 @@ t = torch.ones(1); dist.all_reduce(t)
 print(f"attempt {attempt} sum {t.item():.0f} preloaded {preloaded}")
 dist.destroy_process_group()
 )py");
-  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1",
-                            "--log_prefix=", "--preload=torch", script.string()},
-                           kPython, 120s);
+  const auto r = runWithOneRestart(script);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(linesWith(r.out, "attempt "), std::vector<std::string>(2, "1 sum 2 preloaded True"));
   std::size_t imports = 0;
@@ -281,9 +269,7 @@ if attempt == 0:
 print(f"attempt {attempt} preloaded {preloaded}")
 dist.destroy_process_group()
 )py");
-  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1",
-                            "--log_prefix=", "--preload=torch", script.string()},
-                           kPython, 120s);
+  const auto r = runWithOneRestart(script);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(linesWith(r.out, "killed the zygote"), std::vector<std::string>{""});
   EXPECT_EQ(linesWith(r.out, "attempt "), std::vector<std::string>(2, "1 preloaded True")) << r.out;
@@ -308,13 +294,7 @@ TEST(Preload, SigkillOfDdprunLeavesNoZygoteAndNoWorker) {
   for (pid_t pid : all) ASSERT_FALSE(processGone(pid)) << pid;
   process->signal(SIGKILL);
   ASSERT_EQ(process->wait(5s), 128 + SIGKILL);
-  const auto deadline = std::chrono::steady_clock::now() + 3s;
-  bool allGone = false;
-  while (!allGone && std::chrono::steady_clock::now() < deadline) {
-    allGone = std::all_of(all.begin(), all.end(), processGone);
-    if (!allGone) std::this_thread::sleep_for(10ms);
-  }
-  for (pid_t pid : all) EXPECT_TRUE(processGone(pid)) << "pid " << pid << " survived ddprun";
+  for (pid_t pid : all) EXPECT_TRUE(goneWithin(pid, 3s)) << "pid " << pid << " survived ddprun";
 }
 
 TEST(Preload, AModuleThatStartsAThreadAtImportIsRefused) {

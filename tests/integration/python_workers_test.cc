@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "launcher_support.h"
+#include "python_scripts.h"
 
 namespace ddprun {
 namespace {
@@ -42,35 +43,8 @@ std::string testPython() {
 
 const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()}};
 
-// A 2-rank DDP regression: loss must fall, and both ranks end identical.
-const char kTrain[] = R"(
-import os, torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.distributed.elastic.multiprocessing.errors import record
-
-@record
-def main():
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(8, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(rank)
-    w = torch.arange(8.0) / 8
-    for step in range(60):
-        x = torch.randn(32, 8, generator=g)
-        loss = ((model(x).squeeze() - x @ w) ** 2).mean()
-        opt.zero_grad(); loss.backward(); opt.step()
-        if step in (0, 59): print(f"step {step} loss {loss.item():.4f}")
-    total = sum(p.detach().sum() for p in model.parameters())
-    t = torch.tensor([total.item()]); dist.all_reduce(t)
-    print(f"checksum {total.item():.6f} mean {t.item() / world:.6f}")
-    dist.destroy_process_group()
-main()
-)";
-
 TEST(PythonWorkers, DdpTrainingConvergesOnTheAgentStore) {
-  const auto script = writeScript("ddp_train.py", kTrain);
+  const auto script = writeScript("ddp_train.py", test_support::kDdpTrainScript);
   const auto r = runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, kPython, 120s);
   ASSERT_EQ(r.code, 0) << r.err;
   std::smatch m;
@@ -157,7 +131,7 @@ TEST(PythonWorkers, TwoNodesRestartAfterAFailure) {
 }
 
 TEST(PythonWorkers, Torch113BehaviourWithRank0Store) {
-  const auto script = writeScript("ddp_train_rank0.py", kTrain);
+  const auto script = writeScript("ddp_train_rank0.py", test_support::kDdpTrainScript);
   const auto r =
       runDdprun({"--nproc_per_node=2", "--worker_store=rank0", "--log_prefix=", script.string()},
                 kPython, 120s);
