@@ -341,7 +341,7 @@ void Agent::Impl::endAttempt() {
 
 void Agent::Impl::startAttempt() {
   endAttempt();
-  if (zygote && !zygote->ready()) {
+  if (zygote && zygote->starting()) {
     // The first group (or one after the zygote died) waits for its import.
     zygote->whenReady([this] {
       if (!stopCode) startAttempt();

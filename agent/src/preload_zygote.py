@@ -270,6 +270,10 @@ def _reseed():
 
 def _serve(sock, agent, mode, target, modules):
     started = time.monotonic()
+    if not hasattr(ctypes.pythonapi, "PyOS_AfterFork_Child"):
+        _send(sock, b"fatal", f"{sys.executable} is not CPython 3.7 or newer, which the "
+                              f"zygote needs to fork (PyOS_AfterFork_Child)")
+        os._exit(1)
     _set_path0(mode, target)  # preloaded modules are found where the program finds them
     problem = _preload(modules)
     if problem is not None:

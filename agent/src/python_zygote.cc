@@ -31,6 +31,8 @@ namespace {
 // The longest one fork request may take (the zygote forks a large process:
 // milliseconds; a stuck one is given up).
 constexpr int kRequestTimeoutMs = 30'000;
+// Ready zygotes in a row that could not fork before ddprun gives up on them.
+constexpr int kMaxUnusable = 3;
 // The longest reply ddprun reads from a zygote.
 constexpr std::uint32_t kMaxReply = 64 * 1024;
 
@@ -236,7 +238,7 @@ void PythonZygote::readHello() {
 }
 
 void PythonZygote::whenReady(std::function<void()> then) {
-  if (ready_) {
+  if (ready_ || gaveUp_) {
     then();
   } else if (!fatal_) {
     waiting_.push_back(std::move(then));
@@ -347,7 +349,9 @@ std::optional<pid_t> PythonZygote::fork(const ForkRequest& request) {
   const auto fields = splitFields(reply);
   if (fields[0] == "ok" && fields.size() == 2) {
     try {
-      return static_cast<pid_t>(std::stol(fields[1]));
+      const auto pid = static_cast<pid_t>(std::stol(fields[1]));
+      unusableInARow_ = 0;
+      return pid;
     } catch (const std::exception&) {
     }
   }

@@ -58,8 +58,10 @@ class PythonZygote {
   PythonZygote& operator=(const PythonZygote&) = delete;
 
   bool ready() const { return ready_; }
-  // Runs `then` once the zygote is ready (now, if it is). Not run if the
-  // zygote is fatal.
+  // A zygote is importing: worker groups should wait for it.
+  bool starting() const { return !ready_ && !fatal_ && !gaveUp_; }
+  // Runs `then` once the zygote is ready, or ddprun gave up forking
+  // workers (they are exec'd): now, if so. Not run if the zygote is fatal.
   void whenReady(std::function<void()> then);
   // The zygote's pid, or -1 between a death and its replacement.
   pid_t pid() const { return process_ ? process_->pid() : -1; }
@@ -91,6 +93,10 @@ class PythonZygote {
   bool readyOnce_ = false;  // this zygote was ready (its death is replaced)
   bool fatal_ = false;
   bool stopping_ = false;
+  // Zygotes in a row that were ready but could not fork: at kMaxUnusable
+  // ddprun stops replacing them and execs the workers.
+  int unusableInARow_ = 0;
+  bool gaveUp_ = false;
   int generation_ = 0;
   // Bumped by every start: exit handlers of an older zygote do nothing.
   std::shared_ptr<int> life_;

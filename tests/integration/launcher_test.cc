@@ -664,6 +664,10 @@ TEST(Launcher, BadInputFailsClearlyAndStartsNothing) {
       {args({"--nproc_per_node"}, {}), "--nproc_per_node"},
       {args({"--worker_store=both"}, touch), "--worker_store=both"},
       {args({"--strict_store", "--worker_store=agent"}, touch), "contradict"},
+      {args({"--preload=torch"}, touch), "'touch' does not run under Python"},
+      {args({"--preload=torch,a..b", "--run_path"}, touch),
+       "--preload: 'a..b' is not a Python module name"},
+      {args({"--preload=1st", "--run_path"}, touch), "'1st' is not a Python module name"},
   };
   for (const Case& c : cases) {
     const auto r =

@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Python worker start and restart: ddprun --preload against ddprun without
+it, torchrun 1.13 and torchrun 2.6.
+
+A 4-rank gloo DDP job on one node, --max_restarts=1. Every rank records
+when it finished its first training step (init_process_group, DDP's
+broadcast, one forward, backward and all-reduce). In attempt 0, once every
+rank has done so, rank 1 dies (exit 1); attempt 1 records its first step
+and ends. Times (wall clock, one machine):
+
+  launch   the launcher was started -> the last rank of attempt 0 finished
+           its first step
+  restart  rank 1 died -> the last rank of attempt 1 finished its first step
+
+A launcher whose attempt 1 never finishes a step (torchrun 2.6 here: its
+restarted Gloo group fails to connect, or hangs) is reported as failed, with
+the time from the death to the last rank of attempt 1 having imported torch
+and DDP: a lower bound of its restart.
+
+  bench/preload_bench.py [--repeat 5] [--build build] [--python 1.13|2.6]
+"""
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY113 = "/usr/bin/python3"
+PY26 = os.path.join(ROOT, "scripts", "torch2-python")
+RANKS = 4
+
+WORKER = r'''
+import os, sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+out = sys.argv[1]
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+rank = int(os.environ["RANK"])
+def record(name, value):
+    path = os.path.join(out, name)
+    with open(path + f".{os.getpid()}", "w") as f:
+        f.write(repr(value))
+    os.rename(path + f".{os.getpid()}", path)
+record(f"imported_{attempt}_{rank}", time.time())
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loss = model(torch.randn(32, 64)).pow(2).mean()
+opt.zero_grad(); loss.backward(); opt.step()
+record(f"step_{attempt}_{rank}", time.time())
+if attempt == 1:
+    dist.destroy_process_group()
+    sys.exit(0)
+if rank == 1:
+    while len([n for n in os.listdir(out) if n.startswith("step_0_") and "." not in n]) < int(os.environ["WORLD_SIZE"]):
+        time.sleep(0.001)
+    record("death", time.time())
+    os._exit(1)
+time.sleep(600)  # stopped by the launcher
+'''
+
+
+def run(launcher, python, preload, build, work):
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    script = os.path.join(work, "worker.py")
+    with open(script, "w") as f:
+        f.write(WORKER)
+    out = os.path.join(work, "out")
+    os.makedirs(out)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=python, USE_LIBUV="0")
+    if launcher == "ddprun":
+        cmd = [os.path.join(build, "bin", "ddprun"), f"--nproc_per_node={RANKS}",
+               "--max_restarts=1"]
+        if preload:
+            cmd.append(f"--preload={preload}")
+    else:
+        logs = os.path.join(work, "logs")
+        cmd = [python, "-m", "torch.distributed.run", f"--nproc_per_node={RANKS}",
+               "--max_restarts=1", "--monitor_interval=0.1", "--redirects=1", "--tee=2",
+               f"--log_dir={logs}"]
+        env.pop("PYTHON_EXEC")  # torchrun runs workers with its own interpreter
+    cmd += [script, out]
+    started = time.time()
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        _, err = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, err = process.communicate()
+
+    def read(name):
+        try:
+            return float(open(os.path.join(out, name)).read())
+        except (OSError, ValueError):
+            return None
+
+    def last(prefix):
+        times = [read(f"{prefix}_{r}") for r in range(RANKS)]
+        return None if None in times else max(times)
+    first, death = last("step_0"), read("death")
+    if first is None or death is None:
+        sys.exit(f"{' '.join(cmd)}: attempt 0 did not run ({process.returncode}); it left "
+                 f"{sorted(os.listdir(out))}\n{err[-3000:]}")
+    again = last("step_1")
+    if again is not None and process.returncode == 0:
+        return first - started, again - death, None
+    if launcher == "ddprun":
+        sys.exit(f"{' '.join(cmd)} failed ({process.returncode}):\n{err[-3000:]}")
+    imported = last("imported_1")
+    return first - started, None, None if imported is None else imported - death
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--python", choices=["1.13", "2.6", "both"], default="both",
+                        help="the PyTorch of the workers (and of torchrun)")
+    args = parser.parse_args()
+    cases = []
+    for v, python in (("1.13", PY113), ("2.6", PY26)):
+        if args.python not in (v, "both"):
+            continue
+        cases += [("ddprun", python, "torch", f"ddprun --preload torch (PyTorch {v})"),
+                  ("ddprun", python, None, f"ddprun (PyTorch {v})"),
+                  ("torchrun", python, None, f"torchrun {v}")]
+        if v == "2.6":  # DDP's constructor imports torch._dynamo (1.13 has none)
+            cases.insert(-2, ("ddprun", python, "torch,torch._dynamo",
+                              f"ddprun --preload torch,torch._dynamo (PyTorch {v})"))
+    results = {c[3]: ([], [], []) for c in cases}
+    work = tempfile.mkdtemp(prefix="preload-bench-")
+    try:
+        for i in range(args.repeat):
+            print(f"run {i + 1}/{args.repeat}", file=sys.stderr, flush=True)
+            order = cases if i % 2 == 0 else list(reversed(cases))
+            for launcher, python, preload, name in order:
+                launch, restart, bound = run(launcher, python, preload, args.build, work)
+                results[name][0].append(launch)
+                if restart is not None:
+                    results[name][1].append(restart)
+                elif bound is not None:
+                    results[name][2].append(bound)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ms = lambda values: f"{statistics.median(values) * 1e3:,.0f} ms"  # noqa: E731
+    print("\n| launcher | launch -> first step | restart -> first step | runs |")
+    print("|---|---:|---:|---:|")
+    for _, _, preload, name in cases:
+        launch, restart, bound = results[name]
+        again = ms(restart) if restart else "-"
+        if bound:
+            again += (f" (failed {len(bound)}/{len(launch)}: attempt 1 never stepped; "
+                      f"imports done after {ms(bound)})")
+        print(f"| {name} | {ms(launch)} | {again} | {len(launch)} |")
+    for _, python, preload, name in cases:
+        if preload is None:
+            continue
+        fast = statistics.median(results[name][1])
+        for _, other_python, other_preload, other in cases:
+            _, restart, bound = results[other]
+            if other_python != python or other_preload is not None:
+                continue
+            if restart:
+                print(f"restart: {name} is {statistics.median(restart) / fast:.1f}x faster "
+                      f"than {other}")
+            if bound:
+                print(f"restart: {name} is >{statistics.median(bound) / fast:.1f}x faster "
+                      f"than {other} (its lower bound)")
+
+
+if __name__ == "__main__":
+    main()
