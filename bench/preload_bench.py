@@ -29,23 +29,16 @@ import sys
 import tempfile
 import time
 
+from worker_record import PROLOGUE
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY113 = "/usr/bin/python3"
 PY26 = os.path.join(ROOT, "scripts", "torch2-python")
 RANKS = 4
 
-WORKER = r'''
-import os, sys, time
+WORKER = PROLOGUE + r'''
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-out = sys.argv[1]
-attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-rank = int(os.environ["RANK"])
-def record(name, value):
-    path = os.path.join(out, name)
-    with open(path + f".{os.getpid()}", "w") as f:
-        f.write(repr(value))
-    os.rename(path + f".{os.getpid()}", path)
 record(f"imported_{attempt}_{rank}", time.time())
 dist.init_process_group("gloo")
 torch.manual_seed(0)

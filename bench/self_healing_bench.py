@@ -26,21 +26,16 @@ import subprocess
 import sys
 import tempfile
 
+from worker_record import PROLOGUE
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY113 = "/usr/bin/python3"
 PY26 = os.path.join(ROOT, "scripts", "torch2-python")
 
 WORKER = r'''
-import os, sys, time
+import time
 started = time.time()
-out = sys.argv[1]
-attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-rank = int(os.environ["RANK"])
-def record(name, value):
-    path = os.path.join(out, name)
-    with open(path + f".{os.getpid()}", "w") as f:
-        f.write(repr(value))
-    os.rename(path + f".{os.getpid()}", path)
+''' + PROLOGUE + r'''
 if attempt == 1:
     record(f"start_{rank}", started)
     sys.exit(0)
