@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +71,48 @@ inline bool goneWithin(pid_t pid, std::chrono::milliseconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return processGone(pid);
+}
+
+// One node of runTwoStaticNodes: its exit code (none: it did not end in
+// time) and output.
+struct NodeResult {
+  std::optional<int> code;
+  std::string out;
+  std::string err;
+};
+
+// Runs `script` on two static nodes of 2 workers each (127.0.0.1 and
+// 127.0.0.2, --max_restarts=1, no log prefix) under `python`, plus
+// `extraArgs` on both, and waits for both (2 minutes at most).
+inline std::vector<NodeResult> runTwoStaticNodes(const std::filesystem::path& script,
+                                                 const std::string& python,
+                                                 const std::vector<std::string>& extraArgs) {
+  const std::uint16_t port = freePort();
+  std::vector<std::unique_ptr<ChildProcess>> nodes;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> argv = {kDdprun,
+                                     "--nproc_per_node=2",
+                                     "--nnodes=2",
+                                     "--node_rank=" + std::to_string(rank),
+                                     "--master_addr=127.0.0.1",
+                                     "--master_port=" + std::to_string(port),
+                                     "--local_addr=127.0.0." + std::to_string(rank + 1),
+                                     "--max_restarts=1",
+                                     "--log_prefix="};
+    argv.insert(argv.end(), extraArgs.begin(), extraArgs.end());
+    argv.push_back(script.string());
+    nodes.push_back(std::make_unique<ChildProcess>(
+        argv, std::map<std::string, std::string>{{"PYTHON_EXEC", python}, {"DDPRUN_TOKEN", ""}}));
+  }
+  std::vector<NodeResult> results;
+  for (auto& node : nodes) {
+    NodeResult result;
+    result.code = node->wait(std::chrono::seconds(120));
+    result.out = node->stdoutText();
+    result.err = node->stderrText();
+    results.push_back(std::move(result));
+  }
+  return results;
 }
 
 // Lines of `text` that start with `prefix`, with the prefix removed.

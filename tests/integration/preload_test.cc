@@ -213,30 +213,44 @@ main()
   }
 }
 
-// Rank 0 fails in attempt 0; attempt 1 must again be forked from the
-// zygote, which imported torch once for both attempts.
+// Whether torch was imported before the script began, then the restart
+// regression of python_workers_test.cc (rank 0 fails in attempt 0).
+std::string flakyPreloaded() {
+  return std::string("import sys\nprint('preloaded', 'torch' in sys.modules)\n") +
+         test_support::kFlakyScript;
+}
+
+// Attempt 1 must again be forked from the zygote, which imported torch once
+// for both attempts.
 TEST(Preload, RestartedWorkersAreForkedFromTheSameZygote) {
-  const auto script = writeScript(scratchDir(), "flaky.py", R"py(
-import os, sys
-preloaded = "torch" in sys.modules
-import torch, torch.distributed as dist
-attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-dist.init_process_group("gloo")
-if attempt == 0 and dist.get_rank() == 0:
-    raise SystemExit(3)
-t = torch.ones(1); dist.all_reduce(t)
-print(f"attempt {attempt} sum {t.item():.0f} preloaded {preloaded}")
-dist.destroy_process_group()
-)py");
+  const auto script = writeScript(scratchDir(), "flaky.py", flakyPreloaded());
   const auto r = runWithOneRestart(script);
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(linesWith(r.out, "attempt "), std::vector<std::string>(2, "1 sum 2 preloaded True"));
+  EXPECT_EQ(linesWith(r.out, "attempt "), std::vector<std::string>(2, "1 sum 2"));
+  EXPECT_EQ(linesWith(r.out, "preloaded "), std::vector<std::string>(4, "True")) << r.out;
   std::size_t imports = 0;
   for (std::size_t at = r.err.find("Preloaded torch in"); at != std::string::npos;
        at = r.err.find("Preloaded torch in", at + 1)) {
     ++imports;
   }
   EXPECT_EQ(imports, 1u) << r.err;
+}
+
+// Each node forks its workers from its own zygote, in both attempts.
+TEST(Preload, TwoNodesForkTheirWorkersFromTheirZygotes) {
+  const auto script = writeScript(scratchDir(), "flaky_nodes.py", flakyPreloaded());
+  std::vector<std::string> attempts;
+  std::vector<std::string> preloaded;
+  for (const auto& node :
+       test_support::runTwoStaticNodes(script, testPython(), {"--preload=torch"})) {
+    ASSERT_TRUE(node.code) << node.err;
+    EXPECT_EQ(*node.code, 0) << node.err;
+    for (const auto& line : linesWith(node.out, "attempt ")) attempts.push_back(line);
+    for (const auto& line : linesWith(node.out, "preloaded ")) preloaded.push_back(line);
+    EXPECT_NE(node.err.find("Preloaded torch in"), std::string::npos) << node.err;
+  }
+  EXPECT_EQ(attempts, std::vector<std::string>(4, "1 sum 4"));
+  EXPECT_EQ(preloaded, std::vector<std::string>(8, "True"));
 }
 
 // Attempt 0's rank 0 SIGKILLs the zygote and fails once it is reaped; the

@@ -30,4 +30,20 @@ def main():
 main()
 )";
 
+// Rank 0 fails in attempt 0, after every rank has joined the process group.
+// In attempt 1 the last rank joins late: the others must wait for its new
+// address, not find attempt 0's.
+inline constexpr char kFlakyScript[] = R"(
+import os, time, torch, torch.distributed as dist
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+if attempt == 1 and int(os.environ["RANK"]) == int(os.environ["WORLD_SIZE"]) - 1:
+    time.sleep(1)
+dist.init_process_group("gloo")
+if attempt == 0 and dist.get_rank() == 0:
+    raise SystemExit(3)
+t = torch.ones(1); dist.all_reduce(t)
+print(f"attempt {attempt} sum {t.item():.0f}")
+dist.destroy_process_group()
+)";
+
 }  // namespace ddprun::test_support

@@ -77,27 +77,11 @@ main()
   EXPECT_NE(r.err.find("rank       : 1"), std::string::npos);
 }
 
-// Rank 0 fails in attempt 0, after every rank has joined the process group.
-// In attempt 1 the last rank joins late: the others must wait for its new
-// address, not find attempt 0's.
-const char kFlaky[] = R"(
-import os, time, torch, torch.distributed as dist
-attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-if attempt == 1 and int(os.environ["RANK"]) == int(os.environ["WORLD_SIZE"]) - 1:
-    time.sleep(1)
-dist.init_process_group("gloo")
-if attempt == 0 and dist.get_rank() == 0:
-    raise SystemExit(3)
-t = torch.ones(1); dist.all_reduce(t)
-print(f"attempt {attempt} sum {t.item():.0f}")
-dist.destroy_process_group()
-)";
-
 TEST(PythonWorkers, FailsOnceThenSucceedsAfterARestart) {
   // PyTorch 2.x uses the agent store without a per-attempt key prefix:
   // attempt 1 must not see attempt 0's Gloo addresses (torchrun 2.6 hangs
   // here; ddprun gives each attempt a new store).
-  const auto script = writeScript("flaky.py", kFlaky);
+  const auto script = writeScript("flaky.py", test_support::kFlakyScript);
   const auto r = runDdprun(
       {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script.string()}, kPython, 120s);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -107,25 +91,12 @@ TEST(PythonWorkers, FailsOnceThenSucceedsAfterARestart) {
 // The same on two nodes: the restarted round's workers get a store (on the
 // node of group rank 0) that no earlier worker has written to.
 TEST(PythonWorkers, TwoNodesRestartAfterAFailure) {
-  const auto script = writeScript("flaky_nodes.py", kFlaky);
-  const std::uint16_t port = test_support::freePort();
-  std::vector<std::unique_ptr<test_support::ChildProcess>> nodes;
-  for (int rank = 0; rank < 2; ++rank) {
-    nodes.push_back(std::make_unique<test_support::ChildProcess>(
-        std::vector<std::string>{test_support::kDdprun, "--nproc_per_node=2", "--nnodes=2",
-                                 "--node_rank=" + std::to_string(rank), "--master_addr=127.0.0.1",
-                                 "--master_port=" + std::to_string(port),
-                                 "--local_addr=127.0.0." + std::to_string(rank + 1),
-                                 "--max_restarts=1", "--log_prefix=", script.string()},
-        std::map<std::string, std::string>{{"PYTHON_EXEC", testPython()}, {"DDPRUN_TOKEN", ""}}));
-  }
+  const auto script = writeScript("flaky_nodes.py", test_support::kFlakyScript);
   std::vector<std::string> lines;
-  for (auto& node : nodes) {
-    const auto code = node->wait(120s);
-    const std::string err = node->stderrText();
-    ASSERT_TRUE(code) << err;
-    EXPECT_EQ(*code, 0) << err;
-    for (const auto& line : linesWith(node->stdoutText(), "attempt ")) lines.push_back(line);
+  for (const auto& node : test_support::runTwoStaticNodes(script, testPython(), {})) {
+    ASSERT_TRUE(node.code) << node.err;
+    EXPECT_EQ(*node.code, 0) << node.err;
+    for (const auto& line : linesWith(node.out, "attempt ")) lines.push_back(line);
   }
   EXPECT_EQ(lines, (std::vector<std::string>(4, "1 sum 4")));
 }
