@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -309,6 +310,43 @@ TEST(Preload, SigkillOfDdprunLeavesNoZygoteAndNoWorker) {
   process->signal(SIGKILL);
   ASSERT_EQ(process->wait(5s), 128 + SIGKILL);
   for (pid_t pid : all) EXPECT_TRUE(goneWithin(pid, 3s)) << "pid " << pid << " survived ddprun";
+}
+
+// ddprun's signals reach forked workers' handlers, and their output takes
+// the usual routes: prefixed on the console, tee'd into the attempt's files.
+TEST(Preload, SignalsAndLogsReachForkedWorkers) {
+  const fs::path dir = scratchDir();
+  const fs::path pids = dir / "pids";
+  const fs::path logs = dir / "logs";
+  const auto script =
+      writeScript(dir, "handler.py",
+                  "import os, signal, sys, time\n"
+                  "def stop(sig, frame):\n"
+                  "    print(f\"rank {os.environ['RANK']} got {sig}\", flush=True)\n"
+                  "    sys.exit(0)\n"
+                  "signal.signal(signal.SIGTERM, stop)\n"
+                  "open('" +
+                      pids.string() +
+                      "', 'a').write(f'{os.getpid()}\\n')\n"
+                      "time.sleep(100)\n");
+  std::vector<pid_t> workers;
+  auto process = startAndWait({"--nproc_per_node=2", "--preload=torch", "--tee=3",
+                               "--log_dir=" + logs.string(), "--rdzv_id=sig", script.string()},
+                              pids, 2, workers, kPython, 120s);
+  ASSERT_EQ(workers.size(), 2u) << process->stderrText();
+  process->signal(SIGTERM);
+  EXPECT_EQ(process->wait(30s), 128 + SIGTERM);
+  const std::string out = process->stdoutText();
+  for (int rank : {0, 1}) {
+    const std::string line = fmt::format("rank {} got {}", rank, SIGTERM);
+    EXPECT_NE(out.find(fmt::format("[rank {}]: {}", rank, line)), std::string::npos) << out;
+    const fs::path file =
+        test_support::launchDir(logs, "sig") / "attempt_0" / std::to_string(rank) / "stdout.log";
+    std::ifstream in(file);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(text.find(line), std::string::npos) << file;
+  }
+  for (pid_t pid : workers) EXPECT_TRUE(goneWithin(pid, 3s));
 }
 
 TEST(Preload, AModuleThatStartsAThreadAtImportIsRefused) {

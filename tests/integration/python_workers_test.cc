@@ -197,12 +197,14 @@ TEST(PythonWorkers, FileTimerKillsAHungWorkerAndTheJobRestarts) {
 // --watchdog_timeout without any change to the script: in attempt 0 rank 1
 // sleeps forever before an all_reduce that rank 0 (after a second of
 // compute) waits in. The node is found hung, rank 1 is blamed, the job
-// restarts and finishes.
+// restarts and finishes. (The barrier first: on a loaded machine rank 1 may
+// still be finishing init_process_group when rank 0 is done computing.)
 const char kHang[] = R"(
 import os, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 if attempt == 0:
+    dist.barrier()
     if dist.get_rank() == 1:
         time.sleep(3600)  # never reaches the all_reduce
     end = time.time() + 1.0  # rank 0 still computes when rank 1 stops
