@@ -85,6 +85,9 @@ struct Agent::Impl {
   void onJoined(const JoinResult& result);
   void onEvent(const protocol::Event& event);
   void onStoreLost(const std::string& reason);
+  // A round ended (or the store was lost) while its group waited for the
+  // zygote: end the round as its group would have.
+  void stopWaitingForZygote();
 
   void startAttempt();
   // Drops what belongs to the current attempt: its watchdog, its file
@@ -144,6 +147,7 @@ struct Agent::Impl {
   std::unique_ptr<FileTimerServer> fileTimer;
   std::unique_ptr<HangWatchdog> watchdog;  // --watchdog_timeout, per attempt
   std::unique_ptr<PythonZygote> zygote;    // --preload
+  bool waitingForZygote = false;           // a round's group waits for its import
   int exitCode = 0;
 };
 
@@ -285,9 +289,18 @@ void Agent::Impl::onEvent(const protocol::Event& event) {
   }
   if (group) {
     group->stop(SIGTERM);
+  } else if (waitingForZygote) {
+    stopWaitingForZygote();
   } else if (event.type == protocol::EventType::kJobFailed) {
     failJob(event.message, nullptr, static_cast<int>(event.exitCode));
   }
+}
+
+void Agent::Impl::stopWaitingForZygote() {
+  // As if this round's group had ended without a failure: leave, rejoin or
+  // fail as the stop code or the event says.
+  waitingForZygote = false;
+  onGroupDone(GroupOutcome{});
 }
 
 void Agent::Impl::onStoreLost(const std::string& reason) {
@@ -295,7 +308,11 @@ void Agent::Impl::onStoreLost(const std::string& reason) {
   std::cerr << "ddprun: error: lost " << rendezvous->where() << " (" << reason
             << "); stopping this node's workers\n";
   stopCode = 1;
-  if (group) group->stop(SIGTERM);  // a join in progress fails on its own
+  if (group) {
+    group->stop(SIGTERM);
+  } else if (waitingForZygote) {
+    stopWaitingForZygote();
+  }  // a join in progress fails on its own
 }
 
 // --- attempts ---------------------------------------------------------------
@@ -342,9 +359,13 @@ void Agent::Impl::endAttempt() {
 void Agent::Impl::startAttempt() {
   endAttempt();
   if (zygote && zygote->starting()) {
-    // The first group (or one after the zygote died) waits for its import.
+    // The first group (or one after the zygote died) waits for its import;
+    // what ends the round meanwhile is handled by stopWaitingForZygote().
+    waitingForZygote = true;
     zygote->whenReady([this] {
-      if (!stopCode) startAttempt();
+      if (!waitingForZygote) return;
+      waitingForZygote = false;
+      startAttempt();
     });
     return;
   }
@@ -642,6 +663,8 @@ void Agent::Impl::waitForSignal() {
     }
     if (group && !group->finished()) {
       group->stop(sig);
+    } else if (waitingForZygote) {
+      stopWaitingForZygote();  // leaves the round this node joined
     } else {
       finish(*stopCode);  // between rounds (or joining again): nothing to stop
     }

@@ -23,12 +23,14 @@ import time
 
 _ZYGOTE_FILE = __file__
 _CLONE_PARENT = 0x00008000
+_CLONE_CHILD_SETTID = 0x01000000
+_CLONE_CHILD_CLEARTID = 0x00200000
 _CLONE_INTO_CGROUP = 0x200000000
 _PR_SET_PDEATHSIG = 1
-_SYSCALLS = {  # clone3, clone, set_mempolicy
-    "x86_64": (435, 56, 238),
-    "aarch64": (435, 220, 237),
-    "ppc64le": (435, 120, 261),
+_SYSCALLS = {  # clone3, clone, set_mempolicy, set_robust_list, get_robust_list
+    "x86_64": (435, 56, 238, 273, 274),
+    "aarch64": (435, 220, 237, 99, 100),
+    "ppc64le": (435, 120, 261, 300, 299),
 }
 _MPOL_PREFERRED = 1
 _PR_SET_MM, _PR_SET_MM_MAP = 35, 14
@@ -48,6 +50,32 @@ _libc = ctypes.PyDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                         ctypes.c_ulong]
+_libc.pthread_self.restype = ctypes.c_void_p
+
+
+def _thread_state():
+    """What glibc's fork() fixes up in the child and a raw clone does not:
+    (address of this thread's tid in glibc's struct pthread, or None;
+    (robust list head, its size), or None). The tid's offset is the one
+    glibc publishes for debuggers (_thread_db_pthread_tid)."""
+    tid_address = None
+    try:
+        offset = (ctypes.c_uint32 * 3).in_dll(_libc, "_thread_db_pthread_tid")[2]
+        candidate = _libc.pthread_self() + offset
+        if ctypes.c_int.from_address(candidate).value == os.getpid():  # the main thread
+            tid_address = candidate
+    except (ValueError, AttributeError):
+        pass  # not glibc: the child keeps the zygote's cached tid
+    robust = None
+    numbers = _SYSCALLS.get(os.uname().machine)
+    if numbers is not None:
+        head, size = ctypes.c_void_p(), ctypes.c_size_t()
+        if _libc.syscall(numbers[4], 0, ctypes.byref(head), ctypes.byref(size)) == 0:
+            robust = (head.value, size.value)
+    return tid_address, robust
+
+
+_TID_ADDRESS, _ROBUST_LIST = _thread_state()
 
 
 def _send(sock, *fields):
@@ -134,16 +162,19 @@ def _preload(modules):
 
 def _clone(cgroup_fd):
     """fork(), with the agent as the child's parent, born in `cgroup_fd`."""
-    clone3, clone, _ = _SYSCALLS.get(os.uname().machine, (435, None, None))
+    numbers = _SYSCALLS.get(os.uname().machine)
+    clone3, clone = 435, numbers[1] if numbers else None  # clone3 has one number everywhere
     args = _CloneArgs(flags=_CLONE_PARENT)
-    if cgroup_fd >= 0:
+    if _TID_ADDRESS is not None:  # as glibc's fork(): the child's cached tid is its own
+        args.flags |= _CLONE_CHILD_SETTID | _CLONE_CHILD_CLEARTID
+        args.child_tid = _TID_ADDRESS
         args.flags |= _CLONE_INTO_CGROUP
         args.cgroup = cgroup_fd
     ctypes.pythonapi.PyOS_BeforeFork()
     pid = _libc.syscall(clone3, ctypes.byref(args), ctypes.sizeof(args))
     error = ctypes.get_errno()
     if pid < 0 and cgroup_fd >= 0 and error != 38:  # refused in the cgroup: outside it
-        args.flags = _CLONE_PARENT
+        args.flags &= ~_CLONE_INTO_CGROUP
         args.cgroup = 0
         pid = _libc.syscall(clone3, ctypes.byref(args), ctypes.sizeof(args))
         error = ctypes.get_errno()
@@ -151,6 +182,9 @@ def _clone(cgroup_fd):
         pid = _libc.syscall(clone, ctypes.c_ulong(_CLONE_PARENT), 0, 0, 0, 0)
         error = ctypes.get_errno()
     if pid == 0:
+        if _ROBUST_LIST is not None:  # the kernel dropped it; glibc's fork re-registers it
+            _libc.syscall(_SYSCALLS[os.uname().machine][3], ctypes.c_void_p(_ROBUST_LIST[0]),
+                          ctypes.c_size_t(_ROBUST_LIST[1]))
         ctypes.pythonapi.PyOS_AfterFork_Child()
     else:
         ctypes.pythonapi.PyOS_AfterFork_Parent()
@@ -187,7 +221,7 @@ def _show_as(argv, env):
     mm.arg_end = mm.arg_start + len(cmdline)
     mm.env_end = mm.env_start + len(environ)
     if _libc.prctl(_PR_SET_MM, _PR_SET_MM_MAP, ctypes.addressof(mm), ctypes.sizeof(mm), 0) == 0:
-        _KEPT.extend(buffers)
+        _KEPT.extend(buffers)  # else ps shows the zygote's (documented)
 
 
 class _Job:
@@ -201,11 +235,11 @@ def _become_worker(sock, agent, request, fds):
     """In the forked child: the worker's process state, as an exec'd one has."""
     out, err, report = fds[:3]
     cgroup_fd = fds[3] if len(fds) > 3 else -1
-    (_, cwd, cpus, memory_node, argc, *rest) = request
-    argc = int(argc)
-    argv = [os.fsdecode(a) for a in rest[:argc]]
-    env = rest[argc:]
     try:
+        (_, cwd, cpus, memory_node, argc, *rest) = request
+        argc = int(argc)
+        argv = [os.fsdecode(a) for a in rest[:argc]]
+        env = rest[argc:]
         os.setpgid(0, 0)
         _libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL when the agent dies
         if os.getppid() != agent:
@@ -218,15 +252,12 @@ def _become_worker(sock, agent, request, fds):
         sock.close()
         if cpus:
             os.sched_setaffinity(0, [int(c) for c in cpus.split(b",")])
-        if int(memory_node) >= 0:
-            call = _SYSCALLS.get(os.uname().machine)
-            if call is None:
-                raise OSError(f"no set_mempolicy number known for {os.uname().machine}")
+        call = _SYSCALLS.get(os.uname().machine)
+        if int(memory_node) >= 0 and call is not None:  # best effort, as before exec
             mask = (ctypes.c_ulong * 16)()
             node = int(memory_node)
             mask[node // 64] |= 1 << (node % 64)
-            if _libc.syscall(call[2], _MPOL_PREFERRED, mask, 16 * 64) != 0:
-                raise OSError(ctypes.get_errno(), "set_mempolicy")
+            _libc.syscall(call[2], _MPOL_PREFERRED, mask, 16 * 64)
         os.chdir(os.fsdecode(cwd))
         # The agent sends what differs from the environment it started the
         # zygote with: applied to the zygote's own (which a PYTHON_EXEC
@@ -238,7 +269,11 @@ def _become_worker(sock, agent, request, fds):
         for key in env[1 + count:]:
             os.environ.pop(os.fsdecode(key), None)
         sys.orig_argv = argv
-        _show_as(argv, [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in os.environ.items()])
+        try:
+            _show_as(argv,
+                     [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in os.environ.items()])
+        except (OSError, ValueError, IndexError):
+            pass  # cosmetic: ps shows the zygote's command line
         mode, target = ("module", argv[3]) if argv[2] == "-m" else ("script", argv[2])
         job = _Job(mode, target, argv[4:] if mode == "module" else argv[3:])
         _set_path0(mode, target)
@@ -246,7 +281,15 @@ def _become_worker(sock, agent, request, fds):
     except BaseException as e:
         os.write(report, f"{type(e).__name__}: {e}".encode())
         os._exit(127)
-    os.close(report)  # the agent reads end of file: the worker runs
+    # Set up: the agent reads end of file, then answers one byte. Without it
+    # (the zygote's reply was lost, so the agent exec'd this worker instead)
+    # this child must not run.
+    channel = socket.socket(fileno=report)
+    channel.shutdown(socket.SHUT_WR)
+    go = channel.recv(1)
+    channel.close()
+    if go != b"g":
+        os._exit(0)
     return job
 
 
@@ -268,17 +311,23 @@ def _reseed():
         numpy_random.seed()
 
 
+def _fatal(sock, why):
+    """Tells the agent why this zygote cannot serve and waits for it to close
+    the socket, so that the reason arrives before the exit."""
+    _send(sock, b"fatal", why)
+    sock.recv(1)
+    os._exit(1)
+
+
 def _serve(sock, agent, mode, target, modules):
     started = time.monotonic()
-    if not hasattr(ctypes.pythonapi, "PyOS_AfterFork_Child"):
-        _send(sock, b"fatal", f"{sys.executable} is not CPython 3.7 or newer, which the "
-                              f"zygote needs to fork (PyOS_AfterFork_Child)")
-        os._exit(1)
+    if sys.version_info < (3, 9) or not hasattr(ctypes.pythonapi, "PyOS_AfterFork_Child"):
+        _fatal(sock, f"{sys.executable} is not CPython 3.9 or newer, which the zygote needs "
+                     f"(socket.recv_fds, PyOS_AfterFork_Child)")
     _set_path0(mode, target)  # preloaded modules are found where the program finds them
     problem = _preload(modules)
     if problem is not None:
-        _send(sock, b"fatal", problem)
-        os._exit(1)
+        _fatal(sock, problem)
     _send(sock, b"ready", f"{time.monotonic() - started:.3f}")
     while True:
         request, fds = _receive(sock)
@@ -315,7 +364,8 @@ def _run(job):
 
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
-    main.__annotations__ = {}
+    if sys.version_info < (3, 14):  # as CPython's own __main__ until 3.13
+        main.__annotations__ = {}
     sys.modules["__main__"] = main
     if job.mode == "module":
         import runpy

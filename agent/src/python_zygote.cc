@@ -21,6 +21,7 @@
 #include "ddprun/common/logging.h"
 #include "ddprun/common/signal_names.h"
 #include "preload_zygote_source.h"
+#include "proc_info.h"
 
 namespace ddprun::agent {
 
@@ -157,8 +158,10 @@ PythonZygote::~PythonZygote() {
     process_->signalGroup(SIGKILL);
     guard_.unwatch(process_->pid());
     guard_.forgetChild(process_->pid());
-    while (::waitpid(process_->pid(), nullptr, 0) < 0 && errno == EINTR) {
-    }
+    // Never a blocking wait (a zygote in uninterruptible sleep on a hung
+    // file system must not keep ddprun from exiting): reaped if already
+    // dead, else by init once ddprun is gone.
+    ::waitpid(process_->pid(), nullptr, WNOHANG);
   }
 }
 
@@ -166,6 +169,7 @@ void PythonZygote::start() {
   ++generation_;
   ready_ = false;
   readyOnce_ = false;
+  counted_ = false;
   life_ = std::make_shared<int>(generation_);
   startedAt_ = std::chrono::steady_clock::now();
   int pair[2];
@@ -220,6 +224,7 @@ void PythonZygote::readHello() {
       const auto fields = splitFields(hello_);
       const std::string what = fields.size() > 1 ? fields[1] : "";
       if (fields[0] == "fatal") {
+        if (everReady_) return discard(what);  // a replacement: the job runs on
         fatal_ = true;
         waiting_.clear();
         onFatal_(what);
@@ -228,6 +233,7 @@ void PythonZygote::readHello() {
       if (fields[0] != "ready") return discard("it sent '" + fields[0] + "', not ready");
       ready_ = true;
       readyOnce_ = true;
+      everReady_ = true;
       DDPRUN_INFO("Preloaded {} in {} s (zygote pid {}); workers are forked from it.",
                   join(settings_.modules, ", "), what, process_->pid());
       auto waiting = std::move(waiting_);
@@ -255,7 +261,8 @@ void PythonZygote::onExit(ExitStatus status) {
   socket_.reset();
   ready_ = false;
   if (fatal_) return;
-  if (!wasReady) {
+  if (!everReady_) {
+    // The first zygote never got ready: the preload itself is broken.
     fatal_ = true;
     waiting_.clear();
     onFatal_(
@@ -265,17 +272,34 @@ void PythonZygote::onExit(ExitStatus status) {
                     join(settings_.modules, ", ")));
     return;
   }
+  if (!wasReady && !counted_) ++unusableInARow_;  // a replacement that died importing
+  if (unusableInARow_ >= kMaxUnusable) {
+    giveUp(
+        fmt::format("the preload zygote (pid {}) ended ({}); {} zygotes in a row could not "
+                    "fork a worker",
+                    pid, describe(status), unusableInARow_));
+    return;
+  }
   DDPRUN_WARN("The preload zygote (pid {}) ended ({}); starting a new one.", pid, describe(status));
   try {
     start();
   } catch (const std::exception& e) {
-    fatal_ = true;
-    onFatal_(e.what());
+    giveUp(e.what());
   }
+}
+
+void PythonZygote::giveUp(const std::string& why) {
+  gaveUp_ = true;
+  DDPRUN_WARN("{}; ddprun starts workers without a zygote from now on.", why);
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  for (auto& then : waiting) then();
 }
 
 void PythonZygote::discard(const std::string& why) {
   if (!process_) return;
+  if (!counted_) ++unusableInARow_;
+  counted_ = true;
   DDPRUN_WARN(
       "The preload zygote (pid {}) cannot fork workers: {}; ddprun starts them without "
       "it until a new zygote is ready.",
@@ -348,12 +372,20 @@ std::optional<pid_t> PythonZygote::fork(const ForkRequest& request) {
   }
   const auto fields = splitFields(reply);
   if (fields[0] == "ok" && fields.size() == 2) {
+    pid_t pid = 0;
     try {
-      const auto pid = static_cast<pid_t>(std::stol(fields[1]));
-      unusableInARow_ = 0;
-      return pid;
+      pid = static_cast<pid_t>(std::stol(fields[1]));
     } catch (const std::exception&) {
     }
+    // Only a child of this agent may be treated as a worker: a bad pid
+    // would be signalled and waited for.
+    const auto stat = pid > 1 ? readProcStat(pid) : std::nullopt;
+    if (stat && stat->parent == ::getpid()) {
+      unusableInARow_ = 0;
+      return pid;
+    }
+    discard(fmt::format("it answered pid {}, which is not a child of ddprun", fields[1]));
+    return std::nullopt;
   }
   discard(fields.size() > 1 ? fields[1] : "it sent a malformed reply");
   return std::nullopt;

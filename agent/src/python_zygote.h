@@ -12,7 +12,9 @@
 // exit codes, signals, logs and the orphan guarantees are those of an
 // exec'd worker. A zygote that dies after it was ready is replaced (workers
 // it forked run on: they are not its children); one that fails before, or
-// whose modules start a thread at import, is fatal: onFatal gets the reason.
+// whose modules start a thread at import, is fatal if it is the first: onFatal
+// gets the reason (a replacement that fails is counted; after three in a row
+// ddprun stops replacing them and execs workers).
 // When it cannot fork (dead, replaced, not ready), fork() answers nullopt and
 // the worker is exec'd as without --preload.
 //
@@ -77,6 +79,8 @@ class PythonZygote {
   std::optional<pid_t> fork(const ForkRequest& request);
   // Gives up on the current zygote (it is killed; onExit replaces it).
   void discard(const std::string& why);
+  // Stops replacing zygotes: workers are exec'd from now on.
+  void giveUp(const std::string& why);
 
   boost::asio::io_context& io_;
   OrphanGuard& guard_;
@@ -90,7 +94,9 @@ class PythonZygote {
   std::vector<char> hello_;
   std::chrono::steady_clock::time_point startedAt_;
   bool ready_ = false;
-  bool readyOnce_ = false;  // this zygote was ready (its death is replaced)
+  bool readyOnce_ = false;  // this zygote was ready
+  bool everReady_ = false;  // a zygote was: from then on failures are not fatal
+  bool counted_ = false;    // this zygote's failure is in unusableInARow_
   bool fatal_ = false;
   bool stopping_ = false;
   // Zygotes in a row that were ready but could not fork: at kMaxUnusable

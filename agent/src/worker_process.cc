@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 
@@ -134,6 +137,10 @@ pid_t cloneChild(const std::string& cgroupDir) {
   return static_cast<pid_t>(pid);
 }
 
+// How long a worker forked by the preload zygote may take to set itself up
+// (a working directory on a dead NFS mount must not hang the agent).
+constexpr std::chrono::seconds kForkedSetupLimit{30};
+
 // The fix for running out of descriptors; empty for other errors.
 std::string descriptorAdvice(int error) {
   if (error != EMFILE && error != ENFILE) return "";
@@ -245,30 +252,55 @@ std::optional<pid_t> WorkerProcess::forkChild(const std::vector<std::string>& ar
                                               const std::vector<std::string>& env,
                                               const CpuPlacement& placement, const Forker& forker,
                                               int out, int err) {
+  // Both ways: the child writes why it could not start, or shuts down its
+  // side once set up and waits for one byte before it runs the program.
   int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) {
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, report) != 0) {
     throw Error(fmt::format("cannot start '{}': {}{}", argv.at(0), std::strerror(errno),
                             descriptorAdvice(errno)));
   }
   const auto pid = forker(ForkRequest{argv, env, placement, out, err, report[1]});
   ::close(report[1]);
   if (!pid) {
-    ::close(report[0]);
+    ::close(report[0]);  // a child that was forked all the same reads EOF and exits
     return std::nullopt;
   }
-  // End of file: the child runs the program; text: why it could not.
   std::string why;
+  const auto deadline = std::chrono::steady_clock::now() + kForkedSetupLimit;
+  bool finished = false;
   char buffer[512];
-  ssize_t n = 0;
-  while ((n = ::read(report[0], buffer, sizeof buffer)) != 0) {
+  while (!finished) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{report[0], POLLIN, 0};
+    const int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    const ssize_t n = ::read(report[0], buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    if (why.size() < 4096) why.append(buffer, static_cast<std::size_t>(n));
+    finished = n <= 0;
+    if (n > 0 && why.size() < 4096) why.append(buffer, static_cast<std::size_t>(n));
   }
-  ::close(report[0]);
-  if (!why.empty()) {
+  if (!finished || !why.empty()) {
+    ::close(report[0]);
+    ::kill(*pid, SIGKILL);
     ::waitpid(*pid, nullptr, 0);
-    throw Error(fmt::format("cannot start '{}' from the preload zygote: {}", argv.at(0), why));
+    throw Error(fmt::format(
+        "cannot start '{}' from the preload zygote: {}", argv.at(0),
+        finished
+            ? why
+            : fmt::format(
+                  "it did not finish its set-up in {} s",
+                  std::chrono::duration_cast<std::chrono::seconds>(kForkedSetupLimit).count())));
+  }
+  const char go = 'g';
+  const bool told = ::write(report[0], &go, 1) == 1;
+  ::close(report[0]);
+  if (!told) {
+    ::kill(*pid, SIGKILL);
+    ::waitpid(*pid, nullptr, 0);
+    throw Error(fmt::format("cannot start '{}' from the preload zygote: {}", argv.at(0),
+                            std::strerror(errno)));
   }
   return pid;
 }

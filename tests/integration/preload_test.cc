@@ -115,8 +115,18 @@ import ctypes, json, os, signal, sys
 preloaded = "torch" in sys.modules
 varying = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "DDPRUN_TOKEN", "TORCHELASTIC_ERROR_FILE",
            "DDPRUN_STORE_PORT", "DDPRUN_STORE_PREFIX"}
+libc = ctypes.CDLL(None)
 pdeathsig = ctypes.c_int()
-ctypes.CDLL(None).prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)
+libc.prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)
+# glibc's own record of this thread: its tid, and the robust-mutex list
+# registered with the kernel (what glibc's fork() sets up in a child).
+libc.pthread_self.restype = ctypes.c_void_p
+offset = (ctypes.c_uint32 * 3).in_dll(libc, "_thread_db_pthread_tid")[2]
+glibc_tid = ctypes.c_int.from_address(libc.pthread_self() + offset).value
+head, size = ctypes.c_void_p(), ctypes.c_size_t()
+import platform
+libc.syscall({"x86_64": 274, "aarch64": 100}[platform.machine()], 0, ctypes.byref(head),
+             ctypes.byref(size))
 names = ["SIGINT", "SIGTERM", "SIGPIPE", "SIGCHLD", "SIGHUP", "SIGUSR1", "SIGXFSZ", "SIGQUIT"]
 state = {
     "env": {k: ("*" if k in varying else v) for k, v in os.environ.items()},
@@ -132,6 +142,7 @@ state = {
     "stdout": [os.readlink(f"/proc/self/fd/{fd}")[:5] for fd in (1, 2)],
     "write_through": sys.stdout.write_through, "stdin": os.path.exists("/proc/self/fd/0"),
     "main_module": sys.modules["__main__"] is sys.modules[__name__],
+    "glibc_tid_is_pid": glibc_tid == os.getpid(), "robust_list": bool(head.value),
 }
 print("STATE", os.environ["RANK"], json.dumps(state, sort_keys=True))
 print("PRELOADED", preloaded)
@@ -347,6 +358,30 @@ TEST(Preload, SignalsAndLogsReachForkedWorkers) {
     EXPECT_NE(text.find(line), std::string::npos) << file;
   }
   for (pid_t pid : workers) EXPECT_TRUE(goneWithin(pid, 3s));
+}
+
+// A signal while the zygote still imports (a slow shared file system) ends
+// ddprun at once, zygote included.
+TEST(Preload, ASignalDuringTheImportStopsDdprunAtOnce) {
+  const fs::path dir = scratchDir();
+  const fs::path started = dir / "importing";
+  writeScript(dir, "slow_module.py",
+              "import time\nopen('" + started.string() + "', 'w').close()\ntime.sleep(60)\n");
+  const auto script = writeScript(dir, "main.py", "print('ran')\n");
+  test_support::ChildProcess process(
+      {test_support::kDdprun, "--nproc_per_node=2", "--preload=slow_module", script.string()},
+      kPython);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!fs::exists(started) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(fs::exists(started)) << process.stderrText();
+  const auto zygotes = zygotesOf(process.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  process.signal(SIGTERM);
+  EXPECT_EQ(process.wait(5s), 128 + SIGTERM) << process.stderrText();
+  EXPECT_EQ(process.stdoutText().find("ran"), std::string::npos);
+  EXPECT_TRUE(goneWithin(zygotes[0], 3s));
 }
 
 TEST(Preload, AModuleThatStartsAThreadAtImportIsRefused) {
