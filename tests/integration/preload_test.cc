@@ -384,6 +384,24 @@ TEST(Preload, ASignalDuringTheImportStopsDdprunAtOnce) {
   EXPECT_TRUE(goneWithin(zygotes[0], 3s));
 }
 
+// A zygote that answers a pid that is not ddprun's child (here a preloaded
+// module patches it to answer 1, init) is given up; the workers are exec'd
+// and nothing else is signalled or waited for.
+TEST(Preload, AZygoteAnsweringAForeignPidIsGivenUp) {
+  const fs::path dir = scratchDir();
+  writeScript(dir, "liar.py", "import sys\nsys.modules['__main__']._clone = lambda fd: 1\n");
+  const auto script = writeScript(
+      dir, "main.py", "import os, sys\nprint('ran', os.environ['RANK'], 'torch' in sys.modules)\n");
+  const auto r =
+      runDdprun({"--nproc_per_node=2", "--log_prefix=", "--preload=torch,liar", script.string()},
+                kPython, 120s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(sorted(linesWith(r.out, "ran ")), (std::vector<std::string>{"0 False", "1 False"}))
+      << r.out;
+  EXPECT_NE(r.err.find("it answered pid 1, which is not a child of ddprun"), std::string::npos)
+      << r.err;
+}
+
 TEST(Preload, AModuleThatStartsAThreadAtImportIsRefused) {
   const fs::path dir = scratchDir();
   writeScript(dir, "poller.py", R"py(
