@@ -384,6 +384,66 @@ TEST(Preload, ASignalDuringTheImportStopsDdprunAtOnce) {
   EXPECT_TRUE(goneWithin(zygotes[0], 3s));
 }
 
+// Elastic: node A's round ends (node B joins) while A's group still waits
+// for its zygote's import. A leaves that round and joins the next one, and
+// its workers are forked for the round they belong to.
+TEST(Preload, ARoundThatEndsDuringTheImportIsJoinedAgain) {
+  const fs::path dir = scratchDir();
+  const fs::path started = dir / "importing";
+  writeScript(dir, "slow_module.py",
+              "import time\nopen('" + started.string() + "', 'w').close()\ntime.sleep(4)\n");
+  const auto script = writeScript(dir, "sum.py", R"py(
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1); dist.all_reduce(t)
+print(f"world {os.environ['WORLD_SIZE']} sum {t.item():.0f}")
+dist.destroy_process_group()
+)py");
+  const std::uint16_t port = test_support::freePort();
+  auto startNode = [&](int index, bool preload) {
+    std::vector<std::string> argv = {
+        test_support::kDdprun,
+        "--nnodes=1:2",
+        "--nproc_per_node=2",
+        "--rdzv_backend=c10d",
+        fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
+        "--rdzv_id=slow",
+        fmt::format("--local_addr=127.0.0.{}", index + 1),
+        fmt::format("--rdzv_conf=last_call_timeout=0.5,close_timeout=10,is_host={}",
+                    index == 0 ? 1 : 0),
+        "--log_prefix=",
+        "--max_restarts=0"};
+    if (preload) argv.push_back("--preload=torch,slow_module");
+    argv.push_back(script.string());
+    auto env = kPython;
+    env["DDPRUN_TOKEN"] = "preload-test";
+    return std::make_unique<test_support::ChildProcess>(argv, env);
+  };
+  auto first = startNode(0, true);
+  std::string firstErr;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(fs::exists(started) && firstErr.find("Round 1:") != std::string::npos)) {
+    firstErr += first->drainStderr();
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(fs::exists(started) && firstErr.find("Round 1:") != std::string::npos) << firstErr;
+  auto second = startNode(1, false);
+  std::vector<std::string> sums;
+  for (auto* node : {first.get(), second.get()}) {
+    const auto code = node->wait(120s);
+    const std::string err =
+        node == first.get() ? firstErr + node->stderrText() : node->stderrText();
+    ASSERT_TRUE(code) << err;
+    EXPECT_EQ(*code, 0) << err;
+    for (const auto& line : linesWith(node->stdoutText(), "world ")) sums.push_back(line);
+    if (node == first.get()) {
+      EXPECT_NE(err.find("Round 1 ended"), std::string::npos) << err;
+    }
+  }
+  EXPECT_EQ(sums, std::vector<std::string>(4, "4 sum 4"));
+}
+
 // A zygote that answers a pid that is not ddprun's child (here a preloaded
 // module patches it to answer 1, init) is given up; the workers are exec'd
 // and nothing else is signalled or waited for.
