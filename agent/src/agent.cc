@@ -577,7 +577,6 @@ void Agent::Impl::reapAdopted() {
     if (group) {
       for (const auto& w : group->watchedWorkers()) workers.insert(w.pid);
     }
-    if (zygote && zygote->pid() > 0) workers.insert(zygote->pid());
     guard.reapAdopted(workers);
     reapAdopted();
   });

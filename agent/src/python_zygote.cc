@@ -10,6 +10,7 @@
 #include <boost/asio/read.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <array>
 #include <cerrno>
@@ -20,6 +21,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/signal_names.h"
+#include "fd_wait.h"
 #include "preload_zygote_source.h"
 #include "proc_info.h"
 
@@ -40,27 +42,6 @@ constexpr std::uint32_t kMaxReply = 64 * 1024;
 std::string describe(const ExitStatus& status) {
   return status.signaled ? fmt::format("killed by {}", signalName(status.signal))
                          : fmt::format("exit code {}", status.code);
-}
-
-std::string join(const std::vector<std::string>& items, const char* separator) {
-  std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : separator) + item;
-  return text;
-}
-
-// Waits until `fd` is ready for `events`, at most until `deadline`; false
-// on timeout or error.
-bool waitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left));
-    if (n > 0) return (p.revents & events) != 0 || (p.revents & POLLHUP) != 0;
-    if (n < 0 && errno != EINTR) return false;
-  }
 }
 
 // Sends `data`, the descriptors with its first byte; "" or what went wrong.
@@ -166,12 +147,10 @@ PythonZygote::~PythonZygote() {
 }
 
 void PythonZygote::start() {
-  ++generation_;
   ready_ = false;
   readyOnce_ = false;
   counted_ = false;
-  life_ = std::make_shared<int>(generation_);
-  startedAt_ = std::chrono::steady_clock::now();
+  life_ = std::make_shared<int>(0);
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
     throw Error(
@@ -186,7 +165,7 @@ void PythonZygote::start() {
                                    std::to_string(::getpid()),
                                    module ? "module" : "script",
                                    command.at(module ? 3 : 2),
-                                   join(settings_.modules, ",")};
+                                   fmt::format("{}", fmt::join(settings_.modules, ","))};
   SpawnOptions options;
   options.outputToAgentStderr = true;
   options.passFd = pair[1];
@@ -203,7 +182,7 @@ void PythonZygote::start() {
   socket_ = std::make_unique<asio::local::stream_protocol::socket>(
       io_, asio::local::stream_protocol(), pair[0]);
   DDPRUN_DEBUG("Preload zygote (pid {}) is importing {}.", process_->pid(),
-               join(settings_.modules, ", "));
+               fmt::join(settings_.modules, ", "));
   std::weak_ptr<int> alive = life_;
   process_->waitForExit([this, alive](ExitStatus status) {
     if (alive.lock()) onExit(status);
@@ -235,7 +214,7 @@ void PythonZygote::readHello() {
       readyOnce_ = true;
       everReady_ = true;
       DDPRUN_INFO("Preloaded {} in {} s (zygote pid {}); workers are forked from it.",
-                  join(settings_.modules, ", "), what, process_->pid());
+                  fmt::join(settings_.modules, ", "), what, process_->pid());
       auto waiting = std::move(waiting_);
       waiting_.clear();
       for (auto& then : waiting) then();
@@ -268,8 +247,8 @@ void PythonZygote::onExit(ExitStatus status) {
     onFatal_(
         fmt::format("the preload zygote (pid {}) ended ({}) before it had imported {}; "
                     "run `{} -c 'import {}'` to see why",
-                    pid, describe(status), join(settings_.modules, ", "), settings_.command.at(0),
-                    join(settings_.modules, ", ")));
+                    pid, describe(status), fmt::join(settings_.modules, ", "),
+                    settings_.command.at(0), fmt::join(settings_.modules, ", ")));
     return;
   }
   if (!wasReady && !counted_) ++unusableInARow_;  // a replacement that died importing

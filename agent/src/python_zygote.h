@@ -65,12 +65,8 @@ class PythonZygote {
   // Runs `then` once the zygote is ready, or ddprun gave up forking
   // workers (they are exec'd): now, if so. Not run if the zygote is fatal.
   void whenReady(std::function<void()> then);
-  // The zygote's pid, or -1 between a death and its replacement.
-  pid_t pid() const { return process_ ? process_->pid() : -1; }
   // The Forker workers are started with (see WorkerProcess).
   const Forker& forker() const { return forker_; }
-  // How many zygotes were started (1 + replacements).
-  int generation() const { return generation_; }
 
  private:
   void start();
@@ -92,7 +88,6 @@ class PythonZygote {
   std::unique_ptr<boost::asio::local::stream_protocol::socket> socket_;
   std::vector<std::function<void()>> waiting_;
   std::vector<char> hello_;
-  std::chrono::steady_clock::time_point startedAt_;
   bool ready_ = false;
   bool readyOnce_ = false;  // this zygote was ready
   bool everReady_ = false;  // a zygote was: from then on failures are not fatal
@@ -103,7 +98,6 @@ class PythonZygote {
   // ddprun stops replacing them and execs the workers.
   int unusableInARow_ = 0;
   bool gaveUp_ = false;
-  int generation_ = 0;
   // Bumped by every start: exit handlers of an older zygote do nothing.
   std::shared_ptr<int> life_;
 };

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/sched.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -24,6 +23,7 @@
 #include <cstring>
 
 #include "ddprun/common/error.h"
+#include "fd_wait.h"
 
 namespace ddprun::agent {
 
@@ -174,7 +174,6 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
   }
   std::optional<pid_t> forked;
   if (options.forker) forked = forkChild(argv, env, placement, *options.forker, out, err);
-  forked_ = forked.has_value();
   pid_ = forked ? *forked : execChild(argv, env, placement, options, out, err);
   try {
     handle_ = bp::process_handle(io.get_executor(), pid_);
@@ -269,13 +268,7 @@ std::optional<pid_t> WorkerProcess::forkChild(const std::vector<std::string>& ar
   const auto deadline = std::chrono::steady_clock::now() + kForkedSetupLimit;
   bool finished = false;
   char buffer[512];
-  while (!finished) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{report[0], POLLIN, 0};
-    const int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) break;
+  while (!finished && waitFor(report[0], POLLIN, deadline)) {
     const ssize_t n = ::read(report[0], buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     finished = n <= 0;

@@ -91,8 +91,6 @@ class WorkerProcess {
 
   boost::asio::readable_pipe& stdoutPipe() { return stdout_; }
   boost::asio::readable_pipe& stderrPipe() { return stderr_; }
-  // It was forked by a SpawnOptions::forker (not exec'd here).
-  bool forked() const { return forked_; }
 
  private:
   // Clones and execs; returns the child's pid (throws on failure).
@@ -107,7 +105,6 @@ class WorkerProcess {
   boost::asio::readable_pipe stderr_;
   boost::process::v2::process_handle handle_;
   pid_t pid_ = -1;
-  bool forked_ = false;
 };
 
 }  // namespace ddprun::agent

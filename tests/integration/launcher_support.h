@@ -29,12 +29,10 @@ struct RunResult {
   std::string err;
 };
 
-// Runs ddprun with `args` to completion (bounded by `timeout`).
-inline RunResult runDdprun(const std::vector<std::string>& args,
-                           const std::map<std::string, std::string>& env = {},
-                           std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  std::vector<std::string> argv = {kDdprun};
-  argv.insert(argv.end(), args.begin(), args.end());
+// Runs `argv` to completion (bounded by `timeout`).
+inline RunResult runCommand(const std::vector<std::string>& argv,
+                            const std::map<std::string, std::string>& env,
+                            std::chrono::milliseconds timeout) {
   ChildProcess process(argv, env);
   RunResult result;
   // Read both pipes while waiting so a chatty run never blocks on them.
@@ -52,6 +50,15 @@ inline RunResult runDdprun(const std::vector<std::string>& args,
   result.out += process.stdoutText();
   result.err += process.stderrText();
   return result;
+}
+
+// Runs ddprun with `args` to completion (bounded by `timeout`).
+inline RunResult runDdprun(const std::vector<std::string>& args,
+                           const std::map<std::string, std::string>& env = {},
+                           std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  std::vector<std::string> argv = {kDdprun};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return runCommand(argv, env, timeout);
 }
 
 // True when `pid` no longer runs (gone, or a zombie waiting to be reaped).

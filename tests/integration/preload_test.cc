@@ -170,21 +170,7 @@ TEST(Preload, EachRankHasTheProcessStateOfAnExecdWorker) {
       std::vector<std::string> full = {"/bin/sh",    "-c", "cd \"$0\" && shift && exec \"$@\"",
                                        dir.string(), "_",  test_support::kDdprun};
       full.insert(full.end(), a.begin(), a.end());
-      test_support::ChildProcess process(full, kPython);
-      test_support::RunResult result;
-      const auto deadline = std::chrono::steady_clock::now() + 120s;
-      while (std::chrono::steady_clock::now() < deadline) {
-        result.out += process.drainStdout();
-        result.err += process.drainStderr();
-        if (auto code = process.wait(0ms)) {
-          result.code = *code;
-          break;
-        }
-        std::this_thread::sleep_for(5ms);
-      }
-      result.out += process.stdoutText();
-      result.err += process.stderrText();
-      return result;
+      return test_support::runCommand(full, kPython, 120s);
     };
     const auto plain = run(args);
     ASSERT_EQ(plain.code, 0) << plain.err;

@@ -236,16 +236,22 @@ std::string HttpConnection::readLine() {
   Impl& c = *impl_;
   if (!c.stream) throw NetworkError(fmt::format("no stream is open to etcd at {}", endpoint_));
   auto& parser = *c.stream;
-  if (!parser.is_header_done()) {
+  // One read of the stream, without a deadline (etcd pushes when it has
+  // news); a failure closes the connection.
+  auto read = [&](auto start) {
     const beast::error_code ec = c.run(Clock::time_point::max(), [&](auto handler) {
-      c.withStream(
-          [&](auto& s) { http::async_read_header(s, c.buffer, parser, std::move(handler)); });
+      c.withStream([&](auto& s) { start(s, std::move(handler)); });
     });
     if (ec) {
       c.close();
       throw NetworkError(
           fmt::format("the stream from etcd at {} broke: {}", endpoint_, ec.message()));
     }
+  };
+  if (!parser.is_header_done()) {
+    read([&](auto& s, auto handler) {
+      http::async_read_header(s, c.buffer, parser, std::move(handler));
+    });
     if (parser.get().result() != http::status::ok) {
       c.run(Clock::now() + c.options.requestTimeout, [&](auto handler) {
         c.withStream([&](auto& s) { http::async_read(s, c.buffer, parser, std::move(handler)); });
@@ -266,15 +272,9 @@ std::string HttpConnection::readLine() {
       c.close();
       throw NetworkError(fmt::format("etcd at {} ended the stream", endpoint_));
     }
-    const beast::error_code ec = c.run(Clock::time_point::max(), [&](auto handler) {
-      c.withStream(
-          [&](auto& s) { http::async_read_some(s, c.buffer, parser, std::move(handler)); });
+    read([&](auto& s, auto handler) {
+      http::async_read_some(s, c.buffer, parser, std::move(handler));
     });
-    if (ec) {
-      c.close();
-      throw NetworkError(
-          fmt::format("the stream from etcd at {} broke: {}", endpoint_, ec.message()));
-    }
   }
 }
 
