@@ -155,14 +155,13 @@ TEST(Preload, EachRankHasTheProcessStateOfAnExecdWorker) {
   fs::create_directories(dir / "pkg");
   writeScript(dir, "pkg/__init__.py", "");
   writeScript(dir, "pkg/probe.py", kProbe);
-  for (const bool module : {false, true}) {
-    SCOPED_TRACE(module ? "-m pkg.probe" : "probe.py");
+  writeScript(dir, "probe_script", kProbe);  // no .py: run with --run_path
+  const std::vector<std::vector<std::string>> programs = {
+      {(dir / "probe.py").string()}, {"-m", "pkg.probe"}, {"--run_path", "probe_script"}};
+  for (const auto& program : programs) {
+    SCOPED_TRACE(program.back());
     std::vector<std::string> args = {"--nproc_per_node=3", "--log_prefix=", "--max_restarts=0"};
-    if (module) {
-      args.insert(args.end(), {"-m", "pkg.probe"});
-    } else {
-      args.push_back((dir / "probe.py").string());
-    }
+    args.insert(args.end(), program.begin(), program.end());
     args.insert(args.end(), {"arg 1", "0"});
     auto preloadArgs = args;
     preloadArgs.insert(preloadArgs.begin(), "--preload=torch");
@@ -446,6 +445,19 @@ TEST(Preload, AZygoteAnsweringAForeignPidIsGivenUp) {
       << r.out;
   EXPECT_NE(r.err.find("it answered pid 1, which is not a child of ddprun"), std::string::npos)
       << r.err;
+}
+
+TEST(Preload, PetPreloadIsTheOption) {
+  const auto script = writeScript(scratchDir(), "main.py", "print('ran')\n");
+  auto env = kPython;
+  env["PET_PRELOAD"] = "no_such_module";
+  const auto r = runDdprun({script.string()}, env, 60s);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("ddprun: error: --preload no_such_module: importing 'no_such_module' "
+                       "failed: No module named 'no_such_module'"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("ran"), std::string::npos);
 }
 
 TEST(Preload, AModuleThatStartsAThreadAtImportIsRefused) {
