@@ -646,6 +646,11 @@ void Agent::Impl::onHang(const HangReport& report) {
                                  : std::string());
   DDPRUN_WARN("Worker rank {} (pid {}) is {}.", rank, report.pid, cause);
   for (const auto& line : report.details) DDPRUN_WARN("  worker rank {}: {}", rank, line);
+  for (const auto& peer : report.peers) {
+    DDPRUN_WARN("  other worker rank {}: last progress {:.1f} s ago{}{}",
+                static_cast<int>(assignment.rankOffset) + peer.localRank, peer.stalledSeconds,
+                peer.where.empty() ? "" : "; ", peer.where);
+  }
   group->noteCause(report.localRank, cause, report.details);
   ::kill(report.pid, SIGKILL);
 }

@@ -118,22 +118,47 @@ void HangWatchdog::sample() {
                             ? -1  // the only live worker
                             : std::chrono::duration<double>(secondEarliest - earliest).count();
   report.details = describeStuckProcess(first->pid);
+  for (const auto& w : workers) {
+    if (&w == first) continue;
+    report.peers.push_back(
+        {w.localRank, std::chrono::duration<double>(now - progress_.at(w.pid).lastProgress).count(),
+         describeWait(w.pid)});
+  }
   onHang_(report);
+}
+
+namespace {
+
+std::string stateLine(pid_t pid) {
+  const auto stat = readProcStat(pid);
+  if (!stat) return {};
+  const char* meaning = stat->state == 'R'   ? "running"
+                        : stat->state == 'S' ? "sleeping"
+                        : stat->state == 'D' ? "uninterruptible sleep (in the kernel)"
+                        : stat->state == 'T' ? "stopped"
+                        : stat->state == 'Z' ? "zombie"
+                                             : "other";
+  return fmt::format("state {} ({})", stat->state, meaning);
+}
+
+std::string wchanLine(pid_t pid) {
+  const std::string wchan = readProcLine(pid, "wchan");
+  return wchan.empty() || wchan == "0" ? std::string() : "waiting in " + wchan;
+}
+
+}  // namespace
+
+std::string describeWait(pid_t pid) {
+  std::string line = stateLine(pid);
+  const std::string wchan = wchanLine(pid);
+  if (!line.empty() && !wchan.empty()) line += ", ";
+  return line + wchan;
 }
 
 std::vector<std::string> describeStuckProcess(pid_t pid) {
   std::vector<std::string> lines;
-  if (const auto stat = readProcStat(pid)) {
-    const char* meaning = stat->state == 'R'   ? "running"
-                          : stat->state == 'S' ? "sleeping"
-                          : stat->state == 'D' ? "uninterruptible sleep (in the kernel)"
-                          : stat->state == 'T' ? "stopped"
-                          : stat->state == 'Z' ? "zombie"
-                                               : "other";
-    lines.push_back(fmt::format("state {} ({})", stat->state, meaning));
-  }
-  const std::string wchan = readProcLine(pid, "wchan");
-  if (!wchan.empty() && wchan != "0") lines.push_back("waiting in " + wchan);
+  if (std::string state = stateLine(pid); !state.empty()) lines.push_back(std::move(state));
+  if (std::string wchan = wchanLine(pid); !wchan.empty()) lines.push_back(std::move(wchan));
   std::ifstream stack("/proc/" + std::to_string(pid) + "/stack");  // root only
   std::string frame;
   int frames = 0;

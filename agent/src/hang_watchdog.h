@@ -6,10 +6,11 @@
 // DataLoader workers and other children count too, and the CPU time of
 // children they reaped): CPU time (more than 2 %
 // of a sampling period, at least two clock ticks, so idle housekeeping
-// threads do not count) or bytes read or written through any descriptor
-// (/proc/<pid>/io rchar + wchar: output, files, sockets — a collective
-// moving data). A worker blocked in a collective, sleeping, or stuck in
-// uninterruptible sleep shows neither.
+// threads do not count) or bytes read or written (/proc/<pid>/io: through
+// any descriptor — output, files, sockets, a collective moving data — and
+// through the storage layer, so a worker paging in a memory-mapped dataset
+// or model with little CPU is busy too). A worker blocked in a collective,
+// sleeping, or stuck in uninterruptible sleep shows neither.
 //
 // The node is hung when none of its workers progressed (or exited) for the
 // timeout: a rank that never reaches the collective its peers wait in
@@ -53,6 +54,14 @@ struct HangReport {
   double stalledSeconds = 0;         // since this worker last progressed
   double aheadSeconds = 0;           // how much earlier it stalled than the next; -1: alone
   std::vector<std::string> details;  // state, wchan, kernel stack, Python stack
+  // The node's other workers, for the log: when each stopped and where it
+  // waits, so a report that blames the wrong rank still shows the truth.
+  struct Peer {
+    int localRank = 0;
+    double stalledSeconds = 0;
+    std::string where;  // "state S (sleeping), waiting in futex_do_wait"
+  };
+  std::vector<Peer> peers;
 };
 
 class HangWatchdog {
@@ -100,5 +109,7 @@ class HangWatchdog {
 // State, wchan, kernel stack and (with py-spy on PATH) the Python stack of
 // `pid`, as far as this process may read them.
 std::vector<std::string> describeStuckProcess(pid_t pid);
+// Its state and wchan on one line; "" when it is gone.
+std::string describeWait(pid_t pid);
 
 }  // namespace ddprun::agent

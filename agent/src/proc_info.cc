@@ -46,7 +46,9 @@ std::uint64_t readProcIoBytes(pid_t pid) {
   std::string key;
   std::uint64_t value = 0, total = 0;
   while (file >> key >> value) {
-    if (key == "rchar:" || key == "wchar:") total += value;
+    if (key == "rchar:" || key == "wchar:" || key == "read_bytes:" || key == "write_bytes:") {
+      total += value;
+    }
   }
   return total;
 }

@@ -27,8 +27,10 @@ struct ProcStat {
 std::optional<ProcStat> readProcStat(pid_t pid);
 // The first line of /proc/<pid>/<file> ("comm", "wchan"), or "".
 std::string readProcLine(pid_t pid, const char* file);
-// rchar + wchar of /proc/<pid>/io: bytes read and written through any
-// descriptor; 0 when unreadable.
+// What /proc/<pid>/io counts, summed: rchar + wchar (bytes read and written
+// through any descriptor) and read_bytes + write_bytes (bytes it made the
+// storage layer fetch or dirtied, which also counts I/O through a memory
+// map that the descriptor counters miss); 0 when unreadable.
 std::uint64_t readProcIoBytes(pid_t pid);
 
 }  // namespace ddprun::agent

@@ -218,7 +218,9 @@ dist.destroy_process_group()
 
 TEST(PythonWorkers, TheWatchdogFindsARankThatNeverReachesTheCollective) {
   const auto script = writeScript("hang.py", kHang);
-  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1", "--watchdog_timeout=3",
+  // 5 s: more than any quiet spell of a start-up on a loaded machine (both
+  // ranks waiting on a slow disk or a retransmitted connect at once).
+  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1", "--watchdog_timeout=5",
                             "--log_prefix=", script.string()},
                            kPython, 120s);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -230,10 +232,61 @@ TEST(PythonWorkers, TheWatchdogFindsARankThatNeverReachesTheCollective) {
       std::regex(R"(Worker rank 1 \(pid \d+\) is hung: no worker of this node made progress )"
                  R"(\(CPU or I/O\) for (\d+\.\d) s)")))
       << r.err;
-  // Its stall began at most one sampling period (0.75 s) before its last
+  // Its stall began at most one sampling period (1.25 s) before its last
   // sample with progress: found within the timeout + 2 s.
-  EXPECT_LT(std::stod(m[1]) + 0.75, 3.0 + 2.0) << r.err;
+  EXPECT_LT(std::stod(m[1]) + 1.25, 5.0 + 2.0) << r.err;
   EXPECT_NE(r.err.find("worker rank 1: state S (sleeping)"), std::string::npos) << r.err;
+}
+
+// Rank 0 pages a memory-mapped file in from the disk (a dataset read with
+// np.memmap, a checkpoint loaded with mmap=True): no descriptor read and
+// almost no CPU, only storage reads. Rank 1 waits. That node is busy, not
+// hung.
+const char kPageIn[] = R"(
+import mmap, os, sys, time
+if os.environ["RANK"] != "0":
+    time.sleep(4)
+    sys.exit(0)
+def storage_reads():
+    with open("/proc/self/io") as f:
+        return int(dict(line.split(": ") for line in f.read().splitlines())["read_bytes"])
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # its pages must come from the disk
+before = storage_reads()
+data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+end = time.monotonic() + 4
+offset = 0
+while time.monotonic() < end and offset < size:
+    data[offset]  # a page fault that waits for the disk
+    offset += 1 << 20
+    time.sleep(0.04)
+print(f"paged {offset >> 20} MiB in, {(storage_reads() - before) >> 20} MiB from the disk", flush=True)
+)";
+
+TEST(PythonWorkers, TheWatchdogCountsPagingInAMemoryMapAsProgress) {
+  const auto script = writeScript("page_in.py", kPageIn);
+  // On the build tree's disk (a /tmp on tmpfs would never read from a disk).
+  const fs::path data =
+      fs::path(test_support::kBinDir) / ("page-in-" + std::to_string(::getpid()) + ".bin");
+  {
+    const std::string chunk(1 << 20, 'x');
+    std::ofstream out(data, std::ios::binary);
+    for (int i = 0; i < 128; ++i)
+      out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+  }
+  ::sync();  // written back, so the worker can drop the pages from the cache
+  const auto r = runDdprun({"--nproc_per_node=2", "--watchdog_timeout=1",
+                            "--log_prefix=", script.string(), data.string()},
+                           kPython, 60s);
+  fs::remove(data);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("hung"), std::string::npos) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(r.out, m, std::regex(R"(paged (\d+) MiB in, (\d+) MiB from the disk)")))
+      << r.out << r.err;
+  EXPECT_GT(std::stoi(m[2]), 0) << "the file never came from the disk: " << r.out;
 }
 
 }  // namespace
