@@ -21,7 +21,7 @@ HangWatchdog::HangWatchdog(asio::io_context& io, std::chrono::milliseconds timeo
                            WorkersFn workers, HangFn onHang)
     : timeout_(timeout),
       period_(
-          std::clamp(timeout / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(5000))),
+          std::clamp(timeout / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000))),
       workers_(std::move(workers)),
       onHang_(std::move(onHang)),
       timer_(io) {

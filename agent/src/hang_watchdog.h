@@ -20,8 +20,10 @@
 // rank-0 evaluation while the others wait at a barrier is safe.
 //
 // The counters have no change notification, so this is the one place the
-// agent samples: every min(timeout / 4, 5 s), only while --watchdog_timeout
-// is set.
+// agent samples: every min(timeout / 4, 1 s), only while --watchdog_timeout
+// is set. The cap is the resolution of "stopped first": peers block in the
+// collective soon after the culprit stops, often within a step. One sample
+// reads /proc/<pid>/stat of every process (about 9 us each).
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once

@@ -195,9 +195,9 @@ TEST(PythonWorkers, FileTimerKillsAHungWorkerAndTheJobRestarts) {
 }
 
 // --watchdog_timeout without any change to the script: in attempt 0 rank 1
-// sleeps forever before an all_reduce that rank 0 (after a second of
-// compute) waits in. The node is found hung, rank 1 is blamed, the job
-// restarts and finishes. (The barrier first: on a loaded machine rank 1 may
+// sleeps forever before an all_reduce that rank 0 (after 2.5 s of compute,
+// more than two sampling periods, so the two cannot tie) waits in. The node is found hung, rank 1
+// is blamed, the job restarts and finishes. (The barrier first: on a loaded machine rank 1 may
 // still be finishing init_process_group when rank 0 is done computing.)
 const char kHang[] = R"(
 import os, time, torch, torch.distributed as dist
@@ -207,7 +207,7 @@ if attempt == 0:
     dist.barrier()
     if dist.get_rank() == 1:
         time.sleep(3600)  # never reaches the all_reduce
-    end = time.time() + 1.0  # rank 0 still computes when rank 1 stops
+    end = time.time() + 2.5  # rank 0 computes for over two sampling periods
     while time.time() < end:
         pass
 t = torch.ones(1)
@@ -232,9 +232,9 @@ TEST(PythonWorkers, TheWatchdogFindsARankThatNeverReachesTheCollective) {
       std::regex(R"(Worker rank 1 \(pid \d+\) is hung: no worker of this node made progress )"
                  R"(\(CPU or I/O\) for (\d+\.\d) s)")))
       << r.err;
-  // Its stall began at most one sampling period (1.25 s) before its last
+  // Its stall began at most one sampling period (1 s) before its last
   // sample with progress: found within the timeout + 2 s.
-  EXPECT_LT(std::stod(m[1]) + 1.25, 5.0 + 2.0) << r.err;
+  EXPECT_LT(std::stod(m[1]) + 1.0, 5.0 + 2.0) << r.err;
   EXPECT_NE(r.err.find("worker rank 1: state S (sleeping)"), std::string::npos) << r.err;
 }
 
