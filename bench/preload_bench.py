@@ -11,6 +11,13 @@ and ends. Times (wall clock, one machine):
   launch   the launcher was started -> the last rank of attempt 0 finished
            its first step
   restart  rank 1 died -> the last rank of attempt 1 finished its first step
+  memory   the proportional set size (PSS, /proc/PID/smaps_rollup) of every
+           process of the job (the launcher and all its descendants: agent,
+           zygote, workers; torchrun 2.x starts each worker in a session of
+           its own) summed,
+           taken by rank 1 once every rank of attempt 0 finished its first
+           step: what the job costs the node, pages shared between its
+           processes (a preloaded torch's, after the fork) counted once
 
 A launcher whose attempt 1 never finishes a step (torchrun 2.6 here: its
 restarted Gloo group fails to connect, or hangs) is reported as failed, with
@@ -53,6 +60,23 @@ if attempt == 1:
 if rank == 1:
     while len([n for n in os.listdir(out) if n.startswith("step_0_") and "." not in n]) < int(os.environ["WORLD_SIZE"]):
         time.sleep(0.001)
+    children = {}  # the job: the launcher and its descendants
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(pid))
+        except OSError:
+            continue
+    job, pss = [int(open(os.path.join(out, "launcher")).read())], 0
+    while job:
+        pid = job.pop()
+        job += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss += sum(int(l.split()[1]) * 1024 for l in f if l.startswith("Pss:"))
+        except OSError:
+            continue
+    record("pss", pss)
     record("death", time.time())
     os._exit(1)
 time.sleep(600)  # stopped by the launcher
@@ -83,6 +107,9 @@ def run(launcher, python, preload, build, work):
     started = time.time()
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
+    with open(os.path.join(out, "launcher.tmp"), "w") as f:  # read by rank 1, for the memory
+        f.write(str(process.pid))
+    os.rename(os.path.join(out, "launcher.tmp"), os.path.join(out, "launcher"))
     try:
         _, err = process.communicate(timeout=120)
     except subprocess.TimeoutExpired:
@@ -98,17 +125,17 @@ def run(launcher, python, preload, build, work):
     def last(prefix):
         times = [read(f"{prefix}_{r}") for r in range(RANKS)]
         return None if None in times else max(times)
-    first, death = last("step_0"), read("death")
+    first, death, pss = last("step_0"), read("death"), read("pss")
     if first is None or death is None:
         sys.exit(f"{' '.join(cmd)}: attempt 0 did not run ({process.returncode}); it left "
                  f"{sorted(os.listdir(out))}\n{err[-3000:]}")
     again = last("step_1")
     if again is not None and process.returncode == 0:
-        return first - started, again - death, None
+        return first - started, again - death, None, pss
     if launcher == "ddprun":
         sys.exit(f"{' '.join(cmd)} failed ({process.returncode}):\n{err[-3000:]}")
     imported = last("imported_1")
-    return first - started, None, None if imported is None else imported - death
+    return first - started, None, None if imported is None else imported - death, pss
 
 
 def main():
@@ -129,15 +156,16 @@ def main():
         if v == "2.6":  # DDP's constructor imports torch._dynamo (1.13 has none)
             cases.insert(-2, ("ddprun", python, "torch,torch._dynamo",
                               f"ddprun --preload torch,torch._dynamo (PyTorch {v})"))
-    results = {c[3]: ([], [], []) for c in cases}
+    results = {c[3]: ([], [], [], []) for c in cases}
     work = tempfile.mkdtemp(prefix="preload-bench-")
     try:
         for i in range(args.repeat):
             print(f"run {i + 1}/{args.repeat}", file=sys.stderr, flush=True)
             order = cases if i % 2 == 0 else list(reversed(cases))
             for launcher, python, preload, name in order:
-                launch, restart, bound = run(launcher, python, preload, args.build, work)
+                launch, restart, bound, pss = run(launcher, python, preload, args.build, work)
                 results[name][0].append(launch)
+                results[name][3].append(pss)
                 if restart is not None:
                     results[name][1].append(restart)
                 elif bound is not None:
@@ -145,21 +173,22 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ms = lambda values: f"{statistics.median(values) * 1e3:,.0f} ms"  # noqa: E731
-    print("\n| launcher | launch -> first step | restart -> first step | runs |")
-    print("|---|---:|---:|---:|")
+    mib = lambda values: f"{statistics.median(values) / 2**20:,.0f} MiB"  # noqa: E731
+    print("\n| launcher | launch -> first step | restart -> first step | memory (PSS) | runs |")
+    print("|---|---:|---:|---:|---:|")
     for _, _, preload, name in cases:
-        launch, restart, bound = results[name]
+        launch, restart, bound, pss = results[name]
         again = ms(restart) if restart else "-"
         if bound:
             again += (f" (failed {len(bound)}/{len(launch)}: attempt 1 never stepped; "
                       f"imports done after {ms(bound)})")
-        print(f"| {name} | {ms(launch)} | {again} | {len(launch)} |")
+        print(f"| {name} | {ms(launch)} | {again} | {mib(pss)} | {len(launch)} |")
     for _, python, preload, name in cases:
         if preload is None:
             continue
         fast = statistics.median(results[name][1])
         for _, other_python, other_preload, other in cases:
-            _, restart, bound = results[other]
+            _, restart, bound, pss = results[other]
             if other_python != python or other_preload is not None:
                 continue
             if restart:
@@ -168,6 +197,8 @@ def main():
             if bound:
                 print(f"restart: {name} is >{statistics.median(bound) / fast:.1f}x faster "
                       f"than {other} (its lower bound)")
+            print(f"memory: {name} uses {statistics.median(results[name][3]) / 2**20:,.0f} MiB, "
+                  f"{other} {statistics.median(pss) / 2**20:,.0f} MiB")
 
 
 if __name__ == "__main__":
