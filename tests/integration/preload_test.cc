@@ -369,51 +369,77 @@ TEST(Preload, ASignalDuringTheImportStopsDdprunAtOnce) {
   EXPECT_TRUE(goneWithin(zygotes[0], 3s));
 }
 
-// Elastic: node A's round ends (node B joins) while A's group still waits
-// for its zygote's import. A leaves that round and joins the next one, and
-// its workers are forked for the round they belong to.
-TEST(Preload, ARoundThatEndsDuringTheImportIsJoinedAgain) {
-  const fs::path dir = scratchDir();
-  const fs::path started = dir / "importing";
-  writeScript(dir, "slow_module.py",
-              "import time\nopen('" + started.string() + "', 'w').close()\ntime.sleep(4)\n");
-  const auto script = writeScript(dir, "sum.py", R"py(
+// A node of an elastic c10d job on 127.0.0.1:port (node 0 hosts the store).
+std::unique_ptr<test_support::ChildProcess> startElasticNode(std::uint16_t port, int index,
+                                                             const std::string& nnodes,
+                                                             const std::string& preload,
+                                                             const fs::path& script) {
+  std::vector<std::string> argv = {
+      test_support::kDdprun,
+      "--nnodes=" + nnodes,
+      "--nproc_per_node=2",
+      "--rdzv_backend=c10d",
+      fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
+      "--rdzv_id=slow",
+      fmt::format("--local_addr=127.0.0.{}", index + 1),
+      fmt::format("--rdzv_conf=last_call_timeout=0.5,close_timeout=10,is_host={}",
+                  index == 0 ? 1 : 0),
+      "--log_prefix=",
+      "--max_restarts=0"};
+  if (!preload.empty()) argv.push_back("--preload=" + preload);
+  argv.push_back(script.string());
+  auto env = kPython;
+  env["DDPRUN_TOKEN"] = "preload-test";
+  return std::make_unique<test_support::ChildProcess>(argv, env);
+}
+
+const char kSumScript[] = R"py(
 import os, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1); dist.all_reduce(t)
 print(f"world {os.environ['WORLD_SIZE']} sum {t.item():.0f}")
 dist.destroy_process_group()
-)py");
-  const std::uint16_t port = test_support::freePort();
-  auto startNode = [&](int index, bool preload) {
-    std::vector<std::string> argv = {
-        test_support::kDdprun,
-        "--nnodes=1:2",
-        "--nproc_per_node=2",
-        "--rdzv_backend=c10d",
-        fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
-        "--rdzv_id=slow",
-        fmt::format("--local_addr=127.0.0.{}", index + 1),
-        fmt::format("--rdzv_conf=last_call_timeout=0.5,close_timeout=10,is_host={}",
-                    index == 0 ? 1 : 0),
-        "--log_prefix=",
-        "--max_restarts=0"};
-    if (preload) argv.push_back("--preload=torch,slow_module");
-    argv.push_back(script.string());
-    auto env = kPython;
-    env["DDPRUN_TOKEN"] = "preload-test";
-    return std::make_unique<test_support::ChildProcess>(argv, env);
-  };
-  auto first = startNode(0, true);
-  std::string firstErr;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline &&
-         !(fs::exists(started) && firstErr.find("Round 1:") != std::string::npos)) {
-    firstErr += first->drainStderr();
-    std::this_thread::sleep_for(10ms);
+)py";
+
+// An elastic job whose zygotes import a module that takes `seconds`; the
+// import writes the zygote's pid to `started` first.
+struct SlowImportJob {
+  explicit SlowImportJob(int seconds) {
+    writeScript(dir, "slow_module.py",
+                fmt::format("import os, time\nopen('{0}.tmp', 'w').write(str(os.getpid()))\n"
+                            "os.rename('{0}.tmp', '{0}')\ntime.sleep({1})\n",
+                            started.string(), seconds));
   }
-  ASSERT_TRUE(fs::exists(started) && firstErr.find("Round 1:") != std::string::npos) << firstErr;
-  auto second = startNode(1, false);
+  std::unique_ptr<test_support::ChildProcess> node(int index, const std::string& nnodes,
+                                                   const std::string& preload) const {
+    return startElasticNode(port, index, nnodes, preload, script);
+  }
+  // Waits until `node` is in round 1 and its zygote imports the slow
+  // module; `err` gets its stderr so far.
+  bool inRoundAndImporting(test_support::ChildProcess& node, std::string& err) const {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(fs::exists(started) && err.find("Round 1:") != std::string::npos)) {
+      err += node.drainStderr();
+      std::this_thread::sleep_for(10ms);
+    }
+    return fs::exists(started) && err.find("Round 1:") != std::string::npos;
+  }
+  fs::path dir = scratchDir();
+  fs::path started = dir / "importing";
+  fs::path script = writeScript(dir, "sum.py", kSumScript);
+  std::uint16_t port = test_support::freePort();
+};
+
+// Elastic: node A's round ends (node B joins) while A's group still waits
+// for its zygote's import. A leaves that round and joins the next one, and
+// its workers are forked for the round they belong to.
+TEST(Preload, ARoundThatEndsDuringTheImportIsJoinedAgain) {
+  const SlowImportJob job(4);
+  auto first = job.node(0, "1:2", "torch,slow_module");
+  std::string firstErr;
+  ASSERT_TRUE(job.inRoundAndImporting(*first, firstErr)) << firstErr;
+  auto second = job.node(1, "1:2", "");
   std::vector<std::string> sums;
   for (auto* node : {first.get(), second.get()}) {
     const auto code = node->wait(120s);
@@ -427,6 +453,29 @@ dist.destroy_process_group()
     }
   }
   EXPECT_EQ(sums, std::vector<std::string>(4, "4 sum 4"));
+}
+
+// Node B's group waits for its zygote's import when the store's host, node
+// A, is SIGKILLed: B ends at once with the store's loss as the error, not
+// after the import, and its zygote goes with it.
+TEST(Preload, LosingTheStoreDuringTheImportEndsTheNodeAtOnce) {
+  const SlowImportJob job(60);
+  auto host = job.node(0, "2:2", "");
+  auto waiting = job.node(1, "2:2", "torch,slow_module");
+  std::string err;
+  ASSERT_TRUE(job.inRoundAndImporting(*waiting, err)) << err << host->stderrText();
+  pid_t zygote = 0;
+  std::ifstream(job.started) >> zygote;
+  ASSERT_GT(zygote, 0);
+  host->signal(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  const auto code = waiting->wait(50s);
+  err += waiting->stderrText();
+  ASSERT_TRUE(code) << "still waiting for the import: " << err;
+  EXPECT_EQ(*code, 1) << err;
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 20s) << err;
+  EXPECT_NE(err.find("ddprun: error: lost "), std::string::npos) << err;
+  EXPECT_TRUE(goneWithin(zygote, 5s)) << "zygote " << zygote << " outlived ddprun";
 }
 
 // A zygote that answers a pid that is not ddprun's child (here a preloaded
