@@ -236,6 +236,11 @@ TEST(PythonWorkers, TheWatchdogFindsARankThatNeverReachesTheCollective) {
   // sample with progress: found within the timeout + 2 s.
   EXPECT_LT(std::stod(m[1]) + 1.0, 5.0 + 2.0) << r.err;
   EXPECT_NE(r.err.find("worker rank 1: state S (sleeping)"), std::string::npos) << r.err;
+  // The rank not blamed: stopped later (in the all_reduce), shown as well.
+  EXPECT_TRUE(std::regex_search(
+      r.err,
+      std::regex(R"(other worker rank 0: last progress \d+\.\d s ago; state S \(sleeping\))")))
+      << r.err;
 }
 
 // Rank 0 pages a memory-mapped file in from the disk (a dataset read with
