@@ -250,17 +250,18 @@ TEST(PythonWorkers, TheWatchdogFindsARankThatNeverReachesTheCollective) {
 const char kPageIn[] = R"(
 import mmap, os, sys, time
 if os.environ["RANK"] != "0":
-    time.sleep(4)
+    time.sleep(5)
     sys.exit(0)
 def storage_reads():
     with open("/proc/self/io") as f:
         return int(dict(line.split(": ") for line in f.read().splitlines())["read_bytes"])
 fd = os.open(sys.argv[1], os.O_RDONLY)
 size = os.fstat(fd).st_size
+os.fsync(fd)  # written back, so that
 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # its pages must come from the disk
 before = storage_reads()
 data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-end = time.monotonic() + 4
+end = time.monotonic() + 5
 offset = 0
 while time.monotonic() < end and offset < size:
     data[offset]  # a page fault that waits for the disk
@@ -280,8 +281,8 @@ TEST(PythonWorkers, TheWatchdogCountsPagingInAMemoryMapAsProgress) {
     for (int i = 0; i < 128; ++i)
       out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
   }
-  ::sync();  // written back, so the worker can drop the pages from the cache
-  const auto r = runDdprun({"--nproc_per_node=2", "--watchdog_timeout=1",
+  // 2 s: one page fault may wait a while for a busy disk.
+  const auto r = runDdprun({"--nproc_per_node=2", "--watchdog_timeout=2",
                             "--log_prefix=", script.string(), data.string()},
                            kPython, 60s);
   fs::remove(data);
