@@ -55,6 +55,11 @@ JoinProgress::JoinProgress(StatusFn status, std::string endpoint, bool terminal,
   if (interval_.count() > 0) thread_ = std::thread([this] { run(); });
 }
 
+void JoinProgress::setDeadline(std::chrono::steady_clock::time_point deadline) {
+  std::lock_guard lock(mutex_);
+  deadline_ = deadline;
+}
+
 JoinProgress::~JoinProgress() {
   {
     std::lock_guard lock(mutex_);
@@ -83,6 +88,7 @@ void JoinProgress::run() {
     }
     lock.lock();
     if (stopping_) break;  // the round completed while asking: say nothing
+    if (deadline_ && std::chrono::steady_clock::now() >= *deadline_) break;  // failing now
     if (terminal_) {
       std::cerr << kEraseLine << "ddprun: " << line << std::flush;
       lineShown_ = true;

@@ -7,6 +7,9 @@
 // erased when the wait ends); otherwise a line is printed every `interval`
 // (DDPRUN_PROGRESS_INTERVAL, 10 s). Quick joins print nothing: the first
 // line comes after one interval. A zero interval prints nothing at all.
+// Nothing is printed once the join's deadline has passed: the round is
+// failing then, and the error that follows says what was missing (a status
+// asked for just before the deadline may already show this node gone).
 //
 // Thread-safety: the status function runs on the object's own thread and
 // must be safe to call there; construct and destroy on one thread.
@@ -42,6 +45,9 @@ class JoinProgress {
   JoinProgress(const JoinProgress&) = delete;
   JoinProgress& operator=(const JoinProgress&) = delete;
 
+  // The join was sent and fails at `deadline` (any thread).
+  void setDeadline(std::chrono::steady_clock::time_point deadline);
+
   // Whether stderr is a terminal that can rewrite a line in place.
   static bool stderrIsTerminal();
 
@@ -56,6 +62,7 @@ class JoinProgress {
   std::mutex mutex_;
   std::condition_variable stop_;
   bool stopping_ = false;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
   bool lineShown_ = false;  // terminal: a status line is on screen
   std::thread thread_;
 };

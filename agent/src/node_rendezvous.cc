@@ -248,7 +248,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
     bool connected = false;
     try {
       // Says what the wait is for until the round completes (or fails).
-      const JoinProgress progress(
+      JoinProgress progress(
           [this]() -> std::optional<protocol::RendezvousStatus> {
             rendezvous::RendezvousBackend* client = nullptr;
             {
@@ -261,6 +261,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
           endpoint_, JoinProgress::stderrIsTerminal(), rdzv_.progressInterval);
       connect();
       connected = true;
+      progress.setDeadline(std::chrono::steady_clock::now() + rdzv_.joinTimeout);
       result.assignment = client_->join(request, rdzv_.joinTimeout);
     } catch (const rendezvous::RendezvousClosedError& e) {
       result.closed = true;

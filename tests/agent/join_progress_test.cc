@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
 namespace ddprun::agent {
 namespace {
 
@@ -52,6 +57,37 @@ TEST(JoinProgress, BeforeTheStoreAnswersAndWhileTheRoundIsFull) {
   full.round = 3;
   EXPECT_EQ(formatJoinProgress(full, "h:1", 5s),
             "waiting for a free slot: round 3 runs with all 2 nodes (5 s)");
+}
+
+// The lines JoinProgress prints (interval 10 ms) until it has asked for the
+// status `asks` times and five intervals more, with the join's deadline set
+// to `deadline` first.
+std::string printedUntil(int asks, std::optional<std::chrono::steady_clock::time_point> deadline) {
+  std::ostringstream captured;
+  std::streambuf* const old = std::cerr.rdbuf(captured.rdbuf());
+  std::atomic<int> asked{0};
+  {
+    JoinProgress progress(
+        [&asked]() -> std::optional<RendezvousStatus> {
+          ++asked;
+          return forming(1, 2, 2);
+        },
+        "h:1", false, 10ms);
+    if (deadline) progress.setDeadline(*deadline);
+    while (asked < asks) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(50ms);
+  }
+  std::cerr.rdbuf(old);
+  return captured.str();
+}
+
+TEST(JoinProgress, SaysNothingOnceTheJoinsDeadlinePassed) {
+  // A status asked for at the deadline may already show this node gone.
+  EXPECT_EQ(printedUntil(1, std::chrono::steady_clock::now()), "");
+  // Before the deadline, and without one, it reports every interval.
+  EXPECT_NE(printedUntil(3, std::chrono::steady_clock::now() + 1h).find("1 of 2 joined"),
+            std::string::npos);
+  EXPECT_NE(printedUntil(3, std::nullopt).find("1 of 2 joined"), std::string::npos);
 }
 
 }  // namespace
