@@ -337,9 +337,13 @@ TEST(Launcher, SigkillOfDdprunLeavesNoWorkerAndNoGrandchild) {
 // process group, no death-of-parent signal) dies with its worker group:
 // after a normal exit, after a failure, and after SIGKILL of ddprun.
 std::string detachDaemon(const fs::path& pidFile) {
-  return "setsid -f sh -c 'echo $$ > " + pidFile.string() +
-         "; exec sleep 300'; i=0; while [ ! -s " + pidFile.string() +
-         " ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; ";
+  // Waits until the daemon is `sleep` (not still the shell before its exec),
+  // so the report can name it.
+  const std::string f = pidFile.string();
+  return "setsid -f sh -c 'echo $$ > " + f +
+         "; exec sleep 300'; i=0; while [ \"$(cat /proc/$(cat " + f +
+         " 2>/dev/null)/comm 2>/dev/null)\" != sleep ] && [ $i -lt 500 ]; do sleep 0.01; " +
+         "i=$((i+1)); done; ";
 }
 
 pid_t readPid(const fs::path& file) {

@@ -199,12 +199,22 @@ TEST(PythonWorkers, FileTimerKillsAHungWorkerAndTheJobRestarts) {
 // more than two sampling periods, so the two cannot tie) waits in. The node is found hung, rank 1
 // is blamed, the job restarts and finishes. (The barrier first: on a loaded machine rank 1 may
 // still be finishing init_process_group when rank 0 is done computing.)
+// Each rank logs its stages, and its Python stacks when the group is
+// stopped, so a failure of this test shows where each rank really was.
 const char kHang[] = R"(
-import os, time, torch, torch.distributed as dist
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+import os, time
+def log(m): print(f"{time.time():.3f} r{os.environ['RANK']} {m}", file=sys.stderr, flush=True)
+log("start")
+import torch, torch.distributed as dist
+log("imported")
 dist.init_process_group("gloo")
+log("inited")
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 if attempt == 0:
     dist.barrier()
+    log("barrier")
     if dist.get_rank() == 1:
         time.sleep(3600)  # never reaches the all_reduce
     end = time.time() + 2.5  # rank 0 computes for over two sampling periods
