@@ -196,9 +196,13 @@ TEST(PythonWorkers, FileTimerKillsAHungWorkerAndTheJobRestarts) {
 
 // --watchdog_timeout without any change to the script: in attempt 0 rank 1
 // sleeps forever before an all_reduce that rank 0 (after 2.5 s of compute,
-// more than two sampling periods, so the two cannot tie) waits in. The node is found hung, rank 1
-// is blamed, the job restarts and finishes. (The barrier first: on a loaded machine rank 1 may
-// still be finishing init_process_group when rank 0 is done computing.)
+// more than two sampling periods, so the two cannot tie) waits in. The node
+// is found hung, rank 1 is blamed, the job restarts and finishes.
+// Both ranks first meet through the store, polling it (I/O: neither looks
+// stopped while it waits for the other): on a loaded machine rank 1 may
+// still be in init_process_group when rank 0 is done computing. (With a
+// Gloo barrier there instead, loaded runs twice saw rank 0 stop 2 s before
+// rank 1, for a reason not found.)
 // Each rank logs its stages, and its Python stacks when the group is
 // stopped, so a failure of this test shows where each rank really was.
 const char kHang[] = R"(
@@ -213,8 +217,11 @@ dist.init_process_group("gloo")
 log("inited")
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 if attempt == 0:
-    dist.barrier()
-    log("barrier")
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False)
+    store.add("ready", 1)
+    while store.add("ready", 0) < 2:
+        time.sleep(0.01)
+    log("both ready")
     if dist.get_rank() == 1:
         time.sleep(3600)  # never reaches the all_reduce
     end = time.time() + 2.5  # rank 0 computes for over two sampling periods
