@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddprun/common/error.h"
@@ -325,7 +326,12 @@ TEST(ProcessGroup, DebugModeNamesTheRankThatNeverArrived) {
   spawn(2, [](int rank) {
     ProcessGroupOptions options{Backend::kGloo, 2s, /*debugChecks=*/true};
     auto group = initProcessGroup(options);
-    if (rank == 1) return;
+    if (rank == 1) {
+      // Alive but never arriving: a rank that exits instead closes its Gloo
+      // connection, and rank 0 may see that before the barrier's timeout.
+      std::this_thread::sleep_for(4s);
+      return;
+    }
     auto t = at::ones({16});
     try {
       group->allReduce(t);
