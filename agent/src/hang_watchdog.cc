@@ -26,8 +26,11 @@ HangWatchdog::HangWatchdog(asio::io_context& io, std::chrono::milliseconds timeo
       onHang_(std::move(onHang)),
       timer_(io) {
   const auto ticksPerSecond = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  // At least 3 ticks: utime and stime are truncated to ticks separately, so
+  // their sum can jump by 2 when a sleeping worker's housekeeping threads
+  // used well under one tick (seen: a rank in time.sleep blamed wrongly).
   minTicks_ = std::max<std::uint64_t>(
-      2, static_cast<std::uint64_t>(0.02 * ticksPerSecond *
+      3, static_cast<std::uint64_t>(0.02 * ticksPerSecond *
                                     std::chrono::duration<double>(period_).count()));
   arm();
 }

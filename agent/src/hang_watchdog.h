@@ -5,7 +5,7 @@
 // What counts as progress, per worker (its whole process group, so
 // DataLoader workers and other children count too, and the CPU time of
 // children they reaped): CPU time (more than 2 %
-// of a sampling period, at least two clock ticks, so idle housekeeping
+// of a sampling period, at least three clock ticks, so idle housekeeping
 // threads do not count) or bytes read or written (/proc/<pid>/io: through
 // any descriptor — output, files, sockets, a collective moving data — and
 // through the storage layer, so a worker paging in a memory-mapped dataset
