@@ -229,7 +229,10 @@ TEST(ProcessGroup, NodeGroupHoldsTheRanksOfThisNode) {
 TEST(ProcessGroup, MonitoredBarrierNamesTheRanksThatDidNotCome) {
   spawn(3, [](int rank) {
     auto group = initProcessGroup({Backend::kGloo, 30s});
-    if (rank != 0) return;  // ranks 1 and 2 never reach the barrier
+    if (rank != 0) {                    // ranks 1 and 2 never reach the barrier, alive (exiting
+      std::this_thread::sleep_for(3s);  // would close their connections)
+      return;
+    }
     try {
       group->monitoredBarrier(1s);
     } catch (const TimeoutError& e) {

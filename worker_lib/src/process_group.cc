@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -701,6 +702,13 @@ std::shared_ptr<ProcessGroup> initProcessGroup(ProcessGroupOptions options) {
 
 std::shared_ptr<ProcessGroup> initProcessGroup(const Environment& environment,
                                                ProcessGroupOptions options) {
+  // As Python does at start-up: a write to a peer that vanished is an error
+  // of the collective (Gloo reports it), not SIGPIPE killing this rank. A
+  // handler the program installed is kept.
+  struct sigaction pipe {};
+  if (::sigaction(SIGPIPE, nullptr, &pipe) == 0 && pipe.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
   Backend kind = options.backend;
   if (kind == Backend::kMpi) return initMpi(environment, options);
   if (kind != Backend::kGloo) {
