@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Real PyTorch TCPStore clients against ddprun-rendezvous, which detects
-their dialect from the first bytes: Debian's python3-torch 1.13.1, and
-PyTorch 2.6 when run with scripts/torch2-python (its 2.2+ dialect).
+their dialect from the first bytes: Debian's python3-torch 1.13.1, and the
+current PyTorch when run with scripts/python (its 2.2+ dialect, with the
+queue ops of 2.8+, LIST_KEYS of 2.10+ and BARRIER of 2.11+).
 
   tcpstore_python_test.py BUILD_BIN_DIR
 """
@@ -92,11 +93,75 @@ def main():
 
         # The native and TCPStore clients share one key space (keys as sent).
         check("shared key space", s.get("k") == b"w")
+        newer_ops(port)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(10)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
+
+
+def newer_ops(port):
+    """The ops this client's PyTorch has beyond 2.6, as its own server has them."""
+    s = client(port)
+    if not hasattr(s, "queue_push"):
+        print("note this PyTorch has no queues, list_keys or barrier (2.8+)")
+        return
+    check("queue_len of a missing queue", s.queue_len("q") == 0)
+    check("check on a missing queue", not s.check(["q"]))
+    s.queue_push("q", "1")
+    s.queue_push("q", b"2")
+    check("queue_len after two pushes", s.queue_len("q") == 2)
+    check("check sees a non-empty queue", s.check(["q"]))
+    check("queue_pop is FIFO", s.queue_pop("q") == b"1" and s.queue_pop("q", block=False) == b"2")
+    check("a drained queue is not present", not s.check(["q"]))
+    try:
+        s.queue_pop("q", block=False)
+        check("non-blocking pop on an empty queue raises", False)
+    except dist.QueueEmptyError:
+        check("non-blocking pop on an empty queue raises", True)
+    # A blocking pop waits for a push from another client.
+    popped = []
+    popper = client(port)
+    t = threading.Thread(target=lambda: popped.append(popper.queue_pop("later")))
+    t.start()
+    time.sleep(0.2)
+    s.queue_push("later", "v")
+    t.join(10)
+    check("a push wakes a blocked pop", popped == [b"v"], str(popped))
+    s.set_timeout(datetime.timedelta(milliseconds=200))
+    try:
+        s.queue_pop("never")
+        check("blocking pop times out", False)
+    except dist.DistStoreError as e:
+        check("blocking pop times out", "timeout" in str(e), str(e))
+    s.set_timeout(datetime.timedelta(seconds=10))
+    check("client usable after a pop's timeout", s.queue_len("never") == 0)
+    if hasattr(s, "list_keys"):
+        s.set("listed", "x")
+        check("list_keys lists a set key, no queue", "listed" in s.list_keys() and "q" not in s.list_keys())
+    if not hasattr(dist.Store, "barrier"):
+        print("note this PyTorch has no store barrier (2.11+)")
+        return
+    s.barrier("b1", 1)
+    check("a barrier of one passes", True)
+    others = [client(port) for _ in range(2)]
+    passed = []
+    threads = [threading.Thread(target=lambda c=c: (c.barrier("b3", 3), passed.append(1))) for c in others]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    check("a barrier waits for the world", passed == [])
+    s.barrier("b3", 3)
+    for t in threads:
+        t.join(10)
+    check("the last arrival releases every rank", len(passed) == 2, str(passed))
+    try:
+        s.barrier("lonely", 2, datetime.timedelta(milliseconds=200))
+        check("a barrier times out", False)
+    except dist.DistStoreError as e:
+        check("a barrier times out", "barrier timeout" in str(e), str(e))
+    check("client usable after a cancelled barrier", s.get("b3") == b"3")
 
 
 if __name__ == "__main__":

@@ -271,5 +271,148 @@ TEST(StoreState, MultiSetWithARepeatedKeyCountsItsSizeOnce) {
   EXPECT_EQ(state.totalBytes(), entry(2));
 }
 
+// Queues (PyTorch 2.8+'s queue_push/pop/len), as its libuv server has them.
+TEST(StoreState, QueuesAreFifoBesideTheKeys) {
+  StoreState state;
+  std::string value;
+  EXPECT_EQ(state.queueLen("q"), 0);
+  EXPECT_EQ(state.queuePop("q", value), 0);  // empty: nothing taken, no wait
+  EXPECT_EQ(state.queuePush("q", "1"), StoreResult::kOk);
+  EXPECT_EQ(state.queuePush("q", "2"), StoreResult::kOk);
+  EXPECT_EQ(state.queueLen("q"), 2);
+  // A queue is not a key: not found, counted, listed or deleted as one.
+  EXPECT_EQ(state.find("q"), nullptr);
+  EXPECT_EQ(state.numKeys(), 0);
+  EXPECT_TRUE(state.keys().empty());
+  EXPECT_FALSE(state.deleteKey("q"));
+  EXPECT_EQ(state.queuePop("q", value), 2);  // the length before the pop
+  EXPECT_EQ(value, "1");
+  EXPECT_EQ(state.queuePop("q", value), 1);
+  EXPECT_EQ(value, "2");
+  EXPECT_EQ(state.queuePop("q", value), 0);
+  EXPECT_EQ(state.totalBytes(), 0u);  // a drained queue holds nothing
+}
+
+TEST(StoreState, ANonEmptyQueueIsPresentForCheckAndWait) {
+  StoreState state;
+  std::string value;
+  EXPECT_FALSE(state.check(std::vector<std::string>{"q"}));
+  state.queuePush("q", "x");
+  EXPECT_TRUE(state.check(std::vector<std::string>{"q"}));
+  EXPECT_FALSE(waitFor(state, {"q"}, [] {}).has_value());  // answered at once
+  state.queuePop("q", value);
+  EXPECT_FALSE(state.check(std::vector<std::string>{"q"}));
+}
+
+TEST(StoreState, APushWakesOneWaiterTheOldestWhereASetWakesAll) {
+  StoreState state;
+  std::vector<int> woken;
+  auto first = waitFor(state, {"q"}, [&] { woken.push_back(1); });
+  auto second = waitFor(state, {"q"}, [&] { woken.push_back(2); });
+  ASSERT_TRUE(first && second);
+  state.queuePush("q", "a");
+  EXPECT_EQ(woken, std::vector<int>({1}));
+  std::string value;
+  state.queuePop("q", value);  // the woken client pops
+  state.queuePush("q", "b");
+  EXPECT_EQ(woken, std::vector<int>({1, 2}));
+  EXPECT_EQ(state.numWaiters(), 0u);
+  state.queuePop("q", value);
+  // A write of the name wakes every waiter, as for any key.
+  waitFor(state, {"q"}, [&] { woken.push_back(3); });
+  waitFor(state, {"q"}, [&] { woken.push_back(4); });
+  state.set("q", "v");
+  EXPECT_EQ(woken, std::vector<int>({1, 2, 3, 4}));
+}
+
+TEST(StoreState, AWaiterOnAQueueAndAKeyNeedsBoth) {
+  StoreState state;
+  bool woken = false;
+  ASSERT_TRUE(waitFor(state, {"q", "k"}, [&] { woken = true; }).has_value());
+  state.queuePush("q", "a");
+  EXPECT_FALSE(woken);
+  state.set("k", "v");
+  EXPECT_TRUE(woken);
+}
+
+TEST(StoreState, QueuedValuesAreChargedAndRefusedWhenFull) {
+  StoreState state({.maxTotalBytes = entry(1) + 10 + kQueueItemOverheadBytes, .maxValueBytes = 64});
+  EXPECT_EQ(state.queuePush("q", std::string(10, 'x')), StoreResult::kOk);
+  EXPECT_EQ(state.totalBytes(), entry(1) + 10 + kQueueItemOverheadBytes);
+  EXPECT_EQ(state.queuePush("q", "y"), StoreResult::kFull);
+  EXPECT_EQ(state.queueLen("q"), 1);
+  std::string value;
+  state.queuePop("q", value);
+  EXPECT_EQ(state.totalBytes(), 0u);
+  EXPECT_EQ(state.queuePush("q", std::string(65, 'x')), StoreResult::kValueTooLarge);
+}
+
+// BARRIER (PyTorch 2.11+): a count at the key; the arrival that reaches the
+// world size wakes the others.
+TEST(StoreState, ABarrierWakesEveryArrivalWhenTheLastComes) {
+  StoreState state;
+  int woken = 0;
+  std::optional<StoreState::WaiterId> id;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(state.barrier(
+                  "b", 3, [&] { ++woken; }, id),
+              StoreResult::kOk);
+    EXPECT_TRUE(id.has_value());
+  }
+  EXPECT_EQ(*state.find("b"), "2");
+  EXPECT_EQ(woken, 0);
+  EXPECT_EQ(state.barrier(
+                "b", 3, [&] { ++woken; }, id),
+            StoreResult::kOk);
+  EXPECT_FALSE(id.has_value());  // the last arrival is answered at once
+  EXPECT_EQ(woken, 2);
+  EXPECT_EQ(state.numWaiters(), 0u);
+  // As in PyTorch, the key is spent: a later arrival passes at once.
+  EXPECT_EQ(state.barrier(
+                "b", 3, [] {}, id),
+            StoreResult::kOk);
+  EXPECT_FALSE(id.has_value());
+  EXPECT_EQ(*state.find("b"), "4");
+}
+
+TEST(StoreState, ACancelledBarrierArrivalStillCounts) {
+  StoreState state;
+  std::optional<StoreState::WaiterId> id;
+  state.barrier(
+      "b", 2, [] { FAIL() << "a removed waiter fired"; }, id);
+  ASSERT_TRUE(id.has_value());
+  state.removeWaiter(*id);
+  bool woken = false;
+  EXPECT_EQ(state.barrier(
+                "b", 2, [&] { woken = true; }, id),
+            StoreResult::kOk);
+  EXPECT_FALSE(id.has_value());
+  EXPECT_EQ(state.totalBytes(), entry(2));
+}
+
+TEST(StoreState, ABarrierOnAWaitedKeyWakesTheWaitOnlyWhenItCompletes) {
+  StoreState state;
+  bool waited = false;
+  ASSERT_TRUE(waitFor(state, {"b"}, [&] { waited = true; }).has_value());
+  std::optional<StoreState::WaiterId> id;
+  state.barrier(
+      "b", 2, [] {}, id);
+  EXPECT_FALSE(waited);  // the first arrival stores the count silently
+  state.barrier(
+      "b", 2, [] {}, id);
+  EXPECT_TRUE(waited);
+}
+
+TEST(StoreState, ABarrierRefusesAKeyThatHoldsText) {
+  StoreState state;
+  state.set("b", "text");
+  std::optional<StoreState::WaiterId> id;
+  EXPECT_EQ(state.barrier(
+                "b", 2, [] {}, id),
+            StoreResult::kNotInteger);
+  EXPECT_EQ(*state.find("b"), "text");
+  EXPECT_EQ(state.numWaiters(), 0u);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

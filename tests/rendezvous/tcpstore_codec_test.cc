@@ -60,14 +60,18 @@ std::string everyV2Request() {
          "\x0B" + u64(2) + str("a") + str("1") + str("b") + str("2") +  // MULTI_SET
          "\x0C" +                                                       // CANCEL_WAIT
          "\x0D" + u32(42) +                                             // PING
-         "\x11";                                                        // LIST_KEYS
+         "\x0E" + str("q") + str("item") +                              // QUEUE_PUSH
+         "\x0F" + str("q") +                                            // QUEUE_POP
+         "\x10" + str("q") +                                            // QUEUE_LEN
+         "\x11" +                                                       // LIST_KEYS
+         "\x12" + str("b") + u64(4);                                    // BARRIER of 4
 }
 
 TEST(TcpStoreDecoder, WholeAndByteByByteGiveTheSameRequests) {
   const std::string bytes = everyV2Request();
   const Fed whole = feedAll(bytes, bytes.size());
   ASSERT_EQ(whole.last, Parse::kNeedMore) << whole.error;
-  ASSERT_EQ(whole.requests.size(), 15u);
+  ASSERT_EQ(whole.requests.size(), 19u);
   for (std::size_t chunk : {1, 3, 7, 64}) {
     SCOPED_TRACE(chunk);
     const Fed pieces = feedAll(bytes, chunk);
@@ -87,6 +91,15 @@ TEST(TcpStoreDecoder, WholeAndByteByByteGiveTheSameRequests) {
   EXPECT_EQ(r[11].keys, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(r[11].values, (std::vector<std::string>{"1", "2"}));
   EXPECT_EQ(r[13].word, 42u);
+  EXPECT_EQ(r[14].op, Op::kQueuePush);
+  EXPECT_EQ(r[14].values, (std::vector<std::string>{"item"}));
+  EXPECT_EQ(r[15].op, Op::kQueuePop);
+  EXPECT_EQ(r[16].op, Op::kQueueLen);
+  EXPECT_EQ(r[16].keys, (std::vector<std::string>{"q"}));
+  EXPECT_EQ(r[17].op, Op::kListKeys);
+  EXPECT_EQ(r[18].op, Op::kBarrier);
+  EXPECT_EQ(r[18].keys, (std::vector<std::string>{"b"}));
+  EXPECT_EQ(r[18].delta, 4);
 }
 
 TEST(TcpStoreDecoder, The113DialectHasItsOwnOpcodes) {
@@ -137,7 +150,10 @@ TEST(TcpStoreDecoder, LimitsAreCheckedBeforeTheBytesArrive) {
 
 TEST(TcpStoreDecoder, UnknownOpcodesAreErrors) {
   EXPECT_EQ(feedAll("\x63", 1).last, Parse::kError);
-  EXPECT_EQ(feedAll("\x0E", 1).last, Parse::kError);                // 14 is not a 2.x opcode
+  const Fed past = feedAll("\x13", 1);  // 19: past PyTorch 2.14's BARRIER
+  EXPECT_EQ(past.last, Parse::kError);
+  EXPECT_NE(past.error.find("opcode 19"), std::string::npos) << past.error;
+  EXPECT_NE(past.error.find("newer ddprun"), std::string::npos) << past.error;
   EXPECT_EQ(feedAll("\x09", 1, Dialect::kV1).last, Parse::kError);  // no APPEND in 1.13
 }
 

@@ -1,7 +1,7 @@
 // PyTorch TCPStore dialects on the store's port, byte for byte
-// (reference: tcpstore-wire-protocol.md). No 2.x client is installable
-// here, so the 2.x handshake, PING and the CANCEL_WAIT race are tested on
-// the wire; 1.13 is also tested with real clients (tcpstore_python_test.py).
+// (reference: tcpstore-wire-protocol.md). The ops of 2.8-2.14 (queues,
+// BARRIER) and the CANCEL_WAIT race are pinned here byte for byte; real
+// 1.13 and current clients run in tcpstore_python_test.py.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -85,6 +85,75 @@ TEST_F(TcpStoreDialectTest, CancelWaitRaceSendsStopWaitingThenCanceled) {
   EXPECT_EQ(s.readExactly(1, 2s), std::string("\x00", 1));   // ...STOP_WAITING in flight
   s.send("\x0C");  // the client timed out meanwhile and cancels
   EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
+}
+
+// Queues (2.8+): QUEUE_PUSH has no reply; QUEUE_POP never waits and answers
+// the length before the pop (8 zero bytes when empty), then the value;
+// a client's blocking pop is a WAIT first, answered by the next push.
+TEST_F(TcpStoreDialectTest, QueuePushPopAndLenOnTheWire) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x0F" + str("/q"));  // QUEUE_POP, empty
+  EXPECT_EQ(s.readExactly(8, 2s), u64(0));
+  s.send("\x0E" + str("/q") + str("1") + "\x0E" + str("/q") + str("22"));  // two pushes
+  s.send("\x10" + str("/q"));                                              // QUEUE_LEN
+  EXPECT_EQ(s.readExactly(8, 2s), u64(2));
+  s.send("\x0F" + str("/q"));
+  EXPECT_EQ(s.readExactly(8 + 9, 2s), u64(2) + str("1"));
+  s.send("\x05" + u64(1) + str("/q"));  // CHECK: a non-empty queue is ready
+  EXPECT_EQ(s.readExactly(1, 2s), std::string("\x00", 1));
+  s.send("\x0F" + str("/q"));
+  EXPECT_EQ(s.readExactly(8 + 10, 2s), u64(1) + str("22"));
+  s.send("\x05" + u64(1) + str("/q") + "\x07");  // CHECK, GETNUMKEYS: no key made
+  EXPECT_EQ(s.readExactly(1 + 8, 2s), std::string("\x01", 1) + u64(0));
+}
+
+TEST_F(TcpStoreDialectTest, APushWakesOneBlockedPopper) {
+  RawSocket a("127.0.0.1", server_->port());
+  RawSocket b("127.0.0.1", server_->port());
+  a.send(kValidate + "\x06" + u64(1) + str("/q"));  // WAIT, as queue_pop(block=True)
+  EXPECT_EQ(a.readExactly(1, 200ms), "");           // a waits before b does
+  b.send(kValidate + "\x06" + u64(1) + str("/q"));
+  RawSocket pusher("127.0.0.1", server_->port());
+  pusher.send(kValidate + "\x0E" + str("/q") + str("v"));
+  EXPECT_EQ(a.readExactly(1, 2s), std::string("\x00", 1));  // the oldest waiter only
+  EXPECT_EQ(b.readExactly(1, 300ms), "");
+  a.send("\x0F" + str("/q"));
+  EXPECT_EQ(a.readExactly(8 + 9, 2s), u64(1) + str("v"));
+  pusher.send("\x0E" + str("/q") + str("w"));
+  EXPECT_EQ(b.readExactly(1, 2s), std::string("\x00", 1));
+}
+
+// BARRIER (2.11+): key and world size; one 00 to each arrival once the
+// last has come; a client that times out sends CANCEL_WAIT and gets 01.
+TEST_F(TcpStoreDialectTest, BarrierRepliesWhenTheWorldHasArrived) {
+  RawSocket a("127.0.0.1", server_->port());
+  RawSocket b("127.0.0.1", server_->port());
+  a.send(kValidate + "\x12" + str("/b") + u64(2));
+  EXPECT_EQ(a.readExactly(1, 200ms), "");
+  b.send(kValidate + "\x12" + str("/b") + u64(2));
+  EXPECT_EQ(b.readExactly(1, 2s), std::string("\x00", 1));
+  EXPECT_EQ(a.readExactly(1, 2s), std::string("\x00", 1));
+  b.send("\x03" + str("/b"));  // the count is a key, as in PyTorch
+  EXPECT_EQ(b.readExactly(9, 2s), str("2"));
+}
+
+TEST_F(TcpStoreDialectTest, ACancelledBarrierLeavesTheConnectionUsable) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x12" + str("/never") + u64(2));
+  EXPECT_EQ(s.readExactly(1, 200ms), "");
+  s.send("\x0C");  // the client's timeout
+  EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
+  EXPECT_EQ(server_->stats().waiters, 0u);
+  s.send("\x0D" + u32(7));
+  EXPECT_EQ(s.readExactly(4, 2s), u32(7));
+}
+
+TEST_F(TcpStoreDialectTest, AnOpcodePast2_14IsClosedWithItsNumber) {
+  RawSocket s("127.0.0.1", server_->port());
+  s.send(kValidate + "\x13");
+  bool closed = false;
+  s.readUntilClosed(2s, closed);
+  EXPECT_TRUE(closed);
 }
 
 TEST_F(TcpStoreDialectTest, V1AddInitMatchesTheCapturedBytes) {

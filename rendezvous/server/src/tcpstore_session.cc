@@ -147,26 +147,31 @@ void TcpStoreSession::handle(tcpstore::Request& r) {
       break;
     case Op::kWait: {
       std::optional<StoreState::WaiterId> waiter;
-      const StoreResult added = state.addWaiter(
-          r.keys,
-          [this] {
-            wait_.reset();
-            waitTimer_.reset();
-            context_.syncWaiters();
-            tcpstore::putU8(transport_.output(), tcpstore::kStopWaiting);
-            transport_.flush();
-          },
-          waiter);
-      if (refused(added)) return;
-      if (waiter) {
-        wait_ = *waiter;
-        context_.syncWaiters();
-        startWaitTimer();
-      } else {
-        tcpstore::putU8(out, tcpstore::kStopWaiting);
-      }
+      if (refused(state.addWaiter(r.keys, stopWaitingReply(), waiter))) return;
+      replyNowOrWait(waiter);
       break;
     }
+    case Op::kBarrier: {
+      std::optional<StoreState::WaiterId> waiter;
+      if (refused(state.barrier(r.keys[0], r.delta, stopWaitingReply(), waiter))) return;
+      replyNowOrWait(waiter);
+      break;
+    }
+    case Op::kQueuePush:
+      if (refused(state.queuePush(r.keys[0], std::move(r.values[0])))) return;
+      break;
+    case Op::kQueuePop: {
+      const std::size_t front = state.queueFrontBytes(r.keys[0]);
+      if (tooLarge(8 + (front > 0 ? 8 + front : 0))) return;
+      std::string value;
+      const std::int64_t before = state.queuePop(r.keys[0], value);
+      tcpstore::putI64(out, before);
+      if (before > 0) tcpstore::putString(out, value);
+      break;
+    }
+    case Op::kQueueLen:
+      tcpstore::putI64(out, state.queueLen(r.keys[0]));
+      break;
     case Op::kCancelWait:
       // Any pending wait was dropped above; if it had completed, its
       // STOP_WAITING already went out and this 01 follows it.
@@ -207,13 +212,33 @@ void TcpStoreSession::handle(tcpstore::Request& r) {
   }
 }
 
+std::function<void()> TcpStoreSession::stopWaitingReply() {
+  return [this] {
+    wait_.reset();
+    waitTimer_.reset();
+    context_.syncWaiters();
+    tcpstore::putU8(transport_.output(), tcpstore::kStopWaiting);
+    transport_.flush();
+  };
+}
+
+void TcpStoreSession::replyNowOrWait(std::optional<StoreState::WaiterId> waiter) {
+  if (waiter) {
+    wait_ = *waiter;
+    context_.syncWaiters();
+    startWaitTimer();
+  } else {
+    tcpstore::putU8(transport_.output(), tcpstore::kStopWaiting);
+  }
+}
+
 void TcpStoreSession::startWaitTimer() {
   waitTimer_ =
       std::make_unique<asio::steady_timer>(transport_.executor(), context_.options.maxWaitTime);
   waitTimer_->async_wait(
       [self = transport_.shared_from_this(), this](boost::system::error_code ec) {
         if (ec || self->closed() || !wait_) return;
-        closeBecause(fmt::format("its WAIT passed the server's longest wait of {} ms",
+        closeBecause(fmt::format("its WAIT or BARRIER passed the server's longest wait of {} ms",
                                  context_.options.maxWaitTime.count()));
       });
 }

@@ -10,6 +10,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,11 +46,15 @@ class TcpStoreSession : public DialectSession {
   // The protocol's only error signal: one (rate-limited) log line, close.
   void closeBecause(const std::string& why);
   void startWaitTimer();
+  // What a WAIT or BARRIER that waits sends when its waiter fires: 00.
+  std::function<void()> stopWaitingReply();
+  // 00 now when there is no waiter; otherwise wait for it (one at most).
+  void replyNowOrWait(std::optional<StoreState::WaiterId> waiter);
 
   Transport& transport_;
   ServerContext& context_;
   tcpstore::Decoder decoder_;
-  std::optional<StoreState::WaiterId> wait_;              // a WAIT in progress (one at most)
+  std::optional<StoreState::WaiterId> wait_;  // a WAIT or BARRIER in progress (one at most)
   std::unique_ptr<boost::asio::steady_timer> waitTimer_;  // ends it at maxWaitTime
 };
 

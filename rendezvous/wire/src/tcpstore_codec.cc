@@ -38,8 +38,16 @@ const char* opName(Op op) {
       return "CANCEL_WAIT";
     case Op::kPing:
       return "PING";
+    case Op::kQueuePush:
+      return "QUEUE_PUSH";
+    case Op::kQueuePop:
+      return "QUEUE_POP";
+    case Op::kQueueLen:
+      return "QUEUE_LEN";
     case Op::kListKeys:
       return "LIST_KEYS";
+    case Op::kBarrier:
+      return "BARRIER";
   }
   return "UNKNOWN";
 }
@@ -50,17 +58,14 @@ namespace {
 bool opFor(Dialect dialect, std::uint8_t code, Op& op) {
   static constexpr Op kV1[] = {Op::kSet,  Op::kCompareSet, Op::kGet,      Op::kAdd,      Op::kCheck,
                                Op::kWait, Op::kGetNumKeys, Op::kWatchKey, Op::kDeleteKey};
-  static constexpr Op kV2[] = {Op::kValidate,   Op::kSet,    Op::kCompareSet, Op::kGet,
-                               Op::kAdd,        Op::kCheck,  Op::kWait,       Op::kGetNumKeys,
-                               Op::kDeleteKey,  Op::kAppend, Op::kMultiGet,   Op::kMultiSet,
-                               Op::kCancelWait, Op::kPing};
+  static constexpr Op kV2[] = {Op::kValidate,   Op::kSet,      Op::kCompareSet, Op::kGet,
+                               Op::kAdd,        Op::kCheck,    Op::kWait,       Op::kGetNumKeys,
+                               Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet,   Op::kMultiSet,
+                               Op::kCancelWait, Op::kPing,     Op::kQueuePush,  Op::kQueuePop,
+                               Op::kQueueLen,   Op::kListKeys, Op::kBarrier};
   if (dialect == Dialect::kV1) {
     if (code >= std::size(kV1)) return false;
     op = kV1[code];
-    return true;
-  }
-  if (code == 17) {
-    op = Op::kListKeys;
     return true;
   }
   if (code >= std::size(kV2)) return false;
@@ -96,6 +101,7 @@ Decoder::Field Decoder::next() const {
       return haveWord_ ? Field::kDone : Field::kWord;
     case Op::kSet:
     case Op::kAppend:
+    case Op::kQueuePush:
       if (r.keys.empty()) return Field::kKey;
       return r.values.empty() ? Field::kValue : Field::kDone;
     case Op::kCompareSet:
@@ -104,8 +110,11 @@ Decoder::Field Decoder::next() const {
     case Op::kGet:
     case Op::kDeleteKey:
     case Op::kWatchKey:
+    case Op::kQueuePop:
+    case Op::kQueueLen:
       return r.keys.empty() ? Field::kKey : Field::kDone;
     case Op::kAdd:
+    case Op::kBarrier:
       if (r.keys.empty()) return Field::kKey;
       return haveDelta_ ? Field::kDone : Field::kDelta;
     case Op::kCheck:
@@ -137,8 +146,12 @@ Parse Decoder::feed(std::string_view in, std::size_t& consumed, Request& out, st
       if (pos == in.size()) break;
       const auto code = static_cast<std::uint8_t>(in[pos]);
       if (!opFor(dialect_, code, request_.op)) {
-        return fail(fmt::format("unknown TCPStore opcode {} ({} dialect)", code,
-                                dialect_ == Dialect::kV1 ? "1.13" : "2.x"));
+        return fail(dialect_ == Dialect::kV1
+                        ? fmt::format("unknown TCPStore opcode {} (1.13 dialect: 0-8)", code)
+                        : fmt::format("unknown TCPStore opcode {} (2.x dialect: this server "
+                                      "serves 0-18, PyTorch 2.14's ops; a newer PyTorch's "
+                                      "client needs a newer ddprun)",
+                                      code));
       }
       ++pos;
       haveOp_ = true;

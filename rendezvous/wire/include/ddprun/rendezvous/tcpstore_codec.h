@@ -1,6 +1,7 @@
 // The PyTorch TCPStore wire protocol, server side: decoding requests and
 // encoding replies of the 1.13/2.0 dialect (no handshake) and the 2.2+
-// dialect (VALIDATE first, PING in 2.5+). Pure functions on bytes; see
+// dialect (VALIDATE first, PING in 2.5+, queues in 2.8+, LIST_KEYS in 2.10+,
+// BARRIER in 2.11+). Pure functions on bytes; see
 // docs/protocol.md "TCPStore dialects" and the reference notes.
 //
 // Integers are host-order (little-endian) u64/i64/u32; strings are a u64
@@ -36,7 +37,11 @@ enum class Op {
   kMultiSet,
   kCancelWait,
   kPing,
-  kListKeys,
+  kQueuePush,  // 2.8+
+  kQueuePop,   // 2.8+
+  kQueueLen,   // 2.8+
+  kListKeys,   // 2.10+
+  kBarrier,    // 2.11+
 };
 
 // "SET", "MULTI_GET", ... (metrics labels).
@@ -48,7 +53,7 @@ struct Request {
   Op op = Op::kSet;
   std::vector<std::string> keys;
   std::vector<std::string> values;
-  std::int64_t delta = 0;
+  std::int64_t delta = 0;  // ADD's delta or BARRIER's world size
   std::uint32_t word = 0;  // VALIDATE magic or PING nonce
 };
 
