@@ -1,7 +1,8 @@
 // Unmodified PyTorch training scripts under ddprun, with the workers'
 // TCPStore clients on the agent's store. The same tests run twice (CMake):
-// under Debian's python3-torch 1.13.1 and, with DDPRUN_TEST_PYTHON set to
-// scripts/torch2-python, under PyTorch 2.6 from the Debian trixie root.
+// under Debian's python3-torch 1.13.1 and, as TorchCurrent.*, with
+// DDPRUN_TEST_PYTHON set to scripts/python (the project's environment with
+// the current PyTorch, requirements/torch-current.txt).
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -21,7 +22,7 @@ using test_support::linesWith;
 using test_support::runDdprun;
 namespace fs = std::filesystem;
 
-// Per test process: ctest runs the 1.13 and 2.6 copies of a test at the
+// Per test process: ctest runs the 1.13 and current copies of a test at the
 // same time, and one must never read a script the other is rewriting.
 fs::path scratchDir() {
   const fs::path dir =
@@ -99,6 +100,56 @@ TEST(PythonWorkers, TwoNodesRestartAfterAFailure) {
     for (const auto& line : linesWith(node.out, "attempt ")) lines.push_back(line);
   }
   EXPECT_EQ(lines, (std::vector<std::string>(4, "1 sum 4")));
+}
+
+// What kStoreOpsScript must print under a PyTorch of `version` (major,
+// minor) with `world` ranks: queues since 2.8, list_keys since 2.10, the
+// store's BARRIER since 2.11.
+void expectStoreOps(const std::string& out, int world) {
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(torch (\d+)\.(\d+))"))) << out;
+  const std::pair<int, int> version{std::stoi(m[1]), std::stoi(m[2])};
+  const auto has = [&](const std::string& line) { return out.find(line) != std::string::npos; };
+  if (version >= std::pair{2, 8}) {
+    for (int r = 1; r < world; ++r) {
+      EXPECT_TRUE(has("rank " + std::to_string(r) + " popped item-")) << out;
+    }
+    EXPECT_TRUE(has("pop on an empty queue raised QueueEmptyError")) << out;
+    EXPECT_TRUE(has("queue_len 0")) << out;
+    EXPECT_TRUE(has("blocking pop timed out: True")) << out;
+    EXPECT_TRUE(has("store usable after the timeout: ok")) << out;
+  } else {
+    EXPECT_TRUE(has("no queues in this PyTorch")) << out;
+  }
+  if (version >= std::pair{2, 10}) {
+    EXPECT_TRUE(has("list_keys has every rank: True")) << out;
+  }
+  if (version >= std::pair{2, 11}) {
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(has("rank " + std::to_string(r) + " passed the store barrier")) << out;
+    }
+    EXPECT_TRUE(has("lonely barrier timed out: True")) << out;
+    EXPECT_TRUE(has("raw client usable after the cancel: 1")) << out;
+  }
+}
+
+TEST(PythonWorkers, QueuesListKeysAndBarrierOnTheAgentStore) {
+  const auto script = writeScript("store_ops.py", test_support::kStoreOpsScript);
+  const auto r = runDdprun({"--nproc_per_node=3", "--log_prefix=", script.string()}, kPython, 120s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  expectStoreOps(r.out, 3);
+}
+
+// The same on the store of a two-node round (hosted by node 0's agent).
+TEST(PythonWorkers, QueuesListKeysAndBarrierOnARoundStore) {
+  const auto script = writeScript("store_ops_nodes.py", test_support::kStoreOpsScript);
+  std::string out;
+  for (const auto& node : test_support::runTwoStaticNodes(script, testPython(), {})) {
+    ASSERT_TRUE(node.code) << node.err;
+    EXPECT_EQ(*node.code, 0) << node.err;
+    out += node.out;
+  }
+  expectStoreOps(out, 4);
 }
 
 TEST(PythonWorkers, Torch113BehaviourWithRank0Store) {

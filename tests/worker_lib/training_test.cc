@@ -210,10 +210,11 @@ TEST(Checkpoint, AcceptsTheDdpModulePrefixAndNamesWhatIsMissing) {
   std::filesystem::remove_all(dir);
 }
 
-// Runs Debian's python3 (PyTorch 1.13) on `script`; returns its stdout, or
+// Runs the Python whose PyTorch matches the linked LibTorch (Debian's 1.13
+// or the environment's current one) on `script`; returns its stdout, or
 // fails the test with its output.
 std::string runPython(const std::string& script) {
-  test_support::ChildProcess python({"/usr/bin/python3", "-c", script});
+  test_support::ChildProcess python({DDPRUN_TORCH_PYTHON, "-c", script});
   const auto code = python.wait(120s);
   const std::string out = python.stdoutText();
   EXPECT_TRUE(code.has_value() && *code == 0) << out << python.stderrText();
@@ -221,11 +222,14 @@ std::string runPython(const std::string& script) {
 }
 
 bool pythonTorchAvailable() {
-  return std::filesystem::exists("/usr/lib/python3/dist-packages/torch/__init__.py");
+  test_support::ChildProcess python({DDPRUN_TORCH_PYTHON, "-c", "import torch"});
+  const auto code = python.wait(120s);
+  return code.has_value() && *code == 0;
 }
 
 TEST(Checkpoint, PythonReadsItAsAStateDict) {
-  ASSERT_TRUE(pythonTorchAvailable()) << "python3-torch is missing: scripts/setup installs it";
+  ASSERT_TRUE(pythonTorchAvailable())
+      << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
   const std::string dir = temporaryDirectory();
   const std::string path = dir + "/cpp.pt";
   torch::manual_seed(3);
@@ -269,7 +273,8 @@ print(d["step"], " ".join("%.9g" % p.double().sum().item() for p in m.parameters
 }
 
 TEST(Checkpoint, APythonStateDictLoadsInCpp) {
-  ASSERT_TRUE(pythonTorchAvailable()) << "python3-torch is missing: scripts/setup installs it";
+  ASSERT_TRUE(pythonTorchAvailable())
+      << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
   const std::string dir = temporaryDirectory();
   // A plain model.state_dict(), and a DDP-style {"model", "optimizer",
   // "step"} whose names carry "module.".

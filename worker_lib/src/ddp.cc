@@ -15,6 +15,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "ddprun/common/error.h"
@@ -26,6 +28,36 @@
 namespace ddprun::worker {
 
 namespace {
+
+// c10d::Reducer's constructor as this LibTorch has it. Up to about 2.10 it
+// takes the per-bucket size limits after the bucket indices; later ones drop
+// them and take, after the first bucket's cap, whether to skip all-reducing
+// unused parameters, whether Python reduces, and per-bucket caps for the
+// rebuild (Python's DDP passes false, false and an empty list by default).
+// A template, so that only the branch this LibTorch has is compiled.
+template <typename R = c10d::Reducer>
+std::shared_ptr<R> makeReducer(const std::vector<at::Tensor>& parameters,
+                               std::vector<std::vector<size_t>> indices, std::vector<size_t> limits,
+                               const c10::intrusive_ptr<c10d::ProcessGroup>& group, int64_t cap,
+                               bool findUnused, bool gradientAsBucketView, int64_t first) {
+  std::vector<bool> sparse(parameters.size(), false);
+  std::unordered_map<size_t, std::string> names;
+  if constexpr (std::is_constructible_v<
+                    R, std::vector<at::Tensor>, std::vector<std::vector<size_t>>,
+                    c10::intrusive_ptr<c10d::ProcessGroup>, std::vector<bool>, int64_t, bool, bool,
+                    std::unordered_map<size_t, std::string>, int64_t, bool, bool,
+                    std::vector<int64_t>>) {
+    (void)limits;
+    return std::make_shared<R>(parameters, std::move(indices), group, std::move(sparse), cap,
+                               findUnused, gradientAsBucketView, std::move(names), first,
+                               /*skip_all_reduce_unused_params=*/false,
+                               /*use_python_reducer=*/false, std::vector<int64_t>{});
+  } else {
+    return std::make_shared<R>(parameters, std::move(indices), std::move(limits), group,
+                               std::move(sparse), cap, findUnused, gradientAsBucketView,
+                               std::move(names), first);
+  }
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -100,12 +132,9 @@ class DistributedDataParallel::Reducer {
         parameters_, caps, std::vector<bool>(parameters_.size(), false));
     std::reverse(indices.begin(), indices.end());
     std::reverse(limits.begin(), limits.end());
-    std::unordered_map<size_t, std::string> names;
-    reducer_ = std::make_shared<c10d::Reducer>(
-        parameters_, std::move(indices), std::move(limits), c10dGroup,
-        std::vector<bool>(parameters_.size(), false), static_cast<int64_t>(cap),
-        options.findUnusedParameters, options.gradientAsBucketView, std::move(names),
-        static_cast<int64_t>(first));
+    reducer_ = makeReducer(parameters_, std::move(indices), std::move(limits), c10dGroup,
+                           static_cast<int64_t>(cap), options.findUnusedParameters,
+                           options.gradientAsBucketView, static_cast<int64_t>(first));
     // The Reducer reports through a Logger and expects one (1.13 calls it
     // unchecked when it looks for unused parameters).
     logger_ = std::make_shared<c10d::Logger>(reducer_);

@@ -41,6 +41,12 @@ NativeC10dStore::NativeC10dStore(std::shared_ptr<rendezvous::Store> store,
                                  std::chrono::milliseconds timeout)
     : c10d::Store(timeout), store_(std::move(store)) {}
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+c10::intrusive_ptr<c10d::Store> NativeC10dStore::clone() {
+  return c10::make_intrusive<NativeC10dStore>(store_, getTimeout());
+}
+#endif
+
 void NativeC10dStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   translated([&] { store_->set(key, text(value)); });
 }

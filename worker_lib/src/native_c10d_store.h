@@ -11,6 +11,7 @@
 // alive: the client, a hosted daemon).
 #pragma once
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -25,6 +26,12 @@ namespace ddprun::worker {
 class NativeC10dStore : public c10d::Store {
  public:
   NativeC10dStore(std::shared_ptr<rendezvous::Store> store, std::chrono::milliseconds timeout);
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+  // c10d (2.7+) clones a store for another thread (NCCL's monitor): the
+  // wrapped client serves any thread, so a clone shares it.
+  c10::intrusive_ptr<c10d::Store> clone() override;
+#endif
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
