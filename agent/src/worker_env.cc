@@ -30,12 +30,21 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
   // directly. False: worker rank 0 hosts its own TCPStore there.
   env[env::kUseAgentStore] = id.useAgentStore ? "True" : "False";
   env[env::kErrorFile] = id.errorFile;
-  // One name only (PyTorch 2.x warns about the old one); none when the user
-  // set either (docs/env.md).
-  if (const auto& name = config.ncclAsyncErrorHandlingName;
-      !name.empty() && !base.contains(env::kNcclAsyncErrorHandling) &&
-      !base.contains(env::kNcclAsyncErrorHandlingOld)) {
-    env[name] = "1";
+  // Always set, as torchrun does (to 1 unless the user chose a value), under
+  // the one name this PyTorch reads (2.x warns about the old one). A value
+  // the user gave under either name is kept: torchrun 2.x adds 1 under the
+  // new name over a legacy NCCL_ASYNC_ERROR_HANDLING=0, which then loses.
+  if (const auto& name = config.ncclAsyncErrorHandlingName; !name.empty()) {
+    const auto given = [&](const char* key) -> const std::string* {
+      auto it = base.find(key);
+      return it == base.end() ? nullptr : &it->second;
+    };
+    const std::string* value = given(name.c_str());
+    if (value == nullptr) {
+      value = given(name == env::kNcclAsyncErrorHandling ? env::kNcclAsyncErrorHandlingOld
+                                                         : env::kNcclAsyncErrorHandling);
+    }
+    env[name] = value != nullptr ? *value : "1";
   }
   if (!config.signalsToHandle.empty()) env[env::kSignalsToHandle] = config.signalsToHandle;
   if (config.virtualLocalRank) {
@@ -49,7 +58,9 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
             "listed); list one device per worker or lower --nproc_per_node",
             id.localRank, visible->second, devices.size()));
       }
-      env[env::kCudaVisibleDevices] = std::string(devices[static_cast<std::size_t>(id.localRank)]);
+      // Entries are stripped, as torchrun 2.14 does ("0, 1" is 0 and 1).
+      env[env::kCudaVisibleDevices] =
+          std::string(trimSpaces(devices[static_cast<std::size_t>(id.localRank)]));
     } else {
       env[env::kCudaVisibleDevices] = std::to_string(id.localRank);
     }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "accelerator_count.h"
 #include "ddprun/common/env.h"
 #include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
@@ -146,13 +148,8 @@ agent::EventLogConfig parseEventLogHandler(const std::string& text) {
 }
 
 // Enables NCCL's async error handling under the name the workers' PyTorch
-// reads (docs/env.md), unless the user set either name already.
+// reads (docs/env.md); the value is the user's, under either name, else 1.
 void chooseNcclVariable(agent::AgentConfig& config, bool python) {
-  if (std::getenv(env::kNcclAsyncErrorHandling) != nullptr ||
-      std::getenv(env::kNcclAsyncErrorHandlingOld) != nullptr) {
-    config.ncclAsyncErrorHandlingName.clear();  // inherited as the user set it
-    return;
-  }
   config.ncclAsyncErrorHandlingName = env::kNcclAsyncErrorHandling;
   if (!python) return;
   const auto version = probeTorchVersion(config.command.front());
@@ -164,19 +161,35 @@ void chooseNcclVariable(agent::AgentConfig& config, bool python) {
 }  // namespace
 
 int parseNproc(const std::string& text) {
-  if (text == "cpu") return cpuCount();
-  if (text == "gpu" || text == "auto") {
-    const int gpus = countVisibleGpus();
-    if (gpus > 0) return gpus;
-    if (text == "auto") return cpuCount();
+  if (text == "cpu") return cpuCount();  // the CPUs this process may use, as 2.14
+  if (text == "gpu") {
+    if (const int gpus = countVisibleGpus(); gpus > 0) return gpus;
+    if (const int gpus = countAmdGpus(); gpus > 0) return gpus;  // ROCm's torch calls them cuda
     throw ConfigError(
-        "--nproc_per_node=gpu but no GPU is visible (no NVIDIA driver, or "
-        "CUDA_VISIBLE_DEVICES hides them all); use --nproc_per_node=cpu or a number");
+        "--nproc_per_node=gpu but no GPU is visible (no NVIDIA or AMD GPU driver, or "
+        "CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES hides them all); use --nproc_per_node=cpu or "
+        "a number");
+  }
+  if (text == "xpu") {
+    if (const int xpus = countIntelXpus(); xpus > 0) return xpus;
+    throw ConfigError(
+        "--nproc_per_node=xpu but no Intel GPU is visible (none bound to the i915 or xe driver, "
+        "or ZE_AFFINITY_MASK hides them all); use --nproc_per_node=cpu or a number");
+  }
+  if (text == "auto") {
+    // The accelerators present, NVIDIA, AMD, then Intel, else the CPUs.
+    // torchrun 2.14 asks torch.accelerator, which knows only the one its
+    // build targets (a CPU-only torch counts CPUs on a GPU node).
+    for (int (*count)() : {+[] { return countVisibleGpus(); }, +[] { return countAmdGpus(); },
+                           +[] { return countIntelXpus(); }}) {
+      if (const int devices = count(); devices > 0) return devices;
+    }
+    return cpuCount();
   }
   auto value = parseInteger(text);
   if (!value || *value < 1 || *value > 65536) {
     throw ConfigError(fmt::format(
-        "--nproc_per_node={} is not a positive number, 'cpu', 'gpu' or 'auto'; give e.g. "
+        "--nproc_per_node={} is not a positive number, 'cpu', 'gpu', 'xpu' or 'auto'; give e.g. "
         "--nproc_per_node=4",
         text));
   }
@@ -352,7 +365,12 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     }
   }
   config.forwardedSignals = parseSignals(o.signalsToHandle);
-  config.signalsToHandle = o.signalsToHandle;
+  // Workers get the list in Python's spelling (SIGTERM,...), whatever the
+  // user typed: a start_processes() nested in a worker parses it with
+  // getattr(signal, name) and warns on any other spelling.
+  std::vector<std::string> names;
+  for (int sig : config.forwardedSignals) names.push_back(signalName(sig));
+  config.signalsToHandle = fmt::format("{}", fmt::join(names, ","));
   if (o.startMethod != "spawn" && o.startMethod != "fork" && o.startMethod != "forkserver") {
     throw ConfigError(fmt::format(
         "--start_method={} is not spawn, fork or forkserver; drop it (ddprun execs the program)",

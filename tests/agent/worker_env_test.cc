@@ -63,17 +63,24 @@ TEST(WorkerEnv, TorchrunsVariablesAndDdprunsOwn) {
   EXPECT_EQ(env, expected);
 }
 
-TEST(WorkerEnv, OneNcclAsyncErrorHandlingNameOnly) {
+TEST(WorkerEnv, NcclAsyncErrorHandlingIsAlwaysSetUnderOneName) {
   AgentConfig config;
   config.ncclAsyncErrorHandlingName = "NCCL_ASYNC_ERROR_HANDLING";  // PyTorch < 2.2
   auto env = asMap(buildWorkerEnv({}, config, WorkerIdentity{}));
   EXPECT_EQ(env.at("NCCL_ASYNC_ERROR_HANDLING"), "1");
   EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
-  // The user's own setting of either name is left alone, the other not added.
+  env = asMap(buildWorkerEnv({}, AgentConfig{}, WorkerIdentity{}));  // PyTorch >= 2.2
+  EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+  EXPECT_FALSE(env.contains("NCCL_ASYNC_ERROR_HANDLING"));
+  // A user's value under either name is the value, under the name this
+  // PyTorch reads (torchrun 2.x would add 1 over a legacy 0).
   env =
       asMap(buildWorkerEnv({{"NCCL_ASYNC_ERROR_HANDLING", "0"}}, AgentConfig{}, WorkerIdentity{}));
-  EXPECT_EQ(env.at("NCCL_ASYNC_ERROR_HANDLING"), "0");
-  EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
+  EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
+  env = asMap(
+      buildWorkerEnv({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}},
+                     AgentConfig{}, WorkerIdentity{}));
+  EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
 }
 
 TEST(WorkerEnv, VirtualLocalRankNarrowsTheVisibleDevices) {
@@ -86,6 +93,9 @@ TEST(WorkerEnv, VirtualLocalRankNarrowsTheVisibleDevices) {
   EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "6");
   env = asMap(buildWorkerEnv({}, config, id));
   EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "2");
+  // Entries are stripped, as torchrun 2.14 does; UUIDs pass unchanged.
+  env = asMap(buildWorkerEnv({{"CUDA_VISIBLE_DEVICES", " 3, 5 , GPU-ab12 ,7"}}, config, id));
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "GPU-ab12");
   EXPECT_THROW(buildWorkerEnv({{"CUDA_VISIBLE_DEVICES", "0,1"}}, config, id), Error);
 }
 

@@ -16,8 +16,15 @@ TEST(RunConfig, Nproc) {
   EXPECT_EQ(parseNproc("4"), 4);
   EXPECT_GE(parseNproc("cpu"), 1);
   EXPECT_GE(parseNproc("auto"), 1);  // no GPU here: the CPU count
-  for (const char* bad : {"0", "-1", "abc", "", "4x", "1.5"}) {
+  for (const char* bad : {"0", "-1", "abc", "", "4x", "1.5", "cuda"}) {
     EXPECT_THROW(parseNproc(bad), ConfigError) << bad;
+  }
+  // No Intel GPU here: xpu names what is missing, as gpu does.
+  try {
+    parseNproc("xpu");
+    ADD_FAILURE() << "xpu on a machine without an Intel GPU";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no Intel GPU"), std::string::npos) << e.what();
   }
 }
 
@@ -126,6 +133,17 @@ TEST(RunConfig, BuildsTheAgentConfig) {
   EXPECT_EQ(config.runId, "myjob");
   EXPECT_EQ(config.command, (std::vector<std::string>{"/bin/echo", "${local_rank}"}));
   EXPECT_EQ(config.programName, "echo");
+  // The default signals, in Python's spelling for the workers.
+  EXPECT_EQ(config.signalsToHandle, "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
+}
+
+TEST(RunConfig, SignalsToHandleReachWorkersInPythonsSpelling) {
+  LaunchOptions o;
+  o.program = {"/bin/true"};
+  o.signalsToHandle = "term, usr1,SIGINT,TERM";
+  std::string notices;
+  const auto config = buildAgentConfig(o, notices);
+  EXPECT_EQ(config.signalsToHandle, "SIGTERM,SIGUSR1,SIGINT");
 }
 
 TEST(RunConfig, PythonProgramsRunUnbuffered) {

@@ -123,7 +123,8 @@ struct AgentConfig {
 
   // Signals ddprun handles and forwards to every worker's process group.
   std::vector<int> forwardedSignals;
-  // --signals_to_handle as given (TORCHELASTIC_SIGNALS_TO_HANDLE for workers).
+  // TORCHELASTIC_SIGNALS_TO_HANDLE for workers: the forwarded signals in
+  // Python's spelling ("SIGTERM,SIGINT"), however --signals_to_handle spelt them.
   std::string signalsToHandle;
   // --virtual_local_rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to
   // the worker's own device.
@@ -134,9 +135,10 @@ struct AgentConfig {
   // The launcher's own TORCHELASTIC_ERROR_FILE (set by a scheduler): the
   // root cause is written there in torchelastic's JSON format.
   std::optional<std::filesystem::path> launcherErrorFile;
-  // The name under which NCCL async error handling is enabled for workers:
+  // The name under which NCCL async error handling is given to workers:
   // TORCH_NCCL_ASYNC_ERROR_HANDLING (PyTorch >= 2.2) or the older
-  // NCCL_ASYNC_ERROR_HANDLING. Only one is set, never both.
+  // NCCL_ASYNC_ERROR_HANDLING. Always set, as torchrun does (to the user's
+  // value of either name, else 1); only this one of the two is added.
   std::string ncclAsyncErrorHandlingName = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 
   RendezvousConfig rendezvous;
