@@ -32,6 +32,7 @@
 #include "python_zygote.h"
 #include "restart_backoff.h"
 #include "run_directory.h"
+#include "uninterruptible_watch.h"
 #include "worker_env.h"
 #include "worker_group.h"
 
@@ -95,6 +96,8 @@ struct Agent::Impl {
   void endAttempt();
   void onGroupDone(GroupOutcome outcome);
   void onFailure(const GroupOutcome& outcome);
+  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT passed for `worker`.
+  void onUninterruptible(const WatchedWorker& worker, std::chrono::milliseconds inD);
   // Runs `restart` now, or after the back-off when failures came in a row.
   // --event_log_handler: the job restarts (restart N of the budget) after a
   // failure with `failedCode`.
@@ -146,8 +149,12 @@ struct Agent::Impl {
   std::chrono::steady_clock::time_point attemptStarted;
   std::unique_ptr<FileTimerServer> fileTimer;
   std::unique_ptr<HangWatchdog> watchdog;  // --watchdog_timeout, per attempt
-  std::unique_ptr<PythonZygote> zygote;    // --preload
-  bool waitingForZygote = false;           // a round's group waits for its import
+  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT, per attempt; once it fired
+  // the node is unhealthy and its workers are not restarted.
+  std::unique_ptr<UninterruptibleWatch> uninterruptibleWatch;
+  bool unhealthy = false;
+  std::unique_ptr<PythonZygote> zygote;  // --preload
+  bool waitingForZygote = false;         // a round's group waits for its import
   int exitCode = 0;
 };
 
@@ -352,6 +359,7 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
 
 void Agent::Impl::endAttempt() {
   watchdog.reset();
+  uninterruptibleWatch.reset();
   if (fileTimer) fileTimer->clear();
   group.reset();
 }
@@ -393,6 +401,21 @@ void Agent::Impl::startAttempt() {
         io, config.watchdogTimeout,
         [this] { return group ? group->watchedWorkers() : std::vector<WatchedWorker>{}; },
         [this](const HangReport& report) { onHang(report); });
+  }
+  if (config.uninterruptibleStateTimeout.count() > 0) {
+    uninterruptibleWatch = std::make_unique<UninterruptibleWatch>(
+        io, config.uninterruptibleStateTimeout,
+        [this] { return group ? group->watchedWorkers() : std::vector<WatchedWorker>{}; },
+        [this](const WatchedWorker& worker) {
+          DDPRUN_WARN(
+              "Worker rank {} (pid {}) entered uninterruptible sleep (D state); the node is "
+              "unhealthy if it stays there {:g} s (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT).",
+              static_cast<int>(assignment.rankOffset) + worker.localRank, worker.pid,
+              config.uninterruptibleStateTimeout.count() / 1000.0);
+        },
+        [this](const WatchedWorker& worker, std::chrono::milliseconds inD) {
+          onUninterruptible(worker, inD);
+        });
   }
 }
 
@@ -460,6 +483,14 @@ void Agent::Impl::onFailure(const GroupOutcome& outcome) {
   const WorkerFailure& root = *outcome.rootCause;
   lastFailureCode = root.status.shellCode();
   ++failedRoundsInARow;
+  if (unhealthy) {
+    // A worker wedged in the kernel: a new one would meet the same device.
+    // Unlike torchrun 2.14 (which exits 0 here), the job fails.
+    DDPRUN_WARN("This node is unhealthy (a worker stayed in D state); no restart.");
+    if (rendezvous) rendezvous->leave(assignment.round);
+    failJob(reportFor(outcome), &root, root.status.shellCode());
+    return;
+  }
   if (rendezvous) {
     // The budget is the job's, kept by the store: one restart per failed round.
     const std::string report = reportFor(outcome);
@@ -653,6 +684,22 @@ void Agent::Impl::onHang(const HangReport& report) {
   }
   group->noteCause(report.localRank, cause, report.details);
   ::kill(report.pid, SIGKILL);
+}
+
+void Agent::Impl::onUninterruptible(const WatchedWorker& worker, std::chrono::milliseconds inD) {
+  if (!group) return;
+  unhealthy = true;
+  const int rank = static_cast<int>(assignment.rankOffset) + worker.localRank;
+  const std::string where = describeWait(worker.pid);
+  const std::string cause = fmt::format(
+      "stuck in uninterruptible sleep (D state) for {:.1f} s "
+      "(TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT={:g}){}; the node is unhealthy, so ddprun "
+      "sent it SIGKILL and does not restart the workers",
+      inD.count() / 1000.0, config.uninterruptibleStateTimeout.count() / 1000.0,
+      where.empty() ? "" : "; " + where);
+  DDPRUN_WARN("Worker rank {} (pid {}) is {}.", rank, worker.pid, cause);
+  group->noteCause(worker.localRank, cause);
+  ::kill(worker.pid, SIGKILL);
 }
 
 void Agent::Impl::waitForSignal() {

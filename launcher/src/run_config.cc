@@ -353,6 +353,17 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   config.restartBackoff.initial = secondsOption("restart_backoff_initial", o.restartBackoffInitial);
   config.restartBackoff.max = secondsOption("restart_backoff_max", o.restartBackoffMax);
   config.watchdogTimeout = secondsOption("watchdog_timeout", o.watchdogTimeout);
+  if (const char* text = std::getenv(env::kUninterruptibleStateTimeout);
+      text != nullptr && *text != '\0') {
+    // torchrun 2.13+ turns an unreadable value off silently; ddprun says so.
+    const auto value = parseDuration(text, 1e9);
+    if (!value) {
+      throw ConfigError(
+          fmt::format("{}={} is not a number of seconds (0 or more, 0 = off); give e.g. {}=600",
+                      env::kUninterruptibleStateTimeout, text, env::kUninterruptibleStateTimeout));
+    }
+    config.uninterruptibleStateTimeout = *value;
+  }
   if (!o.metricsPort.empty()) {
     config.rendezvous.metricsPort =
         static_cast<int>(integerOption("metrics_port", o.metricsPort, 1, 65535, "9400"));

@@ -36,6 +36,30 @@ using test_support::scratch;
 using test_support::sh;
 using test_support::startAndWait;
 
+// TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT (torchrun 2.13+): a worker in D
+// state that long makes the node unhealthy: no restart, and the job fails
+// (torchrun 2.14 exits 0 here).
+TEST(Launcher, AWorkerStuckInDStateEndsTheJobWithoutARestart) {
+  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=3",
+                            "--log_prefix=", std::string(kBinDir) + "/d_state_worker"},
+                           {{"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", "1"}}, 60s);
+  EXPECT_EQ(r.code, 128 + SIGKILL) << r.err;
+  EXPECT_NE(r.err.find("Worker rank 0 (pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("entered uninterruptible sleep (D state)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("stuck in uninterruptible sleep (D state) for"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no restart"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Restarting"), std::string::npos) << r.err;
+  EXPECT_EQ(linesWith(r.out, "rank 0 up").size(), 1u) << r.out;  // one attempt only
+}
+
+TEST(Launcher, ABadUninterruptibleStateTimeoutIsRefused) {
+  const auto r = runDdprun({"/bin/true"}, {{"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", "soon"}});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT=soon is not a number"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(Launcher, EveryRankGetsTorchrunsEnvironment) {
   const auto r = runDdprun(
       args({"--nproc_per_node=3", "--rdzv_id=envjob", "--role=trainer", "--max_restarts=2",

@@ -102,6 +102,10 @@ struct AgentConfig {
   // --watchdog_timeout: a node none of whose workers progressed (CPU or
   // I/O) for this long is hung; its first-stalled worker fails. Zero: off.
   std::chrono::milliseconds watchdogTimeout{0};
+  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: a worker in uninterruptible
+  // sleep (state D) this long makes the node unhealthy: its workers are
+  // stopped and not restarted. Zero: off.
+  std::chrono::milliseconds uninterruptibleStateTimeout{0};
   // SIGTERM to SIGKILL grace when stopping workers.
   std::chrono::milliseconds shutdownTimeout{std::chrono::seconds(30)};
 

@@ -30,6 +30,8 @@ inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 // The signals the launcher forwards (torchrun 2.x sets it on itself, so
 // workers inherit it): "SIGTERM,SIGINT,...".
 inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
+// Read by the launcher (torchrun 2.13+): seconds a worker may stay in D state.
+inline constexpr char kUninterruptibleStateTimeout[] = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT";
 
 // --- read by the launcher --------------------------------------------------
 inline constexpr char kPythonExec[] = "PYTHON_EXEC";
