@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "completion.h"
 #include "ddprun/common/env.h"
 
 namespace ddprun::launcher {
@@ -49,7 +50,7 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
       "environment (the flag wins).");
   app.get_formatter()->column_width(34);
   text(app, "nproc_per_node", o.nprocPerNode,
-       "workers on this node: a number, 'cpu', 'gpu' or 'auto' (GPUs, else CPUs)");
+       "workers on this node: a number, 'cpu', 'gpu', 'xpu' or 'auto' (the GPUs, else the CPUs)");
   text(app, "nnodes", o.nnodes, "number of nodes, or MIN:MAX for an elastic job");
   text(app, "node_rank", o.nodeRank, "rank of this node (static rendezvous)");
   text(app, "master_addr", o.masterAddr, "MASTER_ADDR given to workers");
@@ -128,6 +129,15 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   flag(app, "strict_store", o.strictStore,
        "ddprun's store refuses PyTorch TCPStore clients, which cannot send the token "
        "(implies --worker_store=rank0)");
+  // torchrun 2.14's --print-completion: prints the script and exits 0, with
+  // no program needed; no PET_ variable (torchrun has none either).
+  app.add_option("--print_completion,--print-completion", o.printCompletion,
+                 "print a shell completion script for ddprun (bash, zsh or tcsh) and exit")
+      ->check(CLI::IsMember({"bash", "zsh", "tcsh"}))
+      ->each([&app](const std::string& shell) {
+        std::cout << completionScript(app, shell);
+        throw CLI::Success();
+      });
   // Everything from the first positional argument on is the program and
   // its arguments, passed untouched (collected from remaining()).
   app.prefix_command();
@@ -176,6 +186,8 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& options) {
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::Success&) {
+    return 0;  // --print_completion printed its script
   } catch (const CLI::ParseError& e) {
     std::cerr << "ddprun: error: " << e.what() << "; see ddprun --help\n";
     return 2;

@@ -51,6 +51,7 @@ struct LaunchOptions {
   std::string numaBinding;
   std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
   bool virtualLocalRank = false;
+  std::string printCompletion;  // --print_completion SHELL (handled while parsing)
   std::string duplicateStdoutFilters;
   std::string duplicateStderrFilters;
   std::string workerStore = "agent";

@@ -76,6 +76,36 @@ TEST(TorchrunCompat, NumaBindingWithoutAGpuIsANotice) {
   EXPECT_NE(r.err.find("--numa_binding=node has no effect"), std::string::npos) << r.err;
 }
 
+// torchrun 2.14's --print-completion: a script on stdout, exit 0, no
+// program needed; an unknown shell is a usage error (exit 2).
+TEST(TorchrunCompat, PrintCompletionGivesAWorkingBashScript) {
+  // bash runs the script and completes "--nproc" as bash itself would.
+  ChildProcess bash(
+      {"/bin/bash", "-c",
+       "eval \"$(\"$0\" --nproc_per_node=2 --print-completion bash)\" || exit 9; "
+       "COMP_WORDS=(ddprun --nproc); COMP_CWORD=1; _ddprun; echo \"${COMPREPLY[*]}\"; "
+       "complete -p ddprun",
+       kDdprun});
+  ASSERT_EQ(bash.wait(30s), 0) << bash.stderrText();
+  EXPECT_EQ(linesWith(bash.stdoutText(), "--nproc"),
+            (std::vector<std::string>{"_per_node --nproc-per-node"}))
+      << bash.stdoutText();
+  EXPECT_NE(bash.stdoutText().find("complete -o default -F _ddprun ddprun"), std::string::npos);
+  const auto zsh = runDdprun({"--print_completion", "zsh"});
+  EXPECT_EQ(zsh.code, 0);
+  EXPECT_TRUE(zsh.out.starts_with("#compdef ddprun\n")) << zsh.out;
+  const auto tcsh = runDdprun({"--print_completion", "tcsh"});
+  EXPECT_EQ(tcsh.code, 0);
+  EXPECT_NE(tcsh.out.find("complete ddprun 'c/--/(help nproc_per_node"), std::string::npos)
+      << tcsh.out;
+  const auto ksh = runDdprun({"--print_completion", "ksh"});
+  EXPECT_EQ(ksh.code, 2);
+  EXPECT_NE(ksh.err.find("ksh not in {bash,zsh,tcsh}"), std::string::npos) << ksh.err;
+  // After the program it is the program's argument.
+  const auto echo = runDdprun({"--log_prefix=", "/bin/echo", "--print-completion", "bash"});
+  EXPECT_EQ(echo.out, "--print-completion bash\n");
+}
+
 TEST(TorchrunCompat, OnlyTheGivenSignalsAreForwarded) {
   const fs::path dir = scratch();
   ChildProcess ddprun(
