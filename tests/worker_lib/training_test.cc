@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -304,18 +305,16 @@ torch.save([p.detach() for p in m.parameters()], "{0}/after.pt")
         p, torch::arange(p.numel(), torch::kFloat).view_as(p) / 10 + static_cast<double>(i)));
   }
   EXPECT_TRUE(torch::equal(model->buffers()[0], torch::full({4}, 0.5)));
-  // model.state_dict() itself is an OrderedDict, which LibTorch's
-  // unpickler (1.13 and 2.6) reads as None: the error says how to save it.
-  try {
-    loadCheckpoint(dir + "/ordered.pt", *model.ptr(), nullptr);
-    ADD_FAILURE() << "LibTorch read an OrderedDict";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("dict(model.state_dict())"), std::string::npos)
-        << e.what();
+  // model.state_dict() itself, an OrderedDict (which LibTorch's own
+  // unpickler reads as None): the same tensors.
+  auto ordered = torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
+  EXPECT_EQ(loadCheckpoint(dir + "/ordered.pt", *ordered.ptr(), nullptr), 0);
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(torch::equal(ordered->parameters()[i], parameters[i])) << i;
   }
+  EXPECT_TRUE(torch::equal(ordered->buffers()[0], torch::full({4}, 0.5)));
 
   torch::optim::Adam adam(model->parameters(), 0.1);
-#if TORCH_VERSION_MAJOR >= 2
   EXPECT_EQ(loadCheckpoint(dir + "/wrapped.pt", *model.ptr(), &adam), 7);
   // Adam's moments and step count came across: the same next step from the
   // same batch lands where Python's did.
@@ -331,16 +330,126 @@ torch.save([p.detach() for p in m.parameters()], "{0}/after.pt")
     EXPECT_TRUE(torch::allclose(parameters[i], expected.get(i).toTensor(), 1e-5, 1e-6))
         << i << ": " << parameters[i] << " vs " << expected.get(i).toTensor();
   }
-#else
-  // LibTorch 1.13's unpickler cannot read Python's optimizer state_dict
-  // (a one-element list of parameter groups): a clear error, not a crash.
-  try {
-    loadCheckpoint(dir + "/wrapped.pt", *model.ptr(), &adam);
-    ADD_FAILURE() << "LibTorch 1.13 read a Python optimizer state_dict";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("exactly one entry"), std::string::npos) << e.what();
+  std::filesystem::remove_all(dir);
+}
+
+// A Lightning-style checkpoint written by this PyTorch: the state_dict under
+// "state_dict" with the LightningModule's attribute as a prefix, views that
+// share a storage, a parameter with a storage offset, several dtypes,
+// hyperparameters of Python types the reader keeps without running them,
+// the optimizer under "optimizer_states", the step under "global_step".
+TEST(Checkpoint, ALightningStyleCheckpointOfThisPyTorchLoads) {
+  ASSERT_TRUE(pythonTorchAvailable())
+      << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
+  const std::string dir = temporaryDirectory();
+  runPython(fmt::format(R"(
+import collections, pathlib, argparse, torch
+torch.manual_seed(5)
+m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 1))
+o = torch.optim.Adam(m.parameters(), lr=0.05)
+for _ in range(2):
+    o.zero_grad(); m(torch.randn(8, 4)).sum().backward(); o.step()
+sd = collections.OrderedDict(("model." + k, v) for k, v in m.state_dict().items())
+big = torch.arange(40, dtype=torch.float64)
+extra = {{"view": big[10:20], "t": big.view(5, 8).t(), "half": torch.ones(3, dtype=torch.float16),
+         "flags": torch.tensor([True, False])}}
+torch.save({{"epoch": 1, "global_step": 12, "pytorch-lightning_version": "2.6.6",
+            "state_dict": sd, "loops": {{"fit_loop": {{"state_dict": {{}}}}}},
+            "callbacks": {{"ModelCheckpoint{{'monitor': 'val_loss'}}": {{"best_model_score": torch.tensor(0.5)}}}},
+            "optimizer_states": [o.state_dict()], "lr_schedulers": [],
+            "hparams_name": "kwargs",
+            "hyper_parameters": {{"lr": 0.05, "path": pathlib.Path("/data"), "ns": argparse.Namespace(a=1),
+                                 "tup": (1, "a"), "st": {{1, 2}}, "big": 2**70, "neg": -5, "raw": b"\x00\xff"}},
+            "extra": extra}}, "{0}/lightning.ckpt")
+o.zero_grad(); m(torch.ones(2, 4)).sum().backward(); o.step()
+torch.save([p.detach() for p in m.parameters()], "{0}/after.pt")
+)",
+                        dir));
+  auto model = torch::nn::Sequential(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3),
+                                     torch::nn::Linear(3, 1));
+  torch::optim::Adam adam(model->parameters(), 0.05);
+  EXPECT_EQ(loadCheckpoint(dir + "/lightning.ckpt", *model.ptr(), &adam), 12);
+  adam.zero_grad();
+  model->forward(torch::ones({2, 4})).sum().backward();
+  adam.step();
+  const auto after = torch::jit::pickle_load([&] {
+    std::ifstream in(dir + "/after.pt", std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  }());
+  const auto expected = after.toList();
+  const auto parameters = model->parameters();
+  ASSERT_EQ(expected.size(), parameters.size());
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(parameters[i], expected.get(i).toTensor(), 1e-5, 1e-6)) << i;
   }
-#endif
+  std::filesystem::remove_all(dir);
+}
+
+// What make_lightning_checkpoints.py printed for each file.
+const std::map<std::string, double> kLightningParameterSums = {
+    {"lightning_plain.ckpt", 4.566850699484348},
+    {"lightning_exotic_hparams.ckpt", 4.566850699484348},
+};
+
+// Real Lightning 2.6.6 checkpoints (Trainer.save_checkpoint after two
+// epochs, PyTorch 2.13; tests/worker_lib/data/make_lightning_checkpoints.py
+// wrote them), one with exotic hyperparameters (numpy, pathlib, argparse,
+// a set, bytes, a torch dtype and device, a 2**40 int), load under every
+// LibTorch we build against.
+TEST(Checkpoint, RealLightningCheckpointsLoad) {
+  for (const char* name : {"lightning_plain.ckpt", "lightning_exotic_hparams.ckpt"}) {
+    SCOPED_TRACE(name);
+    auto model = torch::nn::Sequential(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3),
+                                       torch::nn::Linear(3, 1));
+    torch::optim::Adam adam(model->parameters(), 0.1);
+    const std::string path = std::string(DDPRUN_TEST_DATA_DIR) + "/" + name;
+    EXPECT_EQ(loadCheckpoint(path, *model.ptr(), &adam), 4);  // 2 epochs of 2 batches
+    // What torch.load(path)["state_dict"] held (printed by the generator).
+    double sum = 0;
+    for (const auto& p : model->parameters()) sum += p.to(torch::kDouble).sum().item<double>();
+    EXPECT_NEAR(sum, kLightningParameterSums.at(name), 1e-6);
+    EXPECT_EQ(model->named_buffers()["1.num_batches_tracked"].item<int64_t>(), 4);
+  }
+}
+
+// A damaged file is a ConfigError naming it, never a crash or another
+// exception: the real Lightning checkpoint cut short at many lengths and
+// with bytes flipped all along it, and files that are not archives.
+TEST(Checkpoint, DamagedFilesAreClearErrors) {
+  const std::string dir = temporaryDirectory();
+  std::ifstream in(std::string(DDPRUN_TEST_DATA_DIR) + "/lightning_plain.ckpt", std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), {});
+  const std::string path = dir + "/damaged.ckpt";
+  const auto outcome = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    auto model = torch::nn::Sequential(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3),
+                                       torch::nn::Linear(3, 1));
+    try {
+      loadCheckpoint(path, *model.ptr(), nullptr);
+      return std::string("loaded");
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      return std::string("ConfigError");
+    } catch (const std::exception& e) {
+      return std::string("other exception: ") + e.what();
+    }
+  };
+  int errors = 0;
+  for (std::size_t length = 0; length < good.size(); length += 97) {
+    const std::string result = outcome(good.substr(0, length));
+    EXPECT_EQ(result, "ConfigError") << "cut at " << length;
+    errors += result == "ConfigError";
+  }
+  for (std::size_t at = 0; at < good.size(); at += 13) {
+    std::string bytes = good;
+    bytes[at] = static_cast<char>(bytes[at] ^ 0x5A);
+    const std::string result = outcome(bytes);
+    EXPECT_TRUE(result == "loaded" || result == "ConfigError")
+        << "flip at " << at << ": " << result;
+  }
+  EXPECT_EQ(outcome("not a checkpoint"), "ConfigError");
+  EXPECT_EQ(outcome(std::string("PK\x03\x04", 4) + std::string(100, '\0')), "ConfigError");
+  EXPECT_GT(errors, 50);
   std::filesystem::remove_all(dir);
 }
 

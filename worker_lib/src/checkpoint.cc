@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -14,6 +13,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +26,7 @@
 #include "ddprun/worker/process_group.h"
 #include "error_text.h"
 #include "optimizer_state.h"
+#include "torch_save_reader.h"
 
 namespace ddprun::worker {
 
@@ -41,6 +42,11 @@ constexpr char kOptimizer[] = "optimizer";
 constexpr char kOptimizerArchive[] = "optimizer_libtorch";
 constexpr char kStep[] = "step";
 constexpr char kDdpPrefix[] = "module.";
+// A Lightning .ckpt: the LightningModule's state_dict, its optimizers'
+// state_dicts and the step.
+constexpr char kLightningStateDict[] = "state_dict";
+constexpr char kLightningOptimizers[] = "optimizer_states";
+constexpr char kLightningStep[] = "global_step";
 
 void syncFile(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -56,23 +62,48 @@ std::vector<char> readFile(const std::string& path) {
 }
 
 // The tensors of a state_dict by name, found with or without the
-// "module." prefix that wrapping a model in DDP adds.
+// "module." prefix that wrapping a model in DDP adds, or under the prefix a
+// Lightning module's attribute adds ("model.0.weight" for "0.weight").
 class NamedTensors {
  public:
   void add(const std::string& name, at::Tensor tensor) { tensors_[name] = std::move(tensor); }
 
+  // Picks the prefix under which every one of `names` is present, if the
+  // names are not present as they are (the first saved name that ends with
+  // ".<first name>" proposes it).
+  void findPrefixFor(const std::vector<std::string>& names) {
+    prefix_.clear();
+    if (names.empty() || allFound(names)) return;
+    for (const auto& [saved, tensor] : tensors_) {
+      const std::string& first = names.front();
+      if (saved.size() <= first.size() + 1 || !saved.ends_with("." + first)) continue;
+      prefix_ = saved.substr(0, saved.size() - first.size());
+      if (allFound(names)) return;
+    }
+    prefix_.clear();
+  }
+
   const at::Tensor* find(const std::string& name) const {
     for (const std::string& candidate :
          {name, kDdpPrefix + name,
-          name.rfind(kDdpPrefix, 0) == 0 ? name.substr(std::strlen(kDdpPrefix)) : name}) {
+          name.rfind(kDdpPrefix, 0) == 0 ? name.substr(std::strlen(kDdpPrefix)) : name,
+          prefix_ + name}) {
       auto it = tensors_.find(candidate);
       if (it != tensors_.end()) return &it->second;
     }
     return nullptr;
   }
 
+  const std::string& prefix() const { return prefix_; }
+
  private:
+  bool allFound(const std::vector<std::string>& names) const {
+    return std::all_of(names.begin(), names.end(),
+                       [this](const std::string& n) { return find(n) != nullptr; });
+  }
+
   std::unordered_map<std::string, at::Tensor> tensors_;
+  std::string prefix_;
 };
 
 void restore(const NamedTensors& saved, const std::string& path,
@@ -149,44 +180,47 @@ std::vector<char> encode(const torch::nn::Module& module, torch::optim::Optimize
   return torchSave(checkpoint);
 }
 
+bool isOpaqueObject(const c10::IValue& value) {
+  return value.isGenericDict() && value.toGenericDict().contains("__class__");
+}
+
+// The names of a module's parameters and buffers, in order.
+std::vector<std::string> tensorNames(const torch::nn::Module& module) {
+  std::vector<std::string> names;
+  for (const auto& source : {module.named_parameters(), module.named_buffers()}) {
+    for (const auto& item : source) names.push_back(item.key());
+  }
+  return names;
+}
+
 // Restores the module (and optimizer) from a checkpoint's bytes: ours, a
-// Python torch.save of a state_dict (or of a dict holding "model"), or the
-// LibTorch archive that earlier ddprun versions wrote. Returns the step (0
-// when the file has none).
+// Python torch.save of a state_dict (model.state_dict() as it is, or a dict
+// holding it under "model"), a Lightning .ckpt ("state_dict",
+// "optimizer_states", "global_step"), or the LibTorch archive that earlier
+// ddprun versions wrote. Returns the step (0 when the file has none).
 std::int64_t decode(const std::vector<char>& bytes, const std::string& path,
                     torch::nn::Module& module, torch::optim::Optimizer* optimizer,
                     const std::string& device) {
+  // A torch.save file, or the LibTorch (TorchScript) archive of ddprun's
+  // earlier checkpoints, which LibTorch's own loader reads.
+  const bool torchScript = isTorchScriptArchive(bytes);
   c10::IValue value;
-  bool pickled = true;
   std::string pickleError;
   try {
-    value = torch::jit::pickle_load(bytes);
-  } catch (const std::exception& e) {
-    pickled = false;
-    pickleError = messageOf(e);
+    value = readTorchSave(bytes, path);
+  } catch (const ConfigError& e) {
+    if (!torchScript) throw;
+    pickleError = e.what();
   }
-  if ((pickled && value.isNone()) ||
-      pickleError.find("Expected GenericDict but got None") != std::string::npos) {
-    // LibTorch's unpickler (1.13 and 2.6) reads a collections.OrderedDict
-    // as None.
-    throw ConfigError(fmt::format(
-        "checkpoint {} holds a collections.OrderedDict (Python's model.state_dict() as it is), "
-        "which LibTorch {} cannot read; in Python save a plain dict instead: "
-        "torch.save(dict(model.state_dict()), path), or {{\"model\": dict(model.state_dict()), "
-        "...}} (the unpickler said: {})",
-        path, TORCH_VERSION, pickled ? "None" : pickleError));
-  }
-  if (pickleError.find("Unknown opcode for unpickling") != std::string::npos) {
-    // LibTorch 1.13's unpickler lacks APPEND and SETITEM, with which Python
-    // pickles a list or dict of exactly one entry (an optimizer's single
-    // parameter group, an SGD parameter's state).
-    throw ConfigError(fmt::format(
-        "checkpoint {} holds a list or dict of exactly one entry (as Python's optimizer "
-        "state_dict does), which LibTorch {}'s unpickler cannot read ({}); link LibTorch 2.x, "
-        "or load only the model: torch.save(dict(model.state_dict()), path)",
-        path, TORCH_VERSION, pickleError));
-  }
-  if (!pickled || !value.isGenericDict()) {
+  if (torchScript || !value.isGenericDict() || isOpaqueObject(value)) {
+    if (!torchScript) {
+      throw ConfigError(fmt::format(
+          "checkpoint {} holds a {}, not a dict of tensors (a state_dict, or a dict holding one "
+          "under \"model\" or \"state_dict\")",
+          path,
+          isOpaqueObject(value) ? value.toGenericDict().at("__class__").toStringRef()
+                                : std::string(value.tagKind())));
+    }
     // The LibTorch archive of ddprun's earlier checkpoints.
     torch::serialize::InputArchive archive;
     try {
@@ -226,18 +260,31 @@ std::int64_t decode(const std::vector<char>& bytes, const std::string& path,
     return 0;
   }
   const Dict dict = value.toGenericDict();
-  // Ours (or Python's {"model": ...}); else the dict is a state_dict.
-  const bool wrapped = dict.contains(kModel) && dict.at(kModel).isGenericDict();
-  const Dict tensors = wrapped ? dict.at(kModel).toGenericDict() : dict;
+  const auto holds = [&](const char* key) {
+    return dict.contains(key) && dict.at(key).isGenericDict() && !isOpaqueObject(dict.at(key));
+  };
+  // Ours (or Python's {"model": ...}), Lightning's, else a state_dict.
+  const bool wrapped = holds(kModel);
+  const bool lightning = !wrapped && holds(kLightningStateDict);
+  const Dict tensors = wrapped     ? dict.at(kModel).toGenericDict()
+                       : lightning ? dict.at(kLightningStateDict).toGenericDict()
+                                   : dict;
   NamedTensors saved;
   for (const auto& entry : tensors) {
     if (entry.key().isString() && entry.value().isTensor()) {
       saved.add(entry.key().toStringRef(), entry.value().toTensor());
     }
   }
+  saved.findPrefixFor(tensorNames(module));
   restore(saved, path, module.named_parameters(), false);
   restore(saved, path, module.named_buffers(), true);
   if (optimizer != nullptr) {
+    const c10::IValue* lightningState = nullptr;
+    if (lightning && dict.contains(kLightningOptimizers) &&
+        dict.at(kLightningOptimizers).isList() &&
+        !dict.at(kLightningOptimizers).toListRef().empty()) {
+      lightningState = &dict.at(kLightningOptimizers).toListRef()[0];
+    }
     if (wrapped && dict.contains(kOptimizer)) {
       loadPythonStateDict(*optimizer, dict.at(kOptimizer), "checkpoint " + path);
     } else if (wrapped && dict.contains(kOptimizerArchive)) {
@@ -245,11 +292,16 @@ std::int64_t decode(const std::vector<char>& bytes, const std::string& path,
       torch::serialize::InputArchive state;
       state.load_from(static_cast<const char*>(blob.data_ptr()), blob.numel(), at::Device(device));
       optimizer->load(state);
+    } else if (lightningState != nullptr) {
+      loadPythonStateDict(*optimizer, *lightningState, "checkpoint " + path);
     } else {
       throw ConfigError(fmt::format("checkpoint {} holds no optimizer state", path));
     }
   }
-  if (wrapped && dict.contains(kStep) && dict.at(kStep).isInt()) return dict.at(kStep).toInt();
+  const char* stepKey = lightning ? kLightningStep : kStep;
+  if ((wrapped || lightning) && dict.contains(stepKey) && dict.at(stepKey).isInt()) {
+    return dict.at(stepKey).toInt();
+  }
   return 0;
 }
 

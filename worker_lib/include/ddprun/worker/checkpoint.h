@@ -10,9 +10,11 @@
 // never leaves a half-written checkpoint; a failed save leaves no
 // temporary), and its outcome reaches every rank, which throws when rank 0
 // failed. loadCheckpoint reads ours, a Python torch.save of a state_dict
-// (model.state_dict(), or a dict holding it under "model"), or the LibTorch
-// archive of earlier ddprun versions; names match with or without the
-// "module." prefix that wrapping a model in DDP adds. resumeCheckpoint is
+// (model.state_dict() as it is, an OrderedDict; or a dict holding it under
+// "model"), a Lightning .ckpt ("state_dict", "optimizer_states",
+// "global_step"), or the LibTorch archive of earlier ddprun versions; names
+// match with or without the "module." prefix that wrapping a model in DDP
+// adds, or a Lightning module's attribute prefix ("model."). resumeCheckpoint is
 // the distributed form: rank 0 decides whether to resume and sends the
 // file, so every rank resumes from the same step with or without a shared
 // file system.
