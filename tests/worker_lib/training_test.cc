@@ -228,6 +228,21 @@ bool pythonTorchAvailable() {
   return code.has_value() && *code == 0;
 }
 
+// The parameters equal the list of tensors Python saved at `path` (after
+// taking the same optimizer step).
+void expectSameParameters(const std::vector<at::Tensor>& parameters, const std::string& path) {
+  const auto after = torch::jit::pickle_load([&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  }());
+  const auto expected = after.toList();
+  ASSERT_EQ(expected.size(), parameters.size());
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(parameters[i], expected.get(i).toTensor(), 1e-5, 1e-6))
+        << i << ": " << parameters[i] << " vs " << expected.get(i).toTensor();
+  }
+}
+
 TEST(Checkpoint, PythonReadsItAsAStateDict) {
   ASSERT_TRUE(pythonTorchAvailable())
       << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
@@ -321,15 +336,7 @@ torch.save([p.detach() for p in m.parameters()], "{0}/after.pt")
   adam.zero_grad();
   model->forward(torch::ones({5, 3})).sum().backward();
   adam.step();
-  const auto after = torch::jit::pickle_load([&] {
-    std::ifstream in(dir + "/after.pt", std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-  }());
-  const auto expected = after.toList();
-  for (std::size_t i = 0; i < parameters.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(parameters[i], expected.get(i).toTensor(), 1e-5, 1e-6))
-        << i << ": " << parameters[i] << " vs " << expected.get(i).toTensor();
-  }
+  expectSameParameters(parameters, dir + "/after.pt");
   std::filesystem::remove_all(dir);
 }
 
@@ -372,16 +379,7 @@ torch.save([p.detach() for p in m.parameters()], "{0}/after.pt")
   adam.zero_grad();
   model->forward(torch::ones({2, 4})).sum().backward();
   adam.step();
-  const auto after = torch::jit::pickle_load([&] {
-    std::ifstream in(dir + "/after.pt", std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-  }());
-  const auto expected = after.toList();
-  const auto parameters = model->parameters();
-  ASSERT_EQ(expected.size(), parameters.size());
-  for (std::size_t i = 0; i < parameters.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(parameters[i], expected.get(i).toTensor(), 1e-5, 1e-6)) << i;
-  }
+  expectSameParameters(model->parameters(), dir + "/after.pt");
   std::filesystem::remove_all(dir);
 }
 
