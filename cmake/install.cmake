@@ -2,8 +2,17 @@
 # user's project can say:
 #   find_package(ddprun REQUIRED)
 #   target_link_libraries(train PRIVATE ddprun::worker)
+#
+# Under scikit-build-core (pip install ., pyproject.toml) only the two
+# executables are installed, into the wheel's scripts directory, which pip
+# puts on PATH (a venv's bin/).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
+
+if(SKBUILD)
+  install(TARGETS ddprun ddprun-rendezvous RUNTIME DESTINATION ${SKBUILD_SCRIPTS_DIR})
+  return()
+endif()
 
 install(TARGETS ddprun ddprun-rendezvous RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 

@@ -3,10 +3,12 @@
 // machine here, so the multi-rank cases use a vanished peer rather than a
 // second GPU.)
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <string>
 
 #include "ddprun/common/error.h"
@@ -114,6 +116,16 @@ TEST(Nccl, AVanishedPeerAbortsTheCommunicatorWithinTheTimeout) {
     }
     throw Error("NCCL init with a missing peer returned");
   });
+}
+
+// Runs everywhere: the build against a CUDA LibTorch (scripts/build-torch-cuda)
+// compiled and linked ProcessGroupNCCL; a CPU LibTorch's build has none.
+TEST(Nccl, TheNcclBackendIsBuiltInExactlyWithACudaLibTorch) {
+  EXPECT_EQ(ncclBuiltIn(), DDPRUN_EXPECT_NCCL != 0);
+  if (!gpuUsable()) {
+    std::cout << "no GPU is present: the NCCL collectives were not run (built in: "
+              << (ncclBuiltIn() ? "yes" : "no") << ")" << std::endl;
+  }
 }
 
 TEST(Nccl, RequestingNcclWithoutAGpuIsAClearError) {

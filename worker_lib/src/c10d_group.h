@@ -41,6 +41,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> asProcessGroup(const C10dGroupPtr& group,
 // True when the linked LibTorch has ProcessGroupNCCL and a CUDA device is
 // usable.
 bool c10dNcclAvailable();
+bool c10dNcclBuiltIn();
 
 // LibTorch's ProcessGroupNCCL on this rank's device (LOCAL_RANK modulo the
 // visible devices, made current); sets `device` ("cuda:N"). Throws

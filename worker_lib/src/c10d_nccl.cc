@@ -38,6 +38,14 @@ bool c10dNcclAvailable() {
 #endif
 }
 
+bool c10dNcclBuiltIn() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 C10dGroupPtr makeC10dNccl(const c10::intrusive_ptr<c10d::Store>& store,
                           const Environment& environment, int rank, int size,
                           std::chrono::milliseconds timeout, std::string& device) {

@@ -650,6 +650,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAccess::processGroup(ProcessG
 
 bool ncclAvailable() { return c10dNcclAvailable(); }
 
+bool ncclBuiltIn() { return c10dNcclBuiltIn(); }
+
 bool mpiAvailable() { return c10dMpiAvailable(); }
 
 namespace {

@@ -182,6 +182,10 @@ std::shared_ptr<ProcessGroup> initProcessGroup(const Environment& environment,
 // True when this build has the NCCL backend and a CUDA device is usable.
 bool ncclAvailable();
 
+// True when this build has the NCCL backend (it linked a CUDA build of
+// LibTorch), whether or not this machine has a GPU.
+bool ncclBuiltIn();
+
 // True when the linked LibTorch has ProcessGroupMPI (Debian 13's 2.6 does,
 // Debian 12's 1.13 does not).
 bool mpiAvailable();
