@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""ddprun::worker against Python torch.distributed 1.13 and 2.6 on this machine.
+"""ddprun::worker against Python torch.distributed 1.13 and the current
+PyTorch on this machine.
 
 Both sides run as 2 ranks under build/bin/ddprun with one LibTorch thread per
 rank and the same Gloo underneath; the launcher only starts them (every time
 is measured inside the workers). Each version is compared with itself:
 build/bin/worker_bench (LibTorch 1.13) against Debian 12's Python 1.13, and
-build-torch2/bin/worker_bench (LibTorch 2.6, built here on first use inside
-the trixie root of scripts/setup-torch2) against Python 2.6 from that root.
-Runs alternate C++ / Python --repeat times and the report gives the median of
-the per-run medians and the median of the per-run ratios.
+build-torch-current/bin/worker_bench (the LibTorch of the project's
+environment, scripts/build-torch-current) against that environment's Python
+(scripts/python's interpreter, run directly). Runs alternate C++ / Python
+--repeat times and the report gives the median of the per-run medians and
+the median of the per-run ratios.
 
-    bench/distributed_bench.py [--build build] [--repeat 3] [--versions 1.13,2.6]
-                               [--json out.json]
+    bench/distributed_bench.py [--build build] [--repeat 3] [--versions 1.13,current]
+                               [--build-current build-torch-current] [--json out.json]
 
 Rows:
   all_reduce  latency (median per call) and algorithm bandwidth, 4 B .. 100 MiB
@@ -32,20 +34,18 @@ import statistics
 import subprocess
 import sys
 
+from torch_current import current_torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 ROOT = os.path.dirname(HERE)
-TORCH2_RUN = os.path.join(ROOT, "scripts", "torch2-run")
 
 
-def run(build, worker, args, version="1.13"):
+def run(build, worker, args, python="/usr/bin/python3"):
     command = [os.path.join(build, "bin", "ddprun"), "--standalone", "--nproc_per_node=2",
                *worker, *args]
-    env = dict(os.environ, PYTHON_EXEC="/usr/bin/python3")
-    if version == "2.6":
-        # Debian built 2.6 without libuv: PyTorch's own switch to the legacy store.
-        env.update(PYTHON_EXEC=os.path.join(ROOT, "scripts", "torch2-python"), USE_LIBUV="0")
+    env = dict(os.environ, PYTHON_EXEC=python)
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
@@ -72,32 +72,39 @@ def main():
     parser.add_argument("--sizes", default=None, help="comma-separated bytes")
     parser.add_argument("--json", default=None)
     parser.add_argument("--only", choices=["allreduce", "ddp"], default=None)
-    parser.add_argument("--versions", default="1.13,2.6",
-                        help="LibTorch/PyTorch versions to compare: 1.13, 2.6 or both")
+    parser.add_argument("--versions", default="1.13,current",
+                        help="LibTorch/PyTorch versions to compare: 1.13 (Debian's), current "
+                             "(the project environment's), or both, comma-separated")
+    parser.add_argument("--build-current", default=os.path.join(ROOT, "build-torch-current"),
+                        help="the build against the current LibTorch that holds "
+                             "bin/worker_bench")
     args = parser.parse_args()
-    versions = args.versions.split(",")
-    for version in versions:
-        if version == "2.6":
-            torch2 = os.path.join(ROOT, "build-torch2")
-            if not os.path.exists(os.path.join(torch2, "CMakeCache.txt")):
-                subprocess.run([TORCH2_RUN, "cmake", "--preset", "torch2"], cwd=ROOT, check=True,
-                               stdout=subprocess.DEVNULL)
-            subprocess.run([TORCH2_RUN, "cmake", "--build", "--preset", "torch2", "--target",
-                            "worker_bench"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-        elif version != "1.13":
-            sys.exit(f"--versions: unknown version {version!r} (1.13 or 2.6)")
+    setups = []  # (version label, C++ worker, Python interpreter)
+    for version in args.versions.split(","):
+        if version == "1.13":
+            setups.append(("1.13", os.path.join(args.build, "bin", "worker_bench"),
+                           "/usr/bin/python3"))
+        elif version == "current":
+            python, label = current_torch("distributed_bench")
+            setups.append((label, os.path.join(args.build_current, "bin", "worker_bench"),
+                           python))
+        else:
+            sys.exit(f"--versions: unknown version {version!r} (1.13 or current)")
+    for label, cpp, _ in setups:
+        if not os.access(cpp, os.X_OK):
+            hint = ("scripts/build" if label == "1.13" else
+                    "cmake -S . -B build-torch-current -DDDPRUN_BUILD_BENCH=ON && cmake --build "
+                    "build-torch-current --target worker_bench (after scripts/build-torch-current; "
+                    "its preset, torch-current, turns DDPRUN_BUILD_BENCH off)")
+            sys.exit(f"distributed_bench: {cpp} is missing (LibTorch {label}); build it: {hint}")
     py = [os.path.join(HERE, "worker_bench.py")]
     sizes = ["--sizes", args.sizes] if args.sizes else []
-    for version in versions:
-        print(f"\n## LibTorch/PyTorch {version}", flush=True)
-        measure(args, version, py, sizes)
+    for label, cpp, python in setups:
+        print(f"\n## LibTorch/PyTorch {label}", flush=True)
+        measure(args, label, [cpp], python, py, sizes)
 
 
-def measure(args, version, py, sizes):
-    if version == "2.6":
-        cpp = [TORCH2_RUN, os.path.join(ROOT, "build-torch2", "bin", "worker_bench")]
-    else:
-        cpp = [os.path.join(args.build, "bin", "worker_bench")]
+def measure(args, version, cpp, python, py, sizes):
     allreduce = {"ddprun": {}, "python": {}}
     ddp = {}
     configs = (("ddprun overlap", cpp, "overlap", []),
@@ -111,7 +118,7 @@ def measure(args, version, py, sizes):
         if args.only != "ddp":
             pairs = (("ddprun", cpp), ("python", py))
             for name, worker in (pairs if repeat % 2 == 0 else reversed(pairs)):
-                for r in run(args.build, worker, ["allreduce", *sizes], version):
+                for r in run(args.build, worker, ["allreduce", *sizes], python):
                     allreduce[name].setdefault(r["bytes"], []).append(r["seconds"])
         if args.only == "allreduce":
             continue
@@ -120,7 +127,7 @@ def measure(args, version, py, sizes):
         order = configs if repeat % 2 == 0 else tuple(reversed(configs))
         for name, worker, strategy, extra in order:
             for r in run(args.build, worker, ["ddp", "--strategy", strategy, *steps, *extra],
-                         version):
+                         python):
                 entry = ddp.setdefault(name, {"seconds": [], "exposed": [], "comm": [],
                                               "parameters": r["parameters"]})
                 entry["seconds"].append(r["seconds"])
@@ -167,7 +174,9 @@ def measure(args, version, py, sizes):
         print(f"\n{ddp['ddprun overlap']['parameters']:,} parameters, batch 64 "
               f"per rank, {args.steps} timed steps per run, {args.repeat} runs")
     if args.json:
-        path = args.json if version == "1.13" else args.json.replace(".json", "") + "-2.6.json"
+        path = args.json
+        if version != "1.13":
+            path = f"{args.json.replace('.json', '')}-{version}.json"
         with open(path, "w") as f:
             json.dump(report, f, indent=2)
 

@@ -32,41 +32,67 @@ std::int64_t monotonicNs() {
   return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
-// --- the TCPStore 1.13 protocol, client side ------------------------------------
+// --- the TCPStore protocol, client side (1.13 or 2.2+ dialect) -------------------
 
-enum Opcode : std::uint8_t { kSet = 0, kGet = 2, kAdd = 3, kWait = 5 };
+struct Opcodes {
+  std::uint8_t set, get, add, wait;
+};
+constexpr Opcodes kV1Opcodes{0, 2, 3, 5};    // PyTorch 1.13/2.0
+constexpr Opcodes kV2Opcodes{1, 3, 4, 6};    // PyTorch 2.2+: VALIDATE took 0
+constexpr std::uint8_t kValidateOpcode = 0;  // 2.2+ only, as is PING
+constexpr std::uint8_t kPingOpcode = 13;
+constexpr std::uint32_t kValidateMagic = 0x3C85F7CE;
 
+void putU32(std::string& out, std::uint32_t v) { out.append(reinterpret_cast<char*>(&v), 4); }
 void putU64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<char*>(&v), 8); }
 void putString(std::string& out, const std::string& s) {
   putU64(out, s.size());
   out += s;
 }
-std::string add(const std::string& key, std::int64_t delta) {
-  std::string out(1, static_cast<char>(kAdd));
+std::string add(const Opcodes& op, const std::string& key, std::int64_t delta) {
+  std::string out(1, static_cast<char>(op.add));
   putString(out, key);
   putU64(out, static_cast<std::uint64_t>(delta));
   return out;
 }
-std::string set(const std::string& key, const std::string& value) {
-  std::string out(1, static_cast<char>(kSet));
+std::string set(const Opcodes& op, const std::string& key, const std::string& value) {
+  std::string out(1, static_cast<char>(op.set));
   putString(out, key);
   putString(out, value);
   return out;
 }
-std::string wait(const std::string& key) {
-  std::string out(1, static_cast<char>(kWait));
+std::string wait(const Opcodes& op, const std::string& key) {
+  std::string out(1, static_cast<char>(op.wait));
   putU64(out, 1);
   putString(out, key);
   return out;
 }
-std::string get(const std::string& key) {
-  std::string out(1, static_cast<char>(kGet));
+std::string get(const Opcodes& op, const std::string& key) {
+  std::string out(1, static_cast<char>(op.get));
   putString(out, key);
+  return out;
+}
+// What a PyTorch 2.x client sends first (TCPStore's constructor: validate(),
+// then ping()); the server answers only the PING, echoing its nonce.
+std::string validateAndPing(std::uint32_t nonce) {
+  std::string out(1, static_cast<char>(kValidateOpcode));
+  putU32(out, kValidateMagic);
+  out += static_cast<char>(kPingOpcode);
+  putU32(out, nonce);
   return out;
 }
 
 // One rank's way through init_process_group.
-enum class Step { kConnecting, kInitAdd, kWaitRank0, kGetRank0, kBarrierAdd, kWaitLast, kDone };
+enum class Step {
+  kConnecting,
+  kPing,  // 2.2+ dialect only
+  kInitAdd,
+  kWaitRank0,
+  kGetRank0,
+  kBarrierAdd,
+  kWaitLast,
+  kDone
+};
 
 struct Rank {
   int fd = -1;
@@ -84,6 +110,7 @@ struct ClientJob {
   int total = 0;
   int sources = 8;
   int window = 128;
+  FaninDialect dialect = FaninDialect::kV1;
   std::int64_t deadlineNs = 0;
 };
 
@@ -93,7 +120,10 @@ const char kLastKey[] = "/default_pg/store_based_barrier_key:1/last_worker";
 
 class Clients {
  public:
-  explicit Clients(const ClientJob& job) : job_(job), ranks_(static_cast<std::size_t>(job.count)) {
+  explicit Clients(const ClientJob& job)
+      : job_(job),
+        ops_(job.dialect == FaninDialect::kV2 ? kV2Opcodes : kV1Opcodes),
+        ranks_(static_cast<std::size_t>(job.count)) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     for (int i = 0; i < job.count; ++i) ranks_[static_cast<std::size_t>(i)].rank = job.first + i;
   }
@@ -121,8 +151,13 @@ class Clients {
             retry(r);
             continue;
           }
-          r.step = Step::kInitAdd;
-          send(r, add("init/", 1));
+          if (job_.dialect == FaninDialect::kV2) {
+            r.step = Step::kPing;
+            send(r, validateAndPing(static_cast<std::uint32_t>(r.rank)));
+          } else {
+            r.step = Step::kInitAdd;
+            send(r, add(ops_, "init/", 1));
+          }
           continue;
         }
         if ((events[static_cast<std::size_t>(i)].events & EPOLLOUT) != 0) flush(r);
@@ -218,15 +253,28 @@ class Clients {
       return true;
     };
     switch (r.step) {
+      case Step::kPing: {
+        if (r.in.size() < 4) return false;
+        std::uint32_t nonce = 0;
+        std::memcpy(&nonce, r.in.data(), 4);
+        if (nonce != static_cast<std::uint32_t>(r.rank)) {
+          throw std::runtime_error(fmt::format("rank {}'s PING came back as {}", r.rank, nonce));
+        }
+        r.in.erase(0, 4);
+        --inFlight_;  // its first reply
+        send(r, add(ops_, "init/", 1));
+        r.step = Step::kInitAdd;
+        return true;
+      }
       case Step::kInitAdd: {
         std::int64_t v = 0;
         if (!i64(v)) return false;
-        --inFlight_;
+        if (job_.dialect == FaninDialect::kV1) --inFlight_;  // its first reply
         if (r.rank == 0) {
-          send(r, set(kRank0Key, "127.0.0.1:29500") + add(kBarrierKey, 1));
+          send(r, set(ops_, kRank0Key, "127.0.0.1:29500") + add(ops_, kBarrierKey, 1));
           r.step = Step::kBarrierAdd;
         } else {
-          send(r, wait(kRank0Key));
+          send(r, wait(ops_, kRank0Key));
           r.step = Step::kWaitRank0;
         }
         return true;
@@ -234,7 +282,7 @@ class Clients {
       case Step::kWaitRank0:
         if (r.in.empty()) return false;
         r.in.erase(0, 1);
-        send(r, get(kRank0Key));
+        send(r, get(ops_, kRank0Key));
         r.step = Step::kGetRank0;
         return true;
       case Step::kGetRank0: {
@@ -243,14 +291,15 @@ class Clients {
         std::memcpy(&length, r.in.data(), 8);
         if (r.in.size() < 8 + length) return false;
         r.in.erase(0, 8 + length);
-        send(r, add(kBarrierKey, 1));
+        send(r, add(ops_, kBarrierKey, 1));
         r.step = Step::kBarrierAdd;
         return true;
       }
       case Step::kBarrierAdd: {
         std::int64_t v = 0;
         if (!i64(v)) return false;
-        send(r, (v == job_.total ? set(kLastKey, "1") : std::string()) + wait(kLastKey));
+        send(r,
+             (v == job_.total ? set(ops_, kLastKey, "1") : std::string()) + wait(ops_, kLastKey));
         r.step = Step::kWaitLast;
         return true;
       }
@@ -266,6 +315,7 @@ class Clients {
   }
 
   ClientJob job_;
+  Opcodes ops_;
   std::vector<Rank> ranks_;
   int epoll_ = -1;
   int next_ = 0;
@@ -310,6 +360,7 @@ FaninResult oneRun(const std::string& serverName, const ServerProcess& server, i
     job.total = total;
     job.sources = options.sources;
     job.window = options.window;
+    job.dialect = options.dialect;
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(start[1]);
@@ -392,11 +443,20 @@ std::vector<FaninResult> runFaninBenchmark(const FaninOptions& options,
                  "1048576"};
   ddprun.env = {{"DDPRUN_LOG_LEVEL", "warn"}};
   servers.emplace_back("ddprun store", ddprun);
-  if (options.reference) {
+  if (options.reference && !options.referenceCommand.empty()) {
+    ServerCommand reference;
+    reference.name = options.referenceName;
+    reference.argv = options.referenceCommand;
+    servers.emplace_back(options.referenceName, reference);
+  } else if (options.reference && options.dialect == FaninDialect::kV1) {
     ServerCommand legacy;
     legacy.name = "c10d::TCPStore (LibTorch 1.13)";
     legacy.argv = {benchPath.string(), "c10d-server"};
-    servers.emplace_back("PyTorch TCPStore 1.13", legacy);
+    servers.emplace_back(options.referenceName, legacy);
+  } else if (options.reference) {
+    log << "  " << options.referenceName
+        << ": not run: LibTorch 1.13's server speaks only the 1.13 dialect (give "
+           "--reference-command for a 2.x server)\n";
   }
   rlimit limit{};
   ::getrlimit(RLIMIT_NOFILE, &limit);
@@ -430,15 +490,17 @@ std::vector<FaninResult> runFaninBenchmark(const FaninOptions& options,
   return results;
 }
 
-void printFaninTable(const std::vector<FaninResult>& results, std::ostream& out) {
+void printFaninTable(const std::vector<FaninResult>& results, const FaninOptions& options,
+                     std::ostream& out) {
   for (const auto& r : results) {
     if (r.server == "ddprun store" && r.completed) {
       out << fmt::format("ranks={} seconds={:.3f}\n", r.ranks, r.seconds);
     }
   }
-  out << "\nFan-in: N ranks connect, ADD init/, GET rank 0's key, barrier (TCPStore 1.13 "
-         "protocol)\n\n| ranks | ddprun store | PyTorch TCPStore 1.13 | ratio |\n"
-         "|---:|---:|---:|---:|\n";
+  out << fmt::format(
+      "\nFan-in: N ranks connect, ADD init/, GET rank 0's key, barrier (TCPStore {} "
+      "protocol)\n\n| ranks | ddprun store | {} | ratio |\n|---:|---:|---:|---:|\n",
+      options.dialect == FaninDialect::kV2 ? "2.2+" : "1.13", options.referenceName);
   std::vector<int> counts;
   for (const auto& r : results) {
     if (std::find(counts.begin(), counts.end(), r.ranks) == counts.end()) counts.push_back(r.ranks);

@@ -1,12 +1,17 @@
 // FaninBenchmark: N worker ranks reaching a job's store at start-up, as
 // PyTorch's init_process_group does against the agent store
-// (TORCHELASTIC_USE_AGENT_STORE), measured against ddprun's store and
-// PyTorch's legacy TCPStore server (LibTorch 1.13) in the same run.
+// (TORCHELASTIC_USE_AGENT_STORE), measured against ddprun's store and a
+// reference server in the same run: PyTorch's legacy TCPStore server
+// (LibTorch 1.13) by default, or any command that prints "listening on
+// HOST:PORT" (bench/tcpstore_server.py: the current PyTorch's libuv server).
 //
 // Each simulated rank, in the TCPStore protocol of PyTorch 1.13 (which both
-// servers speak): connect; ADD "init/" 1; rank 0 SETs its address, every
-// other rank WAITs for it and GETs it; then a barrier: ADD the barrier key,
-// the rank that brings it to N SETs "last", every rank WAITs for "last".
+// default servers speak) or, with FaninDialect::kV2, of PyTorch 2.2+ (VALIDATE
+// and PING first, every later opcode one higher: what PyTorch 2.x servers
+// require and what ddprun's store also serves): connect; ADD "init/" 1;
+// rank 0 SETs its address, every other rank WAITs for it and GETs it; then a
+// barrier: ADD the barrier key, the rank that brings it to N SETs "last",
+// every rank WAITs for "last".
 // (1.13's own barrier polls ADD 0 every 10 ms; this is 2.x's event-driven
 // one, which asks less of the server.) The ranks are spread over a few
 // client processes, each multiplexing its connections with epoll and
@@ -27,13 +32,25 @@
 
 namespace ddprun::bench {
 
+// The TCPStore protocol the simulated ranks speak.
+enum class FaninDialect {
+  kV1,  // PyTorch 1.13/2.0: no handshake; SET 0, GET 2, ADD 3, WAIT 5
+  kV2,  // PyTorch 2.2+: VALIDATE (0, magic) and PING (13) first; SET 1, GET 3, ADD 4, WAIT 6
+};
+
 struct FaninOptions {
   std::vector<int> ranks = {1024, 8192, 32768, 98304};
   int processes = 8;
   int sources = 8;
   int window = 128;  // per client process
   std::chrono::seconds limit{120};
-  bool reference = true;  // also PyTorch's legacy TCPStore server
+  bool reference = true;  // also a reference server
+  FaninDialect dialect = FaninDialect::kV1;
+  // The reference server's command (argv[0] a path; it prints "listening on
+  // HOST:PORT" and is started afresh for every run); empty: LibTorch 1.13's
+  // server (`ddprun-bench c10d-server`), which speaks only kV1.
+  std::vector<std::string> referenceCommand;
+  std::string referenceName = "PyTorch TCPStore 1.13";  // its column in the table
 };
 
 struct FaninResult {
@@ -50,6 +67,7 @@ std::vector<FaninResult> runFaninBenchmark(const FaninOptions& options,
                                            const std::filesystem::path& benchPath,
                                            std::ostream& log);
 
-void printFaninTable(const std::vector<FaninResult>& results, std::ostream& out);
+void printFaninTable(const std::vector<FaninResult>& results, const FaninOptions& options,
+                     std::ostream& out);
 
 }  // namespace ddprun::bench

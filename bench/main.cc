@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "ddprun/common/error.h"
@@ -133,8 +135,24 @@ int main(int argc, char** argv) {
   fanin->add_option("--limit", faninLimit, "seconds a run may take")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
-  fanin->add_flag("--no-reference", noReference, "skip PyTorch's TCPStore server");
+  fanin->add_flag("--no-reference", noReference, "skip the reference server");
   fanin->add_option("--daemon", daemonPath, "the ddprun-rendezvous binary");
+  std::string faninDialect = "1.13";
+  fanin
+      ->add_option("--dialect", faninDialect,
+                   "the ranks' TCPStore protocol: 1.13 (no handshake) or 2.x (VALIDATE and PING "
+                   "first, 2.2+ opcodes; the 1.13 reference cannot serve it)")
+      ->check(CLI::IsMember({"1.13", "2.x"}))
+      ->capture_default_str();
+  std::string referenceCommand;
+  fanin->add_option("--reference-command", referenceCommand,
+                    "the reference server instead of LibTorch 1.13's: a command line (split at "
+                    "spaces; the program as a path) that prints 'listening on HOST:PORT', "
+                    "started afresh for every run, e.g. bench/tcpstore_server.py");
+  fanin
+      ->add_option("--reference-name", faninOptions.referenceName,
+                   "the reference's column in the table")
+      ->capture_default_str();
 
 #ifdef DDPRUN_BENCH_HAVE_TORCH
   // Internal: the child process that hosts the reference server.
@@ -152,15 +170,19 @@ int main(int argc, char** argv) {
   try {
     if (fanin->parsed()) {
       faninOptions.limit = std::chrono::seconds(faninLimit);
+      faninOptions.dialect =
+          faninDialect == "2.x" ? bench::FaninDialect::kV2 : bench::FaninDialect::kV1;
+      std::istringstream words(referenceCommand);
+      for (std::string word; words >> word;) faninOptions.referenceCommand.push_back(word);
 #ifdef DDPRUN_BENCH_HAVE_TORCH
       faninOptions.reference = !noReference;
 #else
-      faninOptions.reference = false;
+      faninOptions.reference = !noReference && !faninOptions.referenceCommand.empty();
 #endif
       std::cerr << "ddprun-bench fanin: measuring\n";
       bench::printFaninTable(
           bench::runFaninBenchmark(faninOptions, daemonPath, thisExecutable(), std::cerr),
-          std::cout);
+          faninOptions, std::cout);
       return 0;
     }
     if (rdzv->parsed()) {

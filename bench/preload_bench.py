@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Python worker start and restart: ddprun --preload against ddprun without
-it, torchrun 1.13 and torchrun 2.6.
+it and torchrun, under Debian's PyTorch 1.13 and the current PyTorch (the
+project's environment, scripts/python; rows labelled with its version).
 
 A 4-rank gloo DDP job on one node, --max_restarts=1. Every rank records
 when it finished its first training step (init_process_group, DDP's
@@ -19,12 +20,17 @@ and ends. Times (wall clock, one machine):
            step: what the job costs the node, pages shared between its
            processes (a preloaded torch's, after the fork) counted once
 
-A launcher whose attempt 1 never finishes a step (torchrun 2.6 here: its
-restarted Gloo group fails to connect, or hangs) is reported as failed, with
+A launcher whose attempt 1 never finishes a step (torchrun 2.6 was: its
+restarted Gloo group failed to connect, or hung) is reported as failed, with
 the time from the death to the last rank of attempt 1 having imported torch
 and DDP: a lower bound of its restart.
 
-  bench/preload_bench.py [--repeat 5] [--build build] [--python 1.13|2.6]
+Under PyTorch 2.x, DDP's constructor imports torch._dynamo (it reads
+torch._dynamo.utils.get_optimize_ddp_mode(); with 2.13, 823 modules, sympy
+among them, about 0.85 s: bench/ddp_lazy_imports.py), so the current
+PyTorch also gets a row with --preload torch,torch._dynamo.
+
+  bench/preload_bench.py [--repeat 5] [--build build] [--python 1.13|current|both]
 """
 import argparse
 import os
@@ -36,11 +42,11 @@ import sys
 import tempfile
 import time
 
+from torch_current import current_torch
 from worker_record import PROLOGUE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY113 = "/usr/bin/python3"
-PY26 = os.path.join(ROOT, "scripts", "torch2-python")
 RANKS = 4
 
 WORKER = PROLOGUE + r'''
@@ -83,6 +89,23 @@ time.sleep(600)  # stopped by the launcher
 '''
 
 
+def descendants(root):
+    """The pids of root's descendants, from /proc."""
+    children = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(pid))
+        except OSError:
+            continue
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def run(launcher, python, preload, build, work):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -91,7 +114,7 @@ def run(launcher, python, preload, build, work):
         f.write(WORKER)
     out = os.path.join(work, "out")
     os.makedirs(out)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=python, USE_LIBUV="0")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=python)
     if launcher == "ddprun":
         cmd = [os.path.join(build, "bin", "ddprun"), f"--nproc_per_node={RANKS}",
                "--max_restarts=1"]
@@ -113,7 +136,15 @@ def run(launcher, python, preload, build, work):
     try:
         _, err = process.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        # torchrun 2.x starts each worker in a session of its own: killing the
+        # launcher's group would leave them running (hung in attempt 1).
+        job = descendants(process.pid)
         os.killpg(process.pid, signal.SIGKILL)
+        for pid in job:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         _, err = process.communicate()
 
     def read(name):
@@ -143,17 +174,23 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--python", choices=["1.13", "2.6", "both"], default="both",
-                        help="the PyTorch of the workers (and of torchrun)")
+    parser.add_argument("--python", choices=["1.13", "current", "both"], default="both",
+                        help="the PyTorch of the workers (and of torchrun): Debian's 1.13, "
+                             "the project environment's (scripts/python), or both")
     args = parser.parse_args()
+    versions = []
+    if args.python in ("1.13", "both"):
+        versions.append(("1.13", PY113))
+    if args.python in ("current", "both"):
+        # Its interpreter directly, not the scripts/python wrapper (torch_current.py).
+        python, version = current_torch("preload_bench")
+        versions.append((version, python))
     cases = []
-    for v, python in (("1.13", PY113), ("2.6", PY26)):
-        if args.python not in (v, "both"):
-            continue
+    for v, python in versions:
         cases += [("ddprun", python, "torch", f"ddprun --preload torch (PyTorch {v})"),
                   ("ddprun", python, None, f"ddprun (PyTorch {v})"),
                   ("torchrun", python, None, f"torchrun {v}")]
-        if v == "2.6":  # DDP's constructor imports torch._dynamo (1.13 has none)
+        if v != "1.13":  # DDP's constructor imports torch._dynamo (1.13 has none)
             cases.insert(-2, ("ddprun", python, "torch,torch._dynamo",
                               f"ddprun --preload torch,torch._dynamo (PyTorch {v})"))
     results = {c[3]: ([], [], [], []) for c in cases}
