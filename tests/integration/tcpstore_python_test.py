@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import torch.distributed as dist
 
@@ -35,11 +36,12 @@ def main():
     # With a token, TCPStore clients (which carry none) are served only from
     # trusted addresses or those where an agent joined: this host is trusted.
     daemon = subprocess.Popen([os.path.join(BIN, "ddprun-rendezvous"), "--host", "127.0.0.1",
-                               "--port", "0", "--trusted-address", "127.0.0.1"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+                               "--port", "0", "--trusted-address", "127.0.0.1", "--metrics_port", "0"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = daemon.stdout.readline().strip()
         port = int(line.rsplit(":", 1)[1])
+        metrics = daemon.stdout.readline().split()[-1]  # "metrics on http://HOST:PORT/metrics"
         s = client(port)
         s.set("k", "v")
         check("set/get", s.get("k") == b"v")
@@ -93,7 +95,7 @@ def main():
 
         # The native and TCPStore clients share one key space (keys as sent).
         check("shared key space", s.get("k") == b"w")
-        newer_ops(port)
+        newer_ops(port, metrics)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(10)
@@ -101,7 +103,25 @@ def main():
     return 1 if failures else 0
 
 
-def newer_ops(port):
+def pending_waits(metrics):
+    """The server's blocking requests pending now (its ddprun_store_waits gauge)."""
+    with urllib.request.urlopen(metrics, timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("ddprun_store_waits "):
+                return int(float(line.split()[1]))
+    raise RuntimeError("no ddprun_store_waits in " + metrics)
+
+
+def wait_until_pending(metrics, n):
+    """Waits until the server holds n blocking requests (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while pending_waits(metrics) != n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server never held {n} waits (now {pending_waits(metrics)})")
+        time.sleep(0.01)
+
+
+def newer_ops(port, metrics):
     """The ops this client's PyTorch has beyond 2.6, as its own server has them."""
     s = client(port)
     if not hasattr(s, "queue_push"):
@@ -125,7 +145,7 @@ def newer_ops(port):
     popper = client(port)
     t = threading.Thread(target=lambda: popped.append(popper.queue_pop("later")))
     t.start()
-    time.sleep(0.2)
+    wait_until_pending(metrics, 1)  # the pop's WAIT is held by the server
     s.queue_push("later", "v")
     t.join(10)
     check("a push wakes a blocked pop", popped == [b"v"], str(popped))
@@ -150,7 +170,7 @@ def newer_ops(port):
     threads = [threading.Thread(target=lambda c=c: (c.barrier("b3", 3), passed.append(1))) for c in others]
     for t in threads:
         t.start()
-    time.sleep(0.2)
+    wait_until_pending(metrics, 2)  # both arrivals are held by the server
     check("a barrier waits for the world", passed == [])
     s.barrier("b3", 3)
     for t in threads:

@@ -27,7 +27,7 @@ trap '[[ -z "$daemon" ]] || kill "$daemon" 2>/dev/null || true; rm -rf "$work"' 
 export DDPRUN_TOKEN=portable-test-token
 "$bin_dir/ddprun-rendezvous" --host 127.0.0.1 --port 0 >"$work/daemon.out" 2>"$work/daemon.err" &
 daemon=$!
-for _ in $(seq 100); do
+for _ in $(seq 300); do  # 30 s at most
   # "listening on 127.0.0.1:PORT", once its line is complete.
   if [[ $(wc -l <"$work/daemon.out") -ge 1 ]]; then
     port=$(sed -n '1s/.*:\([0-9][0-9]*\)$/\1/p' "$work/daemon.out")

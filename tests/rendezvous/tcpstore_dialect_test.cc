@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 
 #include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_client.h"
@@ -34,6 +35,15 @@ class TcpStoreDialectTest : public ::testing::Test {
     options.handshakeTimeout = 200ms;
     server_ = std::make_unique<StoreServer>(options);
     server_->start();
+  }
+  // Waits until the server holds `n` pending waits (WAIT or BARRIER).
+  bool waitForWaiters(std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (server_->stats().waiters != n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
   }
   std::unique_ptr<StoreServer> server_;
 };
@@ -111,12 +121,13 @@ TEST_F(TcpStoreDialectTest, APushWakesOneBlockedPopper) {
   RawSocket a("127.0.0.1", server_->port());
   RawSocket b("127.0.0.1", server_->port());
   a.send(kValidate + "\x06" + u64(1) + str("/q"));  // WAIT, as queue_pop(block=True)
-  EXPECT_EQ(a.readExactly(1, 200ms), "");           // a waits before b does
+  ASSERT_TRUE(waitForWaiters(1));                   // a waits before b does
   b.send(kValidate + "\x06" + u64(1) + str("/q"));
+  ASSERT_TRUE(waitForWaiters(2));
   RawSocket pusher("127.0.0.1", server_->port());
   pusher.send(kValidate + "\x0E" + str("/q") + str("v"));
   EXPECT_EQ(a.readExactly(1, 2s), std::string("\x00", 1));  // the oldest waiter only
-  EXPECT_EQ(b.readExactly(1, 300ms), "");
+  EXPECT_EQ(server_->stats().waiters, 1u);                  // b still waits
   a.send("\x0F" + str("/q"));
   EXPECT_EQ(a.readExactly(8 + 9, 2s), u64(1) + str("v"));
   pusher.send("\x0E" + str("/q") + str("w"));
@@ -129,7 +140,7 @@ TEST_F(TcpStoreDialectTest, BarrierRepliesWhenTheWorldHasArrived) {
   RawSocket a("127.0.0.1", server_->port());
   RawSocket b("127.0.0.1", server_->port());
   a.send(kValidate + "\x12" + str("/b") + u64(2));
-  EXPECT_EQ(a.readExactly(1, 200ms), "");
+  ASSERT_TRUE(waitForWaiters(1));  // a waits for the second arrival
   b.send(kValidate + "\x12" + str("/b") + u64(2));
   EXPECT_EQ(b.readExactly(1, 2s), std::string("\x00", 1));
   EXPECT_EQ(a.readExactly(1, 2s), std::string("\x00", 1));
@@ -140,7 +151,7 @@ TEST_F(TcpStoreDialectTest, BarrierRepliesWhenTheWorldHasArrived) {
 TEST_F(TcpStoreDialectTest, ACancelledBarrierLeavesTheConnectionUsable) {
   RawSocket s("127.0.0.1", server_->port());
   s.send(kValidate + "\x12" + str("/never") + u64(2));
-  EXPECT_EQ(s.readExactly(1, 200ms), "");
+  ASSERT_TRUE(waitForWaiters(1));
   s.send("\x0C");  // the client's timeout
   EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
   EXPECT_EQ(server_->stats().waiters, 0u);
