@@ -160,7 +160,8 @@ std::string renderMetrics(const ServerContext& c, const RendezvousManager* rende
   t.sample("ddprun_store_received_bytes_total", "", m.bytesReceived);
   t.family("ddprun_store_sent_bytes_total", "counter", "Bytes written to clients.");
   t.sample("ddprun_store_sent_bytes_total", "", m.bytesSent);
-  t.family("ddprun_store_waits", "gauge", "Blocking requests (GET, WAIT, MULTI_GET; TCPStore WAIT, BARRIER) pending now.");
+  t.family("ddprun_store_waits", "gauge",
+           "Blocking requests (GET, WAIT, MULTI_GET; TCPStore WAIT, BARRIER) pending now.");
   t.sample("ddprun_store_waits", "", c.state.numWaiters());
   t.family("ddprun_store_data_bytes", "gauge", "Keys and values held, and the limit.");
   t.sample("ddprun_store_data_bytes", "kind=\"used\"", c.state.totalBytes());
