@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "ddprun/common/parse.h"
+#include "ddprun/common/text_file.h"
 
 namespace ddprun::agent {
 
@@ -15,16 +15,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string readLine(const fs::path& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-  return line;
-}
-
 int readInt(const fs::path& path, int fallback) {
-  const auto value = parseInteger(readLine(path));
+  const auto value = parseInteger(readFirstLine(path));
   return value ? static_cast<int>(*value) : fallback;
 }
 
@@ -33,8 +25,8 @@ std::vector<std::string> nvidiaGpus(const fs::path& sys) {
   std::vector<std::string> gpus;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(sys / "bus/pci/devices", ec)) {
-    const std::string vendor = readLine(entry.path() / "vendor");
-    const std::string cls = readLine(entry.path() / "class");
+    const std::string vendor = readFirstLine(entry.path() / "vendor");
+    const std::string cls = readFirstLine(entry.path() / "class");
     if (vendor == "0x10de" && (cls.starts_with("0x0300") || cls.starts_with("0x0302"))) {
       gpus.push_back(entry.path().filename().string());
     }
@@ -57,13 +49,14 @@ struct Topology {
 
   std::vector<int> nodeCpus(int node) const {
     return intersect(
-        parseCpuList(readLine(sys / fmt::format("devices/system/node/node{}/cpulist", node))),
+        parseCpuList(readFirstLine(sys / fmt::format("devices/system/node/node{}/cpulist", node))),
         allowed);
   }
   fs::path cpuDir(int cpu) const { return sys / fmt::format("devices/system/cpu/cpu{}", cpu); }
   int package(int cpu) const { return readInt(cpuDir(cpu) / "topology/physical_package_id", 0); }
   int core(int cpu) const {  // the lowest sibling names the physical core
-    const auto siblings = parseCpuList(readLine(cpuDir(cpu) / "topology/thread_siblings_list"));
+    const auto siblings =
+        parseCpuList(readFirstLine(cpuDir(cpu) / "topology/thread_siblings_list"));
     return siblings.empty() ? cpu : *std::min_element(siblings.begin(), siblings.end());
   }
   // The CPUs sharing the highest-level unified or data cache with `cpu`.
@@ -72,11 +65,11 @@ struct Topology {
     std::vector<int> best = {cpu};
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(cpuDir(cpu) / "cache", ec)) {
-      const std::string type = readLine(entry.path() / "type");
+      const std::string type = readFirstLine(entry.path() / "type");
       const int level = readInt(entry.path() / "level", -1);
       if ((type == "Unified" || type == "Data") && level > bestLevel) {
         bestLevel = level;
-        best = parseCpuList(readLine(entry.path() / "shared_cpu_list"));
+        best = parseCpuList(readFirstLine(entry.path() / "shared_cpu_list"));
       }
     }
     return intersect(best, allowed);
@@ -120,7 +113,7 @@ NumaPlan planNumaBinding(const std::string& mode, int nprocPerNode,
     plan.notice = fmt::format("--numa_binding={} has no effect: no NVIDIA GPU on this node", mode);
     return plan;
   }
-  const auto nodes = parseCpuList(readLine(sysRoot / "devices/system/node/possible"));
+  const auto nodes = parseCpuList(readFirstLine(sysRoot / "devices/system/node/possible"));
   if (nodes.size() < 2) {
     plan.notice =
         fmt::format("--numa_binding={} has no effect: this node has a single NUMA node", mode);

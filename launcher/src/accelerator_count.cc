@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ddprun/common/parse.h"
+#include "ddprun/common/text_file.h"
 #include "gpu_count.h"
 
 namespace ddprun::launcher {
@@ -15,13 +16,6 @@ namespace ddprun::launcher {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string firstLine(const fs::path& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return std::string(trimSpaces(line));
-}
 
 // A visibility list applied to `count` devices (CUDA's rule: up to the
 // first invalid entry); unset leaves the count.
@@ -54,7 +48,7 @@ int countIntelXpus(const fs::path& sys) {
   for (const auto& entry : fs::directory_iterator(sys / "class/drm", ec)) {
     if (!std::regex_match(entry.path().filename().string(), kCard)) continue;
     const fs::path device = entry.path() / "device";
-    if (firstLine(device / "vendor") != "0x8086") continue;
+    if (readFirstLine(device / "vendor") != "0x8086") continue;
     const std::string driver = fs::read_symlink(device / "driver", ec).filename().string();
     if (ec || (driver != "i915" && driver != "xe")) continue;
     ++cards;

@@ -203,17 +203,18 @@ std::int64_t decode(const std::vector<char>& bytes, const std::string& path,
                     const std::string& device) {
   // A torch.save file, or the LibTorch (TorchScript) archive of ddprun's
   // earlier checkpoints, which LibTorch's own loader reads.
-  const bool torchScript = isTorchScriptArchive(bytes);
+  // The archive is looked into a second time only when the first reading
+  // is not a torch.save dict.
   c10::IValue value;
   std::string pickleError;
   try {
     value = readTorchSave(bytes, path);
   } catch (const ConfigError& e) {
-    if (!torchScript) throw;
     pickleError = e.what();
   }
-  if (torchScript || !value.isGenericDict() || isOpaqueObject(value)) {
-    if (!torchScript) {
+  if (!pickleError.empty() || !value.isGenericDict() || isOpaqueObject(value)) {
+    if (!isTorchScriptArchive(bytes)) {
+      if (!pickleError.empty()) throw ConfigError(pickleError);
       throw ConfigError(fmt::format(
           "checkpoint {} holds a {}, not a dict of tensors (a state_dict, or a dict holding one "
           "under \"model\" or \"state_dict\")",
