@@ -60,6 +60,23 @@ struct Agent::Impl {
     // the agent is the workers' subreaper and reaps what it adopts.
     childSignals.add(SIGCHLD);
     reapAdopted();
+    if (router.consoleIsTerminal() || config.tty == WorkerTty::kAlways) {
+      windowSignals.add(SIGWINCH);
+      followWindowSize();
+    }
+  }
+
+  // SIGWINCH: the workers' terminals follow ddprun's.
+  void followWindowSize() {
+    windowSignals.async_wait([this](boost::system::error_code ec, int) {
+      if (ec) return;
+      if (group && !group->finished()) {
+        group->resizeTerminals();
+      } else {
+        router.refreshTerminalSize();
+      }
+      followWindowSize();
+    });
   }
 
   void reapAdopted();
@@ -116,7 +133,8 @@ struct Agent::Impl {
   asio::signal_set signals;
   asio::signal_set childSignals{io};
   RunDirectory runDir;
-  OutputRouter router{io};
+  OutputRouter router{io, config.tty};
+  asio::signal_set windowSignals{io};
   std::map<std::string, std::string> baseEnv;
   EventLog events;
   std::vector<CpuPlacement> placements;  // --numa_binding, per local rank
@@ -705,6 +723,7 @@ void Agent::Impl::onUninterruptible(const WatchedWorker& worker, std::chrono::mi
 void Agent::Impl::waitForSignal() {
   signals.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
+    router.endOpenLine();  // a progress bar's row is not ddprun's
     if (!stopCode) {
       stopCode = 128 + sig;
       DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
@@ -737,6 +756,7 @@ void Agent::Impl::finish(int code) {
   endAttempt();
   signals.cancel();
   childSignals.cancel();
+  windowSignals.cancel();
   io.stop();
 }
 

@@ -23,15 +23,20 @@ void writeAll(int fd, std::string_view data) {
 
 }  // namespace
 
-ConsoleWriter::ConsoleWriter(std::function<void()> onRoom)
-    : onRoom_(std::move(onRoom)), thread_([this] { run(); }) {}
+ConsoleWriter::ConsoleWriter(std::function<void()> onRoom) : state_(std::make_shared<State>()) {
+  state_->onRoom = std::move(onRoom);
+  thread_ = std::thread([state = state_] { run(state); });
+}
 
 ConsoleWriter::~ConsoleWriter() {
-  std::unique_lock lock(mutex_);
-  stopping_ = true;
-  wake_.notify_one();
+  State& s = *state_;
+  std::unique_lock lock(s.mutex);
+  s.stopping = true;
+  s.onRoom = nullptr;  // its target is going away
+  s.wake.notify_one();
   const bool flushed =
-      idle_.wait_for(lock, kExitFlushLimit, [this] { return queue_.empty() && !writing_; });
+      s.idle.wait_for(lock, kExitFlushLimit, [&s] { return s.queue.empty() && !s.writing; });
+  if (!flushed) s.queue.clear();  // the thread ends after the write it is blocked in
   lock.unlock();
   if (flushed) {
     thread_.join();
@@ -41,63 +46,66 @@ ConsoleWriter::~ConsoleWriter() {
 }
 
 void ConsoleWriter::write(int fd, std::string_view data) {
-  std::unique_lock lock(mutex_);
-  if (queue_.empty() && !writing_ && data.size() <= PIPE_BUF) {
+  State& s = *state_;
+  std::unique_lock lock(s.mutex);
+  if (s.queue.empty() && !s.writing && data.size() <= PIPE_BUF) {
     // Only this thread adds work, so the writer stays idle meanwhile.
     lock.unlock();
     pollfd p{fd, POLLOUT, 0};
     if (::poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) != 0) {
       writeAll(fd, data);
       lock.lock();
-      written_ += data.size();
+      s.written += data.size();
       return;
     }
     lock.lock();
   }
-  queuedBytes_ += data.size();
-  if (queuedBytes_ >= kMaxQueuedBytes) wasFull_ = true;
-  queue_.push_back({fd, std::string(data)});
-  wake_.notify_one();
+  s.queuedBytes += data.size();
+  if (s.queuedBytes >= kMaxQueuedBytes) s.wasFull = true;
+  s.queue.push_back({fd, std::string(data)});
+  s.wake.notify_one();
 }
 
 void ConsoleWriter::flush(std::chrono::milliseconds limit) {
-  std::unique_lock lock(mutex_);
-  idle_.wait_for(lock, limit, [this] { return queue_.empty() && !writing_; });
+  State& s = *state_;
+  std::unique_lock lock(s.mutex);
+  s.idle.wait_for(lock, limit, [&s] { return s.queue.empty() && !s.writing; });
 }
 
 bool ConsoleWriter::full() const {
-  std::lock_guard lock(mutex_);
-  return queuedBytes_ >= kMaxQueuedBytes;
+  std::lock_guard lock(state_->mutex);
+  return state_->queuedBytes >= kMaxQueuedBytes;
 }
 
 std::uint64_t ConsoleWriter::written() const {
-  std::lock_guard lock(mutex_);
-  return written_;
+  std::lock_guard lock(state_->mutex);
+  return state_->written;
 }
 
-void ConsoleWriter::run() {
-  std::unique_lock lock(mutex_);
+void ConsoleWriter::run(const std::shared_ptr<State>& state) {
+  State& s = *state;
+  std::unique_lock lock(s.mutex);
   for (;;) {
-    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) {
-      idle_.notify_all();
-      if (stopping_) return;
+    s.wake.wait(lock, [&s] { return s.stopping || !s.queue.empty(); });
+    if (s.queue.empty()) {
+      s.idle.notify_all();
+      if (s.stopping) return;
       continue;
     }
-    Chunk chunk = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
+    Chunk chunk = std::move(s.queue.front());
+    s.queue.pop_front();
+    s.writing = true;
     lock.unlock();
     writeAll(chunk.fd, chunk.data);
     lock.lock();
-    writing_ = false;
-    queuedBytes_ -= chunk.data.size();
-    written_ += chunk.data.size();
-    if (wasFull_ && queuedBytes_ < kMaxQueuedBytes / 2) {
-      wasFull_ = false;
-      if (onRoom_) onRoom_();
+    s.writing = false;
+    s.queuedBytes -= chunk.data.size();
+    s.written += chunk.data.size();
+    if (s.wasFull && s.queuedBytes < kMaxQueuedBytes / 2) {
+      s.wasFull = false;
+      if (s.onRoom) s.onRoom();
     }
-    if (queue_.empty()) idle_.notify_all();
+    if (s.queue.empty()) s.idle.notify_all();
   }
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -55,18 +56,24 @@ class ConsoleWriter {
     int fd;
     std::string data;
   };
-  void run();
+  // Shared with the writer thread, which outlives this object when it is
+  // abandoned (blocked on a console nobody reads): it then never touches
+  // anything else, and never calls onRoom.
+  struct State {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::condition_variable idle;
+    std::deque<Chunk> queue;
+    std::size_t queuedBytes = 0;
+    std::uint64_t written = 0;
+    bool wasFull = false;
+    std::function<void()> onRoom;
+    bool writing = false;
+    bool stopping = false;
+  };
+  static void run(const std::shared_ptr<State>& state);
 
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable idle_;
-  std::deque<Chunk> queue_;
-  std::size_t queuedBytes_ = 0;
-  std::uint64_t written_ = 0;
-  bool wasFull_ = false;
-  std::function<void()> onRoom_;
-  bool writing_ = false;
-  bool stopping_ = false;
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 

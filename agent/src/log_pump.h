@@ -1,18 +1,19 @@
-// LogPump: reads one worker output pipe and hands complete lines to the
-// OutputRouter. A final partial line is flushed at end of file, and a line
-// longer than 64 KiB is passed on in pieces rather than buffered forever.
-// `onEnd` runs once when the pipe reaches end of file (every process that
-// held its write end has exited) or is closed.
+// LogPump: reads one worker's output (a pipe, or the agent's side of the
+// worker's terminal) and hands every chunk to the OutputRouter as it comes;
+// the router assembles lines. `onEnd` runs once when the output reaches its
+// end (every process that held the write side has exited: end of file on a
+// pipe, EIO on a terminal) or is closed.
 //
 // Thread-safety: the agent's loop thread only.
-// Ownership: shared_ptr; the read loop keeps it alive until EOF or close().
+// Ownership: shared_ptr; the read loop keeps it alive until the end or close().
 #pragma once
+
+#include <sys/ioctl.h>
 
 #include <boost/asio/readable_pipe.hpp>
 
 #include <functional>
 #include <memory>
-#include <string>
 
 #include "output_router.h"
 
@@ -26,22 +27,22 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   LogPump& operator=(const LogPump&) = delete;
 
   void start();
-  // Gives up on the pipe (a straggler still holds it): flushes the partial
+  // Gives up on the output (a straggler still holds it): shows the partial
   // line and closes it. onEnd runs if it has not yet.
   void close();
   bool ended() const { return ended_; }
+  // The worker's terminal (when it has one) gets the router's current size
+  // for this stream; false: no terminal to resize.
+  bool resizeTerminal();
 
  private:
   void readMore();
-  void consume(std::size_t n);
-  void flushPartial();
   void end();
 
   boost::asio::readable_pipe pipe_;
   OutputRouter& router_;
   int localRank_;
   Stream stream_;
-  std::string pending_;
   char chunk_[16384];
   std::function<void()> onEnd_;
   bool ended_ = false;

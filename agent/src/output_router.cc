@@ -12,18 +12,47 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
+#include "worker_terminal.h"
 
 namespace ddprun::agent {
 
-OutputRouter::OutputRouter(boost::asio::io_context& io)
-    : io_(io), console_([this] {
+namespace {
+// A line longer than this is passed on in pieces.
+constexpr std::size_t kMaxLine = 64 * 1024;
+}  // namespace
+
+OutputRouter::OutputRouter(boost::asio::io_context& io, WorkerTty tty)
+    : io_(io),
+      console_([this] {
         // On the writer thread: resume the paused pumps on the loop.
         boost::asio::post(io_, [this] {
           auto resume = std::move(waiting_);
           waiting_.clear();
           for (auto& fn : resume) fn();
         });
-      }) {}
+      }),
+      tty_(tty),
+      live_([this](int fd, std::string_view bytes) { console_.write(fd, bytes); }) {
+  refreshTerminalSize();
+}
+
+void OutputRouter::refreshTerminalSize() {
+  for (Stream stream : {Stream::kStdout, Stream::kStderr}) {
+    terminal_[static_cast<int>(stream)] =
+        tty_ == WorkerTty::kNever ? std::nullopt : terminalSize(consoleFd(stream));
+  }
+}
+
+std::optional<winsize> OutputRouter::workerTerminal(int localRank, Stream stream) const {
+  if (tty_ == WorkerTty::kNever) return std::nullopt;
+  const Sink& sink = sinks_.at(static_cast<std::size_t>(localRank) * 2 + static_cast<int>(stream));
+  const auto& console = terminal_[static_cast<int>(stream)];
+  if (sink.console && console) return workerWindow(*console, sink.prefix);
+  if (tty_ == WorkerTty::kAlways) {
+    return console ? *console : winsize{24, 80, 0, 0};
+  }
+  return std::nullopt;
+}
 
 OutputRouter::~OutputRouter() { closeFiles(); }
 
@@ -48,6 +77,7 @@ void OutputRouter::closeFiles() {
 }
 
 void OutputRouter::reset(int numWorkers) {
+  live_.endOpenLine();
   closeFiles();
   sinks_.assign(static_cast<std::size_t>(numWorkers) * 2, Sink{});
   tails_.assign(static_cast<std::size_t>(numWorkers), {});
@@ -101,17 +131,56 @@ void OutputRouter::setDuplicateFilter(Stream stream, const std::vector<std::stri
   if (!filters.empty()) openFile(filter.file, file);
 }
 
-void OutputRouter::line(int localRank, Stream stream, std::string_view text) {
-  Sink& sink = sinks_.at(static_cast<std::size_t>(localRank) * 2 + static_cast<int>(stream));
-  if (stream == Stream::kStderr) {
-    auto& tail = tails_.at(static_cast<std::size_t>(localRank));
-    tail.emplace_back(text);
-    if (tail.size() > kTailLines) tail.pop_front();
+void OutputRouter::write(int localRank, Stream stream, std::string_view bytes) {
+  const int index = localRank * 2 + static_cast<int>(stream);
+  Sink& sink = sinks_.at(static_cast<std::size_t>(index));
+  if (sink.file.fd >= 0) writeFile(sink.file, bytes);  // every byte, as it comes
+  while (!bytes.empty()) {
+    const std::size_t newline = bytes.find('\n');
+    if (newline == std::string_view::npos) {
+      sink.pending.append(bytes);
+      break;
+    }
+    if (sink.pending.empty()) {
+      line(index, stream, bytes.substr(0, newline));
+    } else {
+      sink.pending.append(bytes.substr(0, newline));
+      line(index, stream, sink.pending);
+      sink.pending.clear();
+    }
+    bytes.remove_prefix(newline + 1);
   }
-  if (sink.file.fd >= 0) {
-    buffer_.assign(text);
-    buffer_ += '\n';
-    writeFile(sink.file, buffer_);
+  if (sink.pending.size() >= kMaxLine) {
+    // A bar redrawn for a whole epoch: only what it shows now matters.
+    const std::string_view visible = LiveConsole::shown(sink.pending);
+    if (visible.size() < sink.pending.size())
+      sink.pending.erase(0, sink.pending.size() - visible.size());
+  }
+  if (sink.pending.size() >= kMaxLine) {
+    line(index, stream, sink.pending);
+    sink.pending.clear();
+  }
+  if (!sink.pending.empty() && sink.console && terminal_[static_cast<int>(stream)]) {
+    live_.partial(index, consoleFd(stream), sink.prefix, sink.pending);
+  }
+}
+
+void OutputRouter::end(int localRank, Stream stream) {
+  const int index = localRank * 2 + static_cast<int>(stream);
+  Sink& sink = sinks_.at(static_cast<std::size_t>(index));
+  if (!sink.pending.empty()) {
+    line(index, stream, sink.pending);
+    sink.pending.clear();
+  }
+  live_.close(index);
+}
+
+void OutputRouter::line(int index, Stream stream, std::string_view text) {
+  Sink& sink = sinks_.at(static_cast<std::size_t>(index));
+  if (stream == Stream::kStderr) {
+    auto& tail = tails_.at(static_cast<std::size_t>(index / 2));
+    tail.emplace_back(LiveConsole::shown(text));
+    if (tail.size() > kTailLines) tail.pop_front();
   }
   DuplicateFilter& filter = duplicates_[static_cast<int>(stream)];
   if (sink.filtered && filter.file.fd >= 0) {
@@ -124,12 +193,15 @@ void OutputRouter::line(int localRank, Stream stream, std::string_view text) {
       break;
     }
   }
-  if (sink.console) {
-    buffer_.assign(sink.prefix);
-    buffer_ += text;
-    buffer_ += '\n';
-    console_.write(stream == Stream::kStdout ? STDOUT_FILENO : STDERR_FILENO, buffer_);
+  if (!sink.console) return;
+  if (terminal_[static_cast<int>(stream)]) {
+    live_.line(index, consoleFd(stream), sink.prefix, text);
+    return;
   }
+  buffer_.assign(sink.prefix);
+  buffer_ += text;
+  buffer_ += '\n';
+  console_.write(consoleFd(stream), buffer_);
 }
 
 const std::deque<std::string>& OutputRouter::stderrTail(int localRank) const {

@@ -130,6 +130,8 @@ void WorkerGroup::startProcess(Slot& slot) {
   placement.cgroup = cgroup_;
   SpawnOptions options;
   options.forker = shared_.forker;
+  options.stdoutTerminal = shared_.router.workerTerminal(localRank, Stream::kStdout);
+  options.stderrTerminal = shared_.router.workerTerminal(localRank, Stream::kStderr);
   slot.process = std::make_unique<WorkerProcess>(
       io_, argv, buildWorkerEnv(shared_.baseEnv, shared_.config, id), placement, options);
   shared_.guard.watch(slot.process->pid());
@@ -150,6 +152,18 @@ void WorkerGroup::startProcess(Slot& slot) {
   }
   slot.process->waitForExit([this, localRank](ExitStatus status) { onExit(localRank, status); });
   recordEvent(slot, "START");
+}
+
+void WorkerGroup::resizeTerminals() {
+  shared_.router.refreshTerminalSize();
+  bool resized = false;
+  for (auto& pump : pumps_) resized = pump->resizeTerminal() || resized;
+  if (!resized) return;
+  // Their terminals are no controlling terminals: tell the workers
+  // themselves, as the kernel tells a terminal's foreground group.
+  for (Slot& slot : slots_) {
+    if (slot.process && !slot.exited) slot.process->signalGroup(SIGWINCH);
+  }
 }
 
 void WorkerGroup::recordEvent(const Slot& slot, const std::string& state,
@@ -328,7 +342,10 @@ void WorkerGroup::armDrainTimer(std::uint64_t consoleWritten) {
       armDrainTimer(now);
       return;
     }
-    for (auto& pump : pumps_) pump->close();
+    // A copy: closing the last open pump finishes the group, which clears
+    // pumps_ (and with it pumps that already ended) mid-loop.
+    const auto pumps = pumps_;
+    for (const auto& pump : pumps) pump->close();
   });
 }
 

@@ -70,6 +70,9 @@ class WorkerGroup {
   // survivors after the shutdown timeout. A second call escalates to
   // SIGKILL at once.
   void stop(int sig);
+  // ddprun's terminal changed size (SIGWINCH): the workers' terminals follow
+  // and the workers get SIGWINCH.
+  void resizeTerminals();
   // Every worker has exited and the outcome was delivered.
   bool finished() const { return finished_; }
   int liveWorkers() const { return live_; }

@@ -23,7 +23,9 @@
 #include <cstring>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
 #include "fd_wait.h"
+#include "worker_terminal.h"
 
 namespace ddprun::agent {
 
@@ -161,16 +163,42 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
   asio::writable_pipe errWrite(io);
   int out = STDERR_FILENO;
   int err = STDERR_FILENO;
-  if (!options.outputToAgentStderr) {
+  // The worker's side of its terminals; closed here once it has them.
+  std::vector<int> terminalWriters;
+  struct CloseWriters {
+    std::vector<int>& fds;
+    ~CloseWriters() {
+      for (int fd : fds) ::close(fd);
+    }
+  } closeWriters{terminalWriters};
+  auto connect = [&](asio::readable_pipe& reader, asio::writable_pipe& writer,
+                     const std::optional<winsize>& terminal) -> int {
+    if (terminal) {
+      if (auto pty = openWorkerTerminal(*terminal)) {
+        reader.assign(pty->reader);
+        terminalWriters.push_back(pty->writer);
+        return pty->writer;
+      }
+      static bool said = false;
+      if (!said) {
+        said = true;
+        DDPRUN_WARN(
+            "Cannot give the workers terminals of their own ({}); they write to pipes "
+            "(isatty() is false in them; --tty=never says this on purpose).",
+            std::strerror(errno));
+      }
+    }
     boost::system::error_code pipeError;
-    asio::connect_pipe(stdout_, outWrite, pipeError);
-    if (!pipeError) asio::connect_pipe(stderr_, errWrite, pipeError);
+    asio::connect_pipe(reader, writer, pipeError);
     if (pipeError) {
       throw Error(fmt::format("cannot create the output pipes for '{}': {}{}", argv.at(0),
                               pipeError.message(), descriptorAdvice(pipeError.value())));
     }
-    out = outWrite.native_handle();
-    err = errWrite.native_handle();
+    return writer.native_handle();
+  };
+  if (!options.outputToAgentStderr) {
+    out = connect(stdout_, outWrite, options.stdoutTerminal);
+    err = connect(stderr_, errWrite, options.stderrTerminal);
   }
   std::optional<pid_t> forked;
   if (options.forker) forked = forkChild(argv, env, placement, *options.forker, out, err);

@@ -5,7 +5,7 @@
 // for an RCU grace period, milliseconds per attempt) — in its own process
 // group, with PR_SET_PDEATHSIG (checked after the clone for the race where
 // the agent died first), default signal dispositions, and no descriptor of
-// the agent but its stdin and the two output pipes. A CpuPlacement
+// the agent but its stdin and the two output pipes (or terminals: --tty). A CpuPlacement
 // (--numa_binding) is applied before exec, so every thread the program
 // starts inherits it.
 // With --preload a zygote forks it instead (SpawnOptions::forker): the same
@@ -16,6 +16,7 @@
 // Ownership: owns the process handle and the read ends of its pipes.
 #pragma once
 
+#include <sys/ioctl.h>
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
@@ -67,6 +68,11 @@ struct SpawnOptions {
   const Forker* forker = nullptr;
   // The child's stdout and stderr are the agent's stderr (no pipes).
   bool outputToAgentStderr = false;
+  // The child's stdout / stderr is a terminal of its own of this window
+  // size (WorkerTerminal) instead of a pipe; where none can be had, a pipe
+  // (said once).
+  std::optional<winsize> stdoutTerminal;
+  std::optional<winsize> stderrTerminal;
   // A descriptor the child keeps (at the same number, close-on-exec
   // cleared); -1: none.
   int passFd = -1;

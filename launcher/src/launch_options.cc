@@ -103,6 +103,9 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
                  "and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)")
       ->envname("PET_LOG_PREFIX")
       ->capture_default_str();
+  text(app, "tty", o.tty,
+       "workers write to terminals of their own (isatty() true; progress bars drawn live): "
+       "auto (when ddprun's output is a terminal), always, never (pipes)");
   text(app, "start_method", o.startMethod,
        "accepted for torchrun compatibility (spawn, fork, forkserver); ddprun always execs "
        "the program");

@@ -45,6 +45,7 @@ struct LaunchOptions {
   std::string localAddr;
   std::string shutdownTimeout = "30";  // or TORCH_ELASTIC_SHUTDOWN_TIMEOUT
   std::string logPrefix = "[rank ${rank}]: ";
+  std::string tty = "auto";  // --tty auto|always|never
   std::string startMethod = "spawn";
   std::string eventLogHandler = "null";
   std::string logsSpecs;

@@ -445,6 +445,15 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   } else if (const char* t = std::getenv(env::kLogLinePrefixTemplate); t != nullptr) {
     config.logPrefixTemplate = t;
   }
+  if (o.tty == "auto") {
+    config.tty = agent::WorkerTty::kAuto;
+  } else if (o.tty == "always") {
+    config.tty = agent::WorkerTty::kAlways;
+  } else if (o.tty == "never") {
+    config.tty = agent::WorkerTty::kNever;
+  } else {
+    throw ConfigError(fmt::format("--tty={} is not auto, always or never", o.tty));
+  }
   const bool python = resolveProgram(o, config);
   config.preload = parsePreload(o.preload, python, config.programName);
   chooseNcclVariable(config, python);

@@ -31,6 +31,13 @@ enum class RendezvousBackendKind {
   kEtcd,   // an etcd cluster (--rdzv_backend=etcd): survives any node
 };
 
+// --tty: whether workers write to terminals of their own.
+enum class WorkerTty {
+  kAuto,    // a stream shown on a terminal console gets a terminal; output is drawn live
+  kAlways,  // every stream gets a terminal, wherever it goes (colour in log files)
+  kNever,   // pipes; the console gets whole lines only, as ddprun always did
+};
+
 struct RendezvousConfig {
   RendezvousMode mode = RendezvousMode::kStandalone;
   RendezvousBackendKind backend = RendezvousBackendKind::kStore;
@@ -120,6 +127,7 @@ struct AgentConfig {
   // Console line prefix; ${rank}, ${local_rank}, ${role_name}, ${node_rank}
   // and ${hostname} are substituted. Empty: no prefix.
   std::string logPrefixTemplate = "[rank ${rank}]: ";
+  WorkerTty tty = WorkerTty::kAuto;
   // --duplicate_std{out,err}_filters: tee'd lines containing any of these
   // also go to <attempt dir>/filtered_std{out,err}.log (all ranks).
   std::vector<std::string> duplicateStdoutFilters;
