@@ -112,6 +112,10 @@ struct Agent::Impl {
   // timers and its (finished) worker group.
   void endAttempt();
   void onGroupDone(GroupOutcome outcome);
+  // Python workers of a job of several that all succeeded without one of
+  // them connecting to the workers' store formed no process group: each
+  // trained alone (Lightning on CPU with devices="auto"). Says so.
+  void noteWorkersThatTrainedAlone() const;
   void onFailure(const GroupOutcome& outcome);
   // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT passed for `worker`.
   void onUninterruptible(const WatchedWorker& worker, std::chrono::milliseconds inD);
@@ -459,6 +463,18 @@ std::string Agent::Impl::reportFor(const GroupOutcome& outcome) const {
   return formatFailureReport(summary);
 }
 
+void Agent::Impl::noteWorkersThatTrainedAlone() const {
+  if (!config.pythonProgram || !config.useAgentStore || assignment.worldSize < 2) return;
+  if (!attemptStore || assignment.groupRank != 0 || attemptStore->connectionsAccepted() > 0) return;
+  DDPRUN_WARN(
+      "The {} workers finished without any of them connecting to the store at MASTER_ADDR:"
+      "MASTER_PORT, so they formed no process group: each ran alone, as a world of one. If they "
+      "were meant to train together: PyTorch Lightning does this on CPU with devices=\"auto\" "
+      "(one device per process, silently): give Trainer(devices={}, num_nodes={}) "
+      "(docs/frameworks.md).",
+      assignment.worldSize, config.nprocPerNode, assignment.groupWorldSize);
+}
+
 void Agent::Impl::onGroupDone(GroupOutcome outcome) {
   if (stopCode) {
     if (*stopCode > 128) {
@@ -481,6 +497,7 @@ void Agent::Impl::onGroupDone(GroupOutcome outcome) {
     return;
   }
   if (outcome.succeeded) {
+    noteWorkersThatTrainedAlone();
     if (!rendezvous) {
       finish(0);
       return;

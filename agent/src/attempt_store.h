@@ -37,6 +37,8 @@ class AttemptStore {
   // The current server's workers have been (or are being) started.
   void markUsed() { used_ = true; }
   std::uint16_t port() const;
+  // Connections the current server accepted (workers' store clients).
+  std::uint64_t connectionsAccepted() const { return server_ ? server_->stats().accepted : 0; }
 
  private:
   rendezvous::StoreServerOptions options_;

@@ -278,6 +278,7 @@ def _become_worker(sock, agent, request, fds):
         job = _Job(mode, target, argv[4:] if mode == "module" else argv[3:])
         _set_path0(mode, target)
         _reseed()
+        _recompute_import_time_state()
     except BaseException as e:
         os.write(report, f"{type(e).__name__}: {e}".encode())
         os._exit(127)
@@ -309,6 +310,51 @@ def _reseed():
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         numpy_random.seed()
+
+
+def _recompute_import_time_state():
+    """What preloaded modules computed at import from the environment or the
+    process is the zygote's, not this worker's: recomputed here, after the
+    worker's environment, CPUs and directory are set, as the module's own
+    import would have computed it in an exec'd worker. The rule for other
+    modules is in docs/frameworks.md (preloading)."""
+    modules = sys.modules
+    # Lightning: rank_zero_only.rank (rank_zero_only is one object shared by
+    # lightning.fabric, lightning.pytorch, lightning_fabric,
+    # pytorch_lightning and NequIP's logger), set at import from RANK,
+    # LOCAL_RANK, SLURM_PROCID or JSM_NAMESPACE_RANK; a DDP strategy corrects
+    # it only inside Trainer(), so everything before it (and any
+    # single-device strategy) would act as rank 0 on every rank.
+    rank_zero = modules.get("lightning_utilities.core.rank_zero")
+    if rank_zero is not None and hasattr(rank_zero.rank_zero_only, "rank"):
+        fabric = (modules.get("lightning.fabric.utilities.rank_zero")
+                  or modules.get("lightning_fabric.utilities.rank_zero"))
+        get_rank = getattr(fabric, "_get_rank", None)
+        if get_rank is None:
+            names = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+            get_rank = lambda: next((int(os.environ[n]) for n in names if n in os.environ), None)
+        rank_zero.rank_zero_only.rank = get_rank() or 0
+    # torchmetrics keeps its own copy, from LOCAL_RANK.
+    prints = modules.get("torchmetrics.utilities.prints")
+    if prints is not None and hasattr(getattr(prints, "rank_zero_only", None), "rank"):
+        prints.rank_zero_only.rank = int(os.environ.get("LOCAL_RANK", 0))
+    # PyTorch: inductor's compile threads come from the CPUs the process may
+    # use (the worker's --numa_binding set, not the zygote's); c10d's debug
+    # level from TORCH_DISTRIBUTED_DEBUG.
+    inductor = modules.get("torch._inductor.config")
+    decide = getattr(inductor, "decide_compile_threads", None)
+    if decide is not None:
+        try:
+            inductor.compile_threads = decide()
+        except Exception:
+            pass
+    distributed = modules.get("torch.distributed")
+    set_debug = getattr(distributed, "set_debug_level_from_env", None)
+    if set_debug is not None:
+        try:
+            set_debug()
+        except Exception:
+            pass
 
 
 def _fatal(sock, why):

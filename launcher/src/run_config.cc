@@ -455,6 +455,7 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     throw ConfigError(fmt::format("--tty={} is not auto, always or never", o.tty));
   }
   const bool python = resolveProgram(o, config);
+  config.pythonProgram = python;
   config.preload = parsePreload(o.preload, python, config.programName);
   chooseNcclVariable(config, python);
   if (o.workerStore != "agent" && o.workerStore != "rank0") {

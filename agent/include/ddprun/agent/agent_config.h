@@ -128,6 +128,8 @@ struct AgentConfig {
   // and ${hostname} are substituted. Empty: no prefix.
   std::string logPrefixTemplate = "[rank ${rank}]: ";
   WorkerTty tty = WorkerTty::kAuto;
+  // The program runs under Python (a .py script, -m, --run_path).
+  bool pythonProgram = false;
   // --duplicate_std{out,err}_filters: tee'd lines containing any of these
   // also go to <attempt dir>/filtered_std{out,err}.log (all ranks).
   std::vector<std::string> duplicateStdoutFilters;

@@ -1,0 +1,215 @@
+// The frameworks users train with, from PyPI (the project's environment:
+// requirements/torch-current.txt), under ddprun and under torchrun of the
+// same PyTorch: Lightning, NequIP, Accelerate, and py-spy's stacks in hang
+// reports. Scripts: tests/integration/frameworks/.
+#include <signal.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launcher_support.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::ChildProcess;
+using test_support::freePort;
+using test_support::kDdprun;
+using test_support::runCommand;
+using test_support::RunResult;
+using test_support::scratch;
+namespace fs = std::filesystem;
+
+const std::string kVenvBin = DDPRUN_VENV_BIN;
+const std::string kPython = kVenvBin + "/python";
+const std::string kTorchrun = kVenvBin + "/torchrun";
+const fs::path kScripts = fs::path(DDPRUN_SOURCE_DIR) / "tests/integration/frameworks";
+const fs::path kLightning = kScripts / "lightning_train.py";
+
+// Workers' Python: the project's environment; one thread each.
+std::map<std::string, std::string> pythonEnv(std::map<std::string, std::string> extra = {}) {
+  extra.emplace("PYTHON_EXEC", kPython);
+  extra.emplace("OMP_NUM_THREADS", "1");
+  extra.emplace("PYTHONPATH", kScripts.string());
+  return extra;
+}
+
+RunResult ddprun(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  args.insert(args.begin(), kDdprun);
+  return runCommand(args, pythonEnv(std::move(env)), 300s);
+}
+
+RunResult torchrun(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  args.insert(args.begin(), kTorchrun);
+  return runCommand(args, pythonEnv(std::move(env)), 300s);
+}
+
+// Runs every command at once (the nodes of one job) and waits for all.
+std::vector<RunResult> runTogether(const std::vector<std::vector<std::string>>& commands) {
+  std::vector<std::unique_ptr<ChildProcess>> running;
+  for (const auto& argv : commands)
+    running.push_back(std::make_unique<ChildProcess>(argv, pythonEnv()));
+  std::vector<RunResult> results(commands.size());
+  const auto deadline = std::chrono::steady_clock::now() + 300s;
+  std::size_t done = 0;
+  while (done < running.size() && std::chrono::steady_clock::now() < deadline) {
+    done = 0;
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      results[i].out += running[i]->drainStdout();
+      results[i].err += running[i]->drainStderr();
+      if (results[i].code >= 0) {
+        ++done;
+      } else if (auto code = running[i]->wait(0ms)) {
+        results[i].code = *code;
+      }
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  for (std::size_t i = 0; i < running.size(); ++i) {
+    results[i].out += running[i]->stdoutText();
+    results[i].err += running[i]->stderrText();
+  }
+  return results;
+}
+
+// The text after "weights " on the line rank 0 printed (exact hex floats).
+std::string weightsIn(const std::string& out) {
+  const auto at = out.find("weights ");
+  if (at == std::string::npos) return "<no weights line>";
+  return out.substr(at + 8, out.find('\n', at) - at - 8);
+}
+
+bool waitForFiles(const std::vector<fs::path>& files, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    bool all = true;
+    for (const auto& file : files) all = all && fs::exists(file);
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+std::vector<std::string> lightning(const fs::path& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {kLightning.string(), out.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// --- Lightning -----------------------------------------------------------
+
+TEST(Lightning, OneNodeTrainsTheSameWeightsAsTorchrun) {
+  const fs::path dir = scratch();
+  const auto ours = ddprun(concat({"--nproc_per_node=2"}, lightning(dir / "ddprun")));
+  ASSERT_EQ(ours.code, 0) << ours.err;
+  const auto theirs =
+      torchrun(concat({"--standalone", "--nproc_per_node=2"}, lightning(dir / "torchrun")));
+  ASSERT_EQ(theirs.code, 0) << theirs.err;
+  EXPECT_NE(ours.out.find("rank 1 of 2 starts at epoch 0"), std::string::npos) << ours.out;
+  EXPECT_EQ(weightsIn(ours.out), weightsIn(theirs.out));
+  EXPECT_EQ(ours.err.find("formed no process group"), std::string::npos) << ours.err;
+}
+
+TEST(Lightning, TwoNodesTrainTheSameWeightsAsTorchrun) {
+  const fs::path dir = scratch();
+  auto nodes = [&](const std::string& launcher, const fs::path& out) {
+    const std::string port = std::to_string(freePort());
+    std::vector<std::vector<std::string>> commands;
+    for (int node = 0; node < 2; ++node) {
+      commands.push_back(
+          concat({launcher, "--nnodes=2", "--node_rank=" + std::to_string(node),
+                  "--nproc_per_node=1", "--master_addr=127.0.0.1", "--master_port=" + port},
+                 lightning(out, {"--devices=1", "--num_nodes=2"})));
+    }
+    return runTogether(commands);
+  };
+  const auto ours = nodes(kDdprun, dir / "ddprun");
+  ASSERT_EQ(ours[0].code, 0) << ours[0].err;
+  ASSERT_EQ(ours[1].code, 0) << ours[1].err;
+  const auto theirs = nodes(kTorchrun, dir / "torchrun");
+  ASSERT_EQ(theirs[0].code, 0) << theirs[0].err;
+  ASSERT_EQ(theirs[1].code, 0) << theirs[1].err;
+  EXPECT_NE(ours[1].out.find("rank 1 of 2 starts at epoch 0"), std::string::npos) << ours[1].out;
+  EXPECT_EQ(weightsIn(ours[0].out), weightsIn(theirs[0].out));
+}
+
+TEST(Lightning, ARestartResumesFromTheLastCheckpoint) {
+  const fs::path dir = scratch();
+  const auto whole = ddprun(concat({"--nproc_per_node=2"}, lightning(dir / "whole")));
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  // The last rank is SIGKILLed when epoch 2 starts; the restarted job finds
+  // checkpoints/last.ckpt (end of epoch 1) through ckpt_path="last".
+  const auto resumed = ddprun(concat({"--nproc_per_node=2", "--max_restarts=1"},
+                                     lightning(dir / "resumed", {"--resume", "--die-at-epoch=2"})));
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("rank 1 dies at epoch 2"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("rank 0 of 2 starts at epoch 2 (rank_zero_only.rank=0, restart 1)"),
+            std::string::npos)
+      << resumed.out;
+  EXPECT_EQ(weightsIn(resumed.out), weightsIn(whole.out));
+}
+
+TEST(Lightning, AStoppedWorkerNeverCountsAsASuccess) {
+  const fs::path dir = scratch();
+  // Lightning 2.6.6 turns SIGTERM into exit code 0 (SIGTERMException is a
+  // SystemExit): the workers "succeed", the job was stopped.
+  ChildProcess job(concat({kDdprun, "--nproc_per_node=2"}, lightning(dir, {"--hold-at-epoch=1"})),
+                   pythonEnv());
+  ASSERT_TRUE(waitForFiles({dir / "started-1.0", dir / "started-1.1"}, 120s)) << job.stderrText();
+  job.signal(SIGTERM);
+  const auto code = job.wait(120s);
+  const std::string out = job.stdoutText();
+  const std::string err = job.stderrText();
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 128 + SIGTERM);
+  EXPECT_NE((out + err).find("Received SIGTERM"), std::string::npos)
+      << out << err;  // Lightning's handler ran
+  EXPECT_EQ(out.find("weights"), std::string::npos) << out;
+  // A rank that dies: the job fails with its code, whatever the stopped
+  // survivor's Lightning exits with.
+  const auto killed =
+      ddprun(concat({"--nproc_per_node=2"}, lightning(dir / "killed", {"--die-at-epoch=1"})));
+  EXPECT_EQ(killed.code, 128 + SIGKILL) << killed.err;
+  EXPECT_NE(killed.err.find("rank       : 1"), std::string::npos) << killed.err;
+}
+
+TEST(Lightning, PreloadGivesEveryRankItsOwnRank) {
+  const fs::path dir = scratch();
+  const auto r = ddprun(
+      concat({"--nproc_per_node=2", "--preload=torch,lightning"}, lightning(dir, {"--epochs=1"})));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("Preloaded torch, lightning"), std::string::npos) << r.err;
+  // What Lightning computed at import, in the zygote, is each rank's own.
+  EXPECT_NE(r.out.find("rank 0 imported with rank_zero_only.rank=0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1 imported with rank_zero_only.rank=1"), std::string::npos) << r.out;
+}
+
+TEST(Lightning, AutoDevicesOnCpuIsNamed) {
+  const fs::path dir = scratch();
+  // Trainer(accelerator="cpu") with strategy and devices "auto": one device
+  // per process, so every rank trains alone, without a word from Lightning.
+  const auto r =
+      ddprun(concat({"--nproc_per_node=2"}, lightning(dir, {"--auto-devices", "--epochs=1"})));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("formed no process group"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("give Trainer(devices=2, num_nodes=1)"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ddprun
