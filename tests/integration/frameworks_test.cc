@@ -211,5 +211,90 @@ TEST(Lightning, AutoDevicesOnCpuIsNamed) {
   EXPECT_NE(r.err.find("give Trainer(devices=2, num_nodes=1)"), std::string::npos) << r.err;
 }
 
+// --- NequIP --------------------------------------------------------------
+
+const fs::path kNequipTrain = fs::path(DDPRUN_SOURCE_DIR) / "examples/nequip/train.sh";
+
+// examples/nequip/train.sh's environment: nequip-train on PATH, its runs
+// under `runDir`.
+std::map<std::string, std::string> nequipEnv(const fs::path& runDir) {
+  const char* path = std::getenv("PATH");
+  return {{"PATH", kVenvBin + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
+          {"RUN_DIR", runDir.string()}};
+}
+
+std::string readText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// NequIP's validation (and training) metrics of an attempt, as its CSV
+// logger wrote them (rank 0).
+std::string metricsOf(const fs::path& runDir, int attempt = 0) {
+  return readText(runDir / fmt::format("attempt_{}", attempt) / "csv" / "metrics.csv");
+}
+
+void expectTorchrunsMetrics(const std::vector<std::string>& overrides) {
+  const fs::path dir = scratch();
+  const auto ours = ddprun(concat({"--nproc_per_node=2", kNequipTrain.string()}, overrides),
+                           nequipEnv(dir / "ddprun"));
+  ASSERT_EQ(ours.code, 0) << ours.err;
+  const auto theirs =
+      torchrun(concat({"--standalone", "--nproc_per_node=2", "--no-python", kNequipTrain.string()},
+                      overrides),
+               nequipEnv(dir / "torchrun"));
+  ASSERT_EQ(theirs.code, 0) << theirs.err;
+  EXPECT_NE(ours.out.find("Starting with 2 processes"), std::string::npos) << ours.out;
+  // The strategy asked for is the one that ran (Hydra's resolved config).
+  const std::string config = readText(dir / "ddprun/attempt_0/.hydra/config.yaml");
+  for (const auto& override : overrides) {
+    EXPECT_NE(config.find(override.substr(override.find('=') + 1)), std::string::npos) << config;
+  }
+  const std::string metrics = metricsOf(dir / "ddprun");
+  EXPECT_NE(metrics.find("val0_epoch/weighted_sum"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics, metricsOf(dir / "torchrun"));
+}
+
+TEST(NequIP, LightningsDdpHasTorchrunsMetrics) { expectTorchrunsMetrics({}); }
+
+TEST(NequIP, SimpleDdpStrategyHasTorchrunsMetrics) {
+  expectTorchrunsMetrics({"trainer.strategy._target_=nequip.train.SimpleDDPStrategy"});
+}
+
+TEST(NequIP, AKilledRankResumesFromItsLastCheckpoint) {
+  const fs::path dir = scratch();
+  const auto whole =
+      ddprun({"--nproc_per_node=2", kNequipTrain.string()}, nequipEnv(dir / "whole"));
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  // The last rank is SIGKILLed when epoch 2 starts (tests/integration/
+  // frameworks/nequip_kill.yaml); the restarted train.sh finds last.ckpt.
+  const auto killed = ddprun({"--nproc_per_node=2", "--max_restarts=1", kNequipTrain.string(),
+                              "-cd", kScripts.string(), "-cn", "nequip_kill"},
+                             nequipEnv(dir / "killed"));
+  ASSERT_EQ(killed.code, 0) << killed.err;
+  EXPECT_NE(killed.out.find("rank 1 kills itself at epoch 2"), std::string::npos) << killed.out;
+  EXPECT_NE(killed.err.find("Restarting the worker group (restart 1 of 1)"), std::string::npos)
+      << killed.err;
+  EXPECT_NE((killed.out + killed.err)
+                .find("Restored all states from the checkpoint at " +
+                      (dir / "killed/checkpoints/last.ckpt").string()),
+            std::string::npos);
+  // The resumed attempt trained epochs 2 and 3 exactly as the whole run did.
+  const std::string resumed = metricsOf(dir / "killed", 1);
+  const std::string reference = metricsOf(dir / "whole");
+  std::istringstream lines(resumed);
+  std::string line;
+  std::getline(lines, line);  // the header
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    EXPECT_TRUE(line.starts_with("2,") || line.starts_with("3,")) << line;
+    EXPECT_NE(reference.find(line + "\n"), std::string::npos) << line;
+    ++rows;
+  }
+  EXPECT_GT(rows, 0) << resumed;
+}
+
 }  // namespace
 }  // namespace ddprun
