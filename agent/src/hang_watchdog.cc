@@ -5,12 +5,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "proc_info.h"
+#include "python_stack.h"
 
 namespace ddprun::agent {
 
@@ -169,21 +168,8 @@ std::vector<std::string> describeStuckProcess(pid_t pid) {
     lines.push_back("kernel: " + frame);
     ++frames;
   }
-  // The Python stack, where py-spy is installed (bounded to 10 s).
-  if (std::system("command -v py-spy >/dev/null 2>&1") == 0) {
-    const std::string command = fmt::format("timeout 10 py-spy dump --pid {} 2>&1", pid);
-    if (FILE* out = ::popen(command.c_str(), "r")) {
-      std::array<char, 512> buffer{};
-      int count = 0;
-      while (std::fgets(buffer.data(), buffer.size(), out) != nullptr && count < 60) {
-        std::string line(buffer.data());
-        if (!line.empty() && line.back() == '\n') line.pop_back();
-        lines.push_back("python: " + line);
-        ++count;
-      }
-      ::pclose(out);
-    }
-  }
+  // The Python stack (py-spy; bounded to 10 s), or how to get it.
+  for (std::string& line : pythonStack(pid)) lines.push_back(std::move(line));
   return lines;
 }
 

@@ -1,19 +1,9 @@
 #include "torch_version.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
 
+#include "ddprun/common/command_output.h"
 #include "ddprun/common/parse.h"
-
-extern char** environ;
 
 namespace ddprun::launcher {
 
@@ -27,7 +17,7 @@ constexpr char kProbe[] =
     "if f and os.path.isfile(f) else None\n"
     "print(m.group(1) if m else '')\n";
 
-constexpr auto kDeadline = std::chrono::seconds(10);
+constexpr std::chrono::milliseconds kDeadline{10000};
 
 }  // namespace
 
@@ -42,41 +32,9 @@ std::optional<TorchVersion> parseTorchVersion(const std::string& text) {
 }
 
 std::optional<TorchVersion> probeTorchVersion(const std::string& interpreter) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  std::string exe = interpreter, dashC = "-c", code = kProbe;
-  char* argv[] = {exe.data(), dashC.data(), code.data(), nullptr};
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    return std::nullopt;
-  }
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{fds[0], POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
-      ::kill(pid, SIGKILL);
-      break;
-    }
-    char buffer[256];
-    const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
-    if (n <= 0 || out.size() > 4096) break;
-    out.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  auto printed = commandOutput({interpreter, "-c", kProbe}, {kDeadline, 4096, false});
+  if (!printed) return std::nullopt;
+  std::string out = std::move(*printed);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   if (const std::size_t nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
   return parseTorchVersion(out);

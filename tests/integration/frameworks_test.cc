@@ -296,5 +296,26 @@ TEST(NequIP, AKilledRankResumesFromItsLastCheckpoint) {
   EXPECT_GT(rows, 0) << resumed;
 }
 
+// --- Hang reports with Python stacks (py-spy) ----------------------------
+
+TEST(PythonStacks, TheHangReportShowsTheHungRanksPythonStack) {
+  // py-spy is in the workers' environment, not on ddprun's PATH: found
+  // beside the worker's interpreter.
+  const auto r = ddprun({"--watchdog_timeout=2", (kScripts / "hang.py").string()},
+                        {{"PATH", "/usr/bin:/bin"}});
+  EXPECT_EQ(r.code, 128 + SIGKILL) << r.err;
+  EXPECT_NE(r.err.find("hung: no worker of this node made progress"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("python:     wait_for_a_peer_that_never_comes (hang.py:"), std::string::npos)
+      << r.err;
+}
+
+TEST(PythonStacks, WithoutPySpyTheReportSaysHowToGetOne) {
+  const auto r = ddprun({"--watchdog_timeout=2", (kScripts / "hang.py").string()},
+                        {{"PATH", "/usr/bin:/bin"}, {"PYTHON_EXEC", "/usr/bin/python3"}});
+  EXPECT_EQ(r.code, 128 + SIGKILL) << r.err;
+  EXPECT_NE(r.err.find("python: no py-spy to read its Python stack"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("`pip install py-spy`"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ddprun
