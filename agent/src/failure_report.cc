@@ -1,5 +1,7 @@
 #include "failure_report.h"
 
+#include "error_hints.h"
+
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
@@ -110,6 +112,9 @@ std::string formatFailureReport(const FailureSummary& s) {
     for (const auto& line : root.stderrTail) out << "    " << line << "\n";
   } else {
     out << "  message    : <no error file and no stderr output>\n";
+  }
+  if (const std::string hint = errorHint(root); !hint.empty()) {
+    out << "  hint       : " << hint << "\n";
   }
   if (!s.otherFailures.empty()) {
     out << thin << "\n"

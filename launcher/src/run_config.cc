@@ -468,6 +468,13 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     const char* disable = std::getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
     if (disable != nullptr && std::string(disable) == "1") config.useAgentStore = false;
     if (o.strictStore) config.useAgentStore = false;
+    // A job of one worker shares its store with nobody: the worker hosts its
+    // own, as under plain `python`. So a script that starts its own ranks
+    // (torch.multiprocessing.spawn) on a MASTER_PORT it chose works, or
+    // fails with PyTorch's EADDRINUSE when that port is taken, instead of
+    // all its ranks waiting as clients of a store nobody serves there
+    // (TORCHELASTIC_USE_AGENT_STORE=True: torchrun 2.x hangs so).
+    if (config.nprocPerNode == 1 && config.rendezvous.maxNodes == 1) config.useAgentStore = false;
   } else if (o.strictStore && config.useAgentStore) {
     throw ConfigError(
         "--strict_store and --worker_store=agent contradict each other: a strict store refuses "

@@ -2,7 +2,11 @@
 // requirements/torch-current.txt), under ddprun and under torchrun of the
 // same PyTorch: Lightning, NequIP, Accelerate, and py-spy's stacks in hang
 // reports. Scripts: tests/integration/frameworks/.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -294,6 +298,56 @@ TEST(NequIP, AKilledRankResumesFromItsLastCheckpoint) {
     ++rows;
   }
   EXPECT_GT(rows, 0) << resumed;
+}
+
+// --- Accelerate and plain scripts --------------------------------------------
+
+void expectTorchrunsWeights(const std::string& script) {
+  const auto ours = ddprun({"--nproc_per_node=2", (kScripts / script).string()});
+  ASSERT_EQ(ours.code, 0) << ours.err;
+  const auto theirs =
+      torchrun({"--standalone", "--nproc_per_node=2", (kScripts / script).string()});
+  ASSERT_EQ(theirs.code, 0) << theirs.err;
+  EXPECT_NE(weightsIn(ours.out), "<no weights line>") << ours.out;
+  EXPECT_EQ(weightsIn(ours.out), weightsIn(theirs.out));
+}
+
+TEST(Accelerate, AcceleratorTrainsTheSameWeightsAsUnderTorchrun) {
+  expectTorchrunsWeights("accelerate_train.py");
+}
+
+TEST(PlainScripts, TheTorchrunPatternTrainsTheSameWeightsAsUnderTorchrun) {
+  expectTorchrunsWeights("plain_ddp.py");
+}
+
+TEST(PlainScripts, ASpawnScriptOnAPortItChoseWorks) {
+  // torch.multiprocessing.spawn with MASTER_ADDR/MASTER_PORT set by the
+  // script: its rank 0 hosts the store (torchrun 2.13 hangs here: it tells
+  // every rank that the agent hosts the store).
+  const auto r = ddprun({(kScripts / "spawn_fixed_port.py").string(), std::to_string(freePort())});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("spawned rank 1 of 2: sum 3"), std::string::npos) << r.out;
+}
+
+TEST(PlainScripts, ASpawnScriptOnATakenPortFailsWithAClearReport) {
+  // Another process listens on the port the script chose.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  socklen_t length = sizeof address;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  const auto r = ddprun({(kScripts / "spawn_fixed_port.py").string(), port});
+  ::close(listener);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("EADDRINUSE"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hint       : port " + port + " is taken by another process"),
+            std::string::npos)
+      << r.err;
 }
 
 // --- Hang reports with Python stacks (py-spy) ----------------------------

@@ -127,6 +127,29 @@ TEST(Launcher, Rank0WorkerStoreIsTorchrun113sBehaviour) {
   EXPECT_NE(master, store);
 }
 
+// A job of one worker: the worker hosts its own store, as under `python`
+// (a torch.multiprocessing.spawn script's own ranks then find it); asked
+// for, the agent's store all the same.
+TEST(Launcher, AJobOfOneWorkerHostsItsOwnStore) {
+  const auto show = sh("echo S $TORCHELASTIC_USE_AGENT_STORE $MASTER_PORT $DDPRUN_STORE_PORT");
+  for (const auto& [options, expected] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--log_prefix="}, "False"},
+           {{"--log_prefix=", "--worker_store=agent"}, "True"},
+           {{"--log_prefix=", "--nproc_per_node=2"}, "True"}}) {
+    const auto r = runDdprun(args(options, show));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto lines = linesWith(r.out, "S ");
+    ASSERT_FALSE(lines.empty()) << r.out;
+    std::istringstream in(lines[0]);
+    std::string flag;
+    int master = 0, store = 0;
+    in >> flag >> master >> store;
+    EXPECT_EQ(flag, expected) << options.back();
+    EXPECT_EQ(master == store, expected == "True") << options.back();
+  }
+}
+
 TEST(Launcher, PetEnvironmentVariablesAreOptions) {
   const auto r = runDdprun(sh("echo $RANK"), {{"PET_NPROC_PER_NODE", "3"}, {"PET_LOG_PREFIX", ""}});
   ASSERT_EQ(r.code, 0) << r.err;
