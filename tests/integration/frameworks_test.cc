@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "launcher_support.h"
+#include "terminal_process.h"
 
 namespace ddprun {
 namespace {
@@ -33,6 +34,7 @@ using test_support::kDdprun;
 using test_support::runCommand;
 using test_support::RunResult;
 using test_support::scratch;
+using test_support::TerminalProcess;
 namespace fs = std::filesystem;
 
 const std::string kVenvBin = DDPRUN_VENV_BIN;
@@ -128,6 +130,24 @@ TEST(Lightning, OneNodeTrainsTheSameWeightsAsTorchrun) {
   EXPECT_NE(ours.out.find("rank 1 of 2 starts at epoch 0"), std::string::npos) << ours.out;
   EXPECT_EQ(weightsIn(ours.out), weightsIn(theirs.out));
   EXPECT_EQ(ours.err.find("formed no process group"), std::string::npos) << ours.err;
+}
+
+TEST(Lightning, ItsProgressBarMovesOnATerminal) {
+  const fs::path dir = scratch();
+  // Lightning's TQDM bar (rank 0 only), on ddprun's terminal: each update
+  // redrawn in place with the prefix, sized to the worker's terminal.
+  TerminalProcess job(
+      concat({kDdprun, "--nproc_per_node=2"}, lightning(dir, {"--epochs=2", "--progress-bar"})),
+      pythonEnv(), 120, 30);
+  ASSERT_EQ(job.wait(300s), 0) << job.text();
+  const std::string& screen = job.text();
+  std::size_t redraws = 0;
+  for (auto at = screen.find("\r\x1b[K[rank 0]: Epoch 0:"); at != std::string::npos;
+       at = screen.find("\r\x1b[K[rank 0]: Epoch 0:", at + 1)) {
+    ++redraws;
+  }
+  EXPECT_GE(redraws, 2u) << screen;
+  EXPECT_EQ(screen.find("[rank 1]: Epoch"), std::string::npos) << screen;
 }
 
 TEST(Lightning, TwoNodesTrainTheSameWeightsAsTorchrun) {

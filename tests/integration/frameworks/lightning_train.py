@@ -3,7 +3,7 @@ for the framework tests: the same under torchrun and ddprun.
 
   lightning_train.py OUT_DIR [--devices N] [--num_nodes N] [--epochs N]
                      [--resume] [--die-at-epoch E] [--hold-at-epoch E]
-                     [--auto-devices]
+                     [--auto-devices] [--progress-bar]
 
 Rank 0 prints `weights <hex floats>` (exact) at the end. --resume fits with
 ckpt_path="last" (OUT_DIR/checkpoints/last.ckpt, written every epoch).
@@ -67,6 +67,7 @@ def main():
     parser.add_argument("--die-at-epoch", type=int, default=-1)
     parser.add_argument("--hold-at-epoch", type=int, default=-1)
     parser.add_argument("--auto-devices", action="store_true")
+    parser.add_argument("--progress-bar", action="store_true")
     args = parser.parse_args()
     # What Lightning computed at import (under --preload: in the zygote).
     print(f"rank {os.environ.get('RANK')} imported with rank_zero_only.rank="
@@ -85,7 +86,7 @@ def main():
         strategy="auto" if args.auto_devices else "ddp", accelerator="cpu",
         devices="auto" if args.auto_devices else args.devices, num_nodes=args.num_nodes,
         max_epochs=args.epochs, callbacks=[checkpoint], logger=False,
-        enable_progress_bar=False, enable_model_summary=False,
+        enable_progress_bar=args.progress_bar, enable_model_summary=False,
         default_root_dir=args.out)
     model = Regression(args.die_at_epoch, args.hold_at_epoch, args.out)
     trainer.fit(model, data, ckpt_path="last" if args.resume else None)
