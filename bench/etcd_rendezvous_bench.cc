@@ -20,7 +20,14 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double oneRound(const test_support::EtcdCluster& cluster, int n, const std::string& id) {
+struct RoundResult {
+  double seconds = 0;
+  double requestsPerNode = 0;
+  double watchEventsPerNode = 0;
+  double maxWatchEvents = 0;
+};
+
+RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std::string& id) {
   std::vector<std::unique_ptr<rendezvous::EtcdRendezvous>> nodes;
   for (int i = 0; i < n; ++i) {
     rendezvous::EtcdRendezvousOptions options;
@@ -29,8 +36,8 @@ double oneRound(const test_support::EtcdCluster& cluster, int n, const std::stri
     options.rdzvId = id;
     options.nodeId = fmt::format("node{}", i);
     options.leaseTtl = std::chrono::seconds(60);
+    options.connectTimeout = std::chrono::minutes(5);
     nodes.push_back(std::make_unique<rendezvous::EtcdRendezvous>(options));
-    nodes.back()->connect();  // lease, alive key and watch: before the clock
   }
   std::mutex mutex;
   std::condition_variable go;
@@ -52,6 +59,8 @@ double oneRound(const test_support::EtcdCluster& cluster, int n, const std::stri
         go.wait(lock, [&] { return started; });
       }
       try {
+        // Inside the clock: the lease, the alive key and the watch.
+        nodes[static_cast<std::size_t>(i)]->connect();
         nodes[static_cast<std::size_t>(i)]->join(request, std::chrono::minutes(5));
       } catch (const std::exception& e) {
         std::lock_guard lock(mutex);
@@ -66,14 +75,21 @@ double oneRound(const test_support::EtcdCluster& cluster, int n, const std::stri
   }
   go.notify_all();
   for (auto& t : threads) t.join();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  RoundResult result;
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& node : nodes) {
+    const auto stats = node->stats();
+    result.requestsPerNode += static_cast<double>(stats.requests) / n;
+    result.watchEventsPerNode += static_cast<double>(stats.watchEvents) / n;
+    result.maxWatchEvents = std::max(result.maxWatchEvents, static_cast<double>(stats.watchEvents));
+  }
   for (auto& node : nodes) node->shutdown();  // no node reacts to the others' leases going
   nodes.clear();
   if (failed > 0) {
     throw std::runtime_error(
         fmt::format("{} of {} joins failed; the first: {}", failed.load(), n, firstError));
   }
-  return seconds;
+  return result;
 }
 
 double median(std::vector<double> values) {
@@ -94,12 +110,22 @@ std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOp
   for (int n : options.nodes) {
     RendezvousResult result;
     result.nodes = n;
+    std::vector<double> requests, events, maxEvents;
     for (int r = 0; r < options.repeat; ++r) {
-      const double seconds = oneRound(cluster, n, fmt::format("bench-{}-{}", n, r));
-      result.seconds.push_back(seconds);
-      log << fmt::format("  etcd: {} nodes, run {} of {}: {:.1f} ms\n", n, r + 1, options.repeat,
-                         seconds * 1000);
+      const RoundResult round = oneRound(cluster, n, fmt::format("bench-{}-{}", n, r));
+      result.seconds.push_back(round.seconds);
+      requests.push_back(round.requestsPerNode);
+      events.push_back(round.watchEventsPerNode);
+      maxEvents.push_back(round.maxWatchEvents);
+      log << fmt::format(
+          "  etcd: {} nodes, run {} of {}: {:.1f} ms, {:.1f} requests and {:.1f} watch events per "
+          "node (at most {:.0f})\n",
+          n, r + 1, options.repeat, round.seconds * 1000, round.requestsPerNode,
+          round.watchEventsPerNode, round.maxWatchEvents);
     }
+    result.requestsPerNode = median(requests);
+    result.watchEventsPerNode = median(events);
+    result.maxWatchEvents = median(maxEvents);
     results.push_back(result);
   }
   return results;
@@ -109,12 +135,14 @@ void printBackendComparison(const std::vector<RendezvousResult>& c10d,
                             const std::vector<RendezvousResult>& etcd, std::ostream& out) {
   out << "\nRendezvous round over etcd (3 members on loopback, one EtcdRendezvous per node) "
          "against the c10d store (ddprun-rendezvous), medians of the same run\n\n";
-  out << "| nodes | c10d store | etcd | etcd / c10d |\n|---:|---:|---:|---:|\n";
+  out << "| nodes | c10d store | etcd | etcd / c10d | etcd requests per node | watch events "
+         "per node (most) |\n|---:|---:|---:|---:|---:|---:|\n";
   for (std::size_t i = 0; i < std::min(c10d.size(), etcd.size()); ++i) {
     const double a = median(c10d[i].seconds);
     const double b = median(etcd[i].seconds);
-    out << fmt::format("| {} | {:.1f} ms | {:.1f} ms | {:.1f}x |\n", c10d[i].nodes, a * 1000,
-                       b * 1000, b / a);
+    out << fmt::format("| {} | {:.1f} ms | {:.1f} ms | {:.1f}x | {:.1f} | {:.1f} ({:.0f}) |\n",
+                       c10d[i].nodes, a * 1000, b * 1000, b / a, etcd[i].requestsPerNode,
+                       etcd[i].watchEventsPerNode, etcd[i].maxWatchEvents);
   }
 }
 

@@ -1,9 +1,10 @@
 // EtcdRendezvousBenchmark: how long one rendezvous round takes for N nodes
 // over etcd (--rdzv_backend=etcd), against a fresh 3-member etcd cluster on
 // loopback. Each simulated node is a real EtcdRendezvous (its lease, alive
-// key, watch and thread), made before the clock starts; the time is from
-// the first JOIN to the last assignment, like `rendezvous` for the c10d
-// store, so the two tables compare.
+// key, watch and thread, on a thread of its own); the time is from the
+// moment every node starts to connect (lease, alive key, watch) to the last
+// one holding its assignment: what a user waits for. Per round it also
+// counts each node's gateway requests and watch events.
 //
 // Thread-safety: run from one thread (it starts one thread per node).
 #pragma once

@@ -25,6 +25,11 @@ struct RendezvousResult {
   int nodes = 0;
   std::vector<double> seconds;  // one per repeat
   double messagesPerNode = 0;   // frames sent + received per node, handshake included
+  // etcd: gateway requests and watch events per node per round (medians
+  // over the repeats), and the most events one node got.
+  double requestsPerNode = 0;
+  double watchEventsPerNode = 0;
+  double maxWatchEvents = 0;
 };
 
 std::vector<RendezvousResult> runRendezvousBenchmark(const RendezvousBenchOptions& options,

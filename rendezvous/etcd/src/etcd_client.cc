@@ -121,6 +121,7 @@ std::string EtcdClient::call(const std::string& target, const std::string& body)
       connection_ = std::make_unique<HttpConnection>(options_, options_.endpoints[current_]);
     }
     try {
+      ++requests_;
       return connection_->post(target, body, Clock::now() + options_.requestTimeout);
     } catch (const ServerError&) {
       throw;
@@ -302,6 +303,7 @@ std::vector<EtcdWatchEvent> EtcdWatch::next() {
       nextRevision_ = std::max(nextRevision_, event.kv.modRevision + 1);
       events.push_back(std::move(event));
     }
+    events_ += events.size();
     if (!events.empty()) return events;
   }
 }

@@ -130,6 +130,10 @@ void EtcdRendezvous::loadView() {
   changed_.notify_all();
 }
 
+EtcdRendezvousStats EtcdRendezvous::stats() const {
+  return EtcdRendezvousStats{client_.requests(), watchEvents_.load()};
+}
+
 View EtcdRendezvous::snapshot() {
   std::lock_guard lock(mutex_);
   return *view_;
@@ -162,6 +166,7 @@ void EtcdRendezvous::runWatch() {
       if (stopping_) return;
       continue;
     }
+    watchEvents_ += events.size();
     std::vector<std::string> lost;
     {
       std::lock_guard lock(mutex_);

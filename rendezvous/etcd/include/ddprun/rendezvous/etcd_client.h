@@ -19,6 +19,7 @@
 // Ownership: each owns its connections.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -99,6 +100,8 @@ class EtcdClient {
   std::string endpointList() const;
   // This machine's address on its connection to etcd ("" before a call).
   std::string localAddress();
+  // Requests sent so far (each try on a member counts).
+  std::uint64_t requests() const { return requests_.load(); }
 
  private:
   EtcdOptions options_;
@@ -106,6 +109,7 @@ class EtcdClient {
   std::unique_ptr<HttpConnection> connection_;
   std::size_t current_ = 0;  // index into options_.endpoints
   bool shutdown_ = false;
+  std::atomic<std::uint64_t> requests_{0};
 };
 
 struct EtcdWatchEvent {
@@ -127,6 +131,8 @@ class EtcdWatch {
   // the request timeout each, or Error after cancel().
   std::vector<EtcdWatchEvent> next();
   void cancel();
+  // Events delivered so far.
+  std::uint64_t events() const { return events_.load(); }
 
  private:
   void open();
@@ -138,6 +144,7 @@ class EtcdWatch {
   std::mutex mutex_;  // guards connection_'s replacement against cancel()
   std::unique_ptr<HttpConnection> connection_;
   bool cancelled_ = false;
+  std::atomic<std::uint64_t> events_{0};
 };
 
 // The etcd range end that selects every key starting with `prefix`.

@@ -48,6 +48,12 @@ struct EtcdRendezvousOptions {
   std::chrono::milliseconds connectTimeout{std::chrono::seconds(60)};
 };
 
+// What one node asked of etcd and heard from it (benchmarks, tests).
+struct EtcdRendezvousStats {
+  std::uint64_t requests = 0;     // gateway requests (each try on a member counts)
+  std::uint64_t watchEvents = 0;  // events its watches delivered
+};
+
 class EtcdRendezvous final : public RendezvousBackend {
  public:
   // Contacts nothing yet. A read-only observer (`ddprun status`) passes an
@@ -70,6 +76,7 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout) override;
   void keepAlive() override;
   void shutdown() override;
+  EtcdRendezvousStats stats() const;
 
  private:
   void runWatch();
@@ -101,6 +108,7 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::chrono::steady_clock::time_point lastRenewed_;  // of the lease (keepAlive's thread)
   std::int64_t firstSeen_ = 0;                         // this node's alive key's create revision
   std::unique_ptr<EtcdWatch> watch_;
+  std::atomic<std::uint64_t> watchEvents_{0};  // of every watch this node opened
   std::thread watcher_;
 
   std::mutex mutex_;
