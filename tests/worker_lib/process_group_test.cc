@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -322,6 +323,26 @@ TEST(ProcessGroup, AVanishedPeerIsATimeoutNotAHang) {
       return;
     }
     throw Error("all_reduce with a vanished peer returned");
+  });
+}
+
+TEST(ProcessGroup, ARankThatNeverCreatesTheGroupIsNamedWithinTheTimeout) {
+  spawn(3, [](int rank) {
+    if (rank == 2) return;  // never creates the group
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      initProcessGroup({Backend::kGloo, 2s});
+    } catch (const TimeoutError& e) {
+      require(std::chrono::steady_clock::now() - start < 20s, "bounded by the timeout");
+      const std::string message = e.what();
+      require(message.find("2 of 3 ranks arrived; rank(s) 2 never did") != std::string::npos,
+              message);
+      require(message.find(fmt::format("rank {} of 3: creating the gloo group timed out", rank)) !=
+                  std::string::npos,
+              message);
+      return;
+    }
+    throw Error("initProcessGroup returned although rank 2 never came");
   });
 }
 

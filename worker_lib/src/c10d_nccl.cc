@@ -3,6 +3,7 @@
 
 #include "c10d_group.h"
 #include "ddprun/common/error.h"
+#include "error_text.h"
 
 #ifdef USE_C10D_NCCL
 #include <c10/cuda/CUDAFunctions.h>
@@ -55,7 +56,22 @@ C10dGroupPtr makeC10dNccl(const c10::intrusive_ptr<c10d::Store>& store,
   device = fmt::format("cuda:{}", index);
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+  // As Python's init_process_group(device_id=...): the group is bound to
+  // this rank's device and its communicator made now (every rank has
+  // arrived: awaitGroupArrival), so a failing NCCL set-up is an error of
+  // initProcessGroup rather than of the first collective, and subgroups can
+  // be split from it.
+  const at::Device bound(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
+  group->setBoundDeviceId(bound);
+  try {
+    group->eagerConnectSingleDevice(bound);
+  } catch (const std::exception& e) {
+    rethrowCollectiveError(e, rank, size, "creating the NCCL communicator");
+  }
+#endif
+  return group;
 #else
   (void)store, (void)environment, (void)rank, (void)size, (void)timeout, (void)device;
   throw ConfigError(

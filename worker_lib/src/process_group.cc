@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -20,6 +21,7 @@
 #include "c10d_group.h"
 #include "ddprun/common/error.h"
 #include "error_text.h"
+#include "group_arrival.h"
 #include "job_store.h"
 #include "process_group_access.h"
 #include "tensor_description.h"
@@ -130,6 +132,22 @@ struct ProcessGroup::Impl {
   std::mutex issueMutex;
   std::atomic<int> subgroups{0};
 
+  // An NCCL group is shut down as Python's destroy_process_group does:
+  // LibTorch 2.x warns at exit ("destroy_process_group() was not called")
+  // and may leak the communicator otherwise.
+  ~Impl() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+    if (kind == Backend::kNccl && group) {
+      try {
+        group->shutdown();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddprun::worker: shutting the nccl group down failed: %s\n",
+                     messageOf(e).c_str());
+      }
+    }
+#endif
+  }
+
   // Starts a c10d collective (`start` returns its Work) under the issue
   // lock; `after` runs once it completed. `describe` names the collective
   // in an error message (called only then: no formatting on success).
@@ -151,6 +169,9 @@ namespace {
 // The c10d group of `rank` among `size` over `store`: Gloo or NCCL, wrapped
 // for the debug checks when asked.
 void connect(ProcessGroup::Impl& impl, const Environment& environment) {
+  // Before the backend connects: a rank that never comes is named in time.
+  awaitGroupArrival(*impl.store, impl.rank, impl.size, impl.timeout,
+                    fmt::format("the {} group", toString(impl.kind)));
   if (impl.kind == Backend::kNccl) {
     impl.group =
         makeC10dNccl(impl.store, environment, impl.rank, impl.size, impl.timeout, impl.device);
