@@ -24,7 +24,9 @@ struct RoundResult {
   double seconds = 0;
   double requestsPerNode = 0;
   double watchEventsPerNode = 0;
-  double maxWatchEvents = 0;
+  double maxWatchEvents = 0;  // of a node other than the coordinator
+  double coordinatorRequests = 0;
+  double coordinatorWatchEvents = 0;
 };
 
 RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std::string& id) {
@@ -81,7 +83,13 @@ RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std:
     const auto stats = node->stats();
     result.requestsPerNode += static_cast<double>(stats.requests) / n;
     result.watchEventsPerNode += static_cast<double>(stats.watchEvents) / n;
-    result.maxWatchEvents = std::max(result.maxWatchEvents, static_cast<double>(stats.watchEvents));
+    if (stats.coordinator) {
+      result.coordinatorRequests = static_cast<double>(stats.requests);
+      result.coordinatorWatchEvents = static_cast<double>(stats.watchEvents);
+    } else {
+      result.maxWatchEvents =
+          std::max(result.maxWatchEvents, static_cast<double>(stats.watchEvents));
+    }
   }
   for (auto& node : nodes) node->shutdown();  // no node reacts to the others' leases going
   nodes.clear();
@@ -110,22 +118,27 @@ std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOp
   for (int n : options.nodes) {
     RendezvousResult result;
     result.nodes = n;
-    std::vector<double> requests, events, maxEvents;
+    std::vector<double> requests, events, maxEvents, coordinatorRequests, coordinatorEvents;
     for (int r = 0; r < options.repeat; ++r) {
       const RoundResult round = oneRound(cluster, n, fmt::format("bench-{}-{}", n, r));
       result.seconds.push_back(round.seconds);
       requests.push_back(round.requestsPerNode);
       events.push_back(round.watchEventsPerNode);
       maxEvents.push_back(round.maxWatchEvents);
+      coordinatorRequests.push_back(round.coordinatorRequests);
+      coordinatorEvents.push_back(round.coordinatorWatchEvents);
       log << fmt::format(
           "  etcd: {} nodes, run {} of {}: {:.1f} ms, {:.1f} requests and {:.1f} watch events per "
-          "node (at most {:.0f})\n",
+          "node (at most {:.0f} but the coordinator's {:.0f} requests and {:.0f} events)\n",
           n, r + 1, options.repeat, round.seconds * 1000, round.requestsPerNode,
-          round.watchEventsPerNode, round.maxWatchEvents);
+          round.watchEventsPerNode, round.maxWatchEvents, round.coordinatorRequests,
+          round.coordinatorWatchEvents);
     }
     result.requestsPerNode = median(requests);
     result.watchEventsPerNode = median(events);
     result.maxWatchEvents = median(maxEvents);
+    result.coordinatorRequests = median(coordinatorRequests);
+    result.coordinatorWatchEvents = median(coordinatorEvents);
     results.push_back(result);
   }
   return results;
@@ -136,13 +149,16 @@ void printBackendComparison(const std::vector<RendezvousResult>& c10d,
   out << "\nRendezvous round over etcd (3 members on loopback, one EtcdRendezvous per node) "
          "against the c10d store (ddprun-rendezvous), medians of the same run\n\n";
   out << "| nodes | c10d store | etcd | etcd / c10d | etcd requests per node | watch events "
-         "per node (most) |\n|---:|---:|---:|---:|---:|---:|\n";
+         "per node (most, coordinator aside) | coordinator: requests, events |\n"
+         "|---:|---:|---:|---:|---:|---:|---:|\n";
   for (std::size_t i = 0; i < std::min(c10d.size(), etcd.size()); ++i) {
     const double a = median(c10d[i].seconds);
     const double b = median(etcd[i].seconds);
-    out << fmt::format("| {} | {:.1f} ms | {:.1f} ms | {:.1f}x | {:.1f} | {:.1f} ({:.0f}) |\n",
-                       c10d[i].nodes, a * 1000, b * 1000, b / a, etcd[i].requestsPerNode,
-                       etcd[i].watchEventsPerNode, etcd[i].maxWatchEvents);
+    out << fmt::format(
+        "| {} | {:.1f} ms | {:.1f} ms | {:.1f}x | {:.1f} | {:.1f} ({:.0f}) | {:.0f}, {:.0f} |\n",
+        c10d[i].nodes, a * 1000, b * 1000, b / a, etcd[i].requestsPerNode,
+        etcd[i].watchEventsPerNode, etcd[i].maxWatchEvents, etcd[i].coordinatorRequests,
+        etcd[i].coordinatorWatchEvents);
   }
 }
 

@@ -26,10 +26,13 @@ struct RendezvousResult {
   std::vector<double> seconds;  // one per repeat
   double messagesPerNode = 0;   // frames sent + received per node, handshake included
   // etcd: gateway requests and watch events per node per round (medians
-  // over the repeats), and the most events one node got.
+  // over the repeats), the most events one node other than the coordinator
+  // got, and the coordinator's requests and events.
   double requestsPerNode = 0;
   double watchEventsPerNode = 0;
   double maxWatchEvents = 0;
+  double coordinatorRequests = 0;
+  double coordinatorWatchEvents = 0;
 };
 
 std::vector<RendezvousResult> runRendezvousBenchmark(const RendezvousBenchOptions& options,

@@ -107,6 +107,7 @@ void NodeRendezvous::connect() {
     options.nodeId = nodeId_;
     const auto ttl = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
     options.leaseTtl = std::chrono::ceil<std::chrono::seconds>(ttl);
+    options.jobTtl = std::chrono::ceil<std::chrono::seconds>(rdzv_.jobTtl);
     options.connectTimeout = rdzv_.joinTimeout;  // join() reaches etcd first
     client = std::make_unique<rendezvous::EtcdRendezvous>(options);
   } else {

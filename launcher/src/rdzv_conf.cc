@@ -42,6 +42,8 @@ const std::vector<std::string_view>& RdzvConf::knownKeys() {
       "max_node_failures", "node_cooldown",
       // etcd-v2 backend, legacy etcd backend
       "protocol", "ssl_cert", "ssl_cert_key", "ca_cert", "cert", "key", "cacert", "etcd_prefix",
+      // ddprun's etcd backend: how long a job's keys outlive its last node
+      "job_ttl",
       // ddprun
       "token_file"};
   return keys;

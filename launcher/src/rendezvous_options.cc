@@ -127,6 +127,7 @@ void applyConf(const RdzvConf& conf, bool dynamic, agent::RendezvousConfig& r) {
   if (auto v = conf.seconds("read_timeout", 0.001)) r.requestTimeout = *v;
   if (auto v = conf.integer("max_node_failures", 0, 1000000)) r.maxNodeFailures = *v;
   if (auto v = conf.seconds("node_cooldown", 0.001)) r.nodeCooldown = *v;
+  if (auto v = conf.seconds("job_ttl", 1)) r.jobTtl = *v;
   // torchrun's static backend waits `timeout` for every node; c10d ignores it.
   if (auto v = conf.seconds("timeout", 0.001); v && !dynamic) r.joinTimeout = *v;
   r.isHost = conf.boolean("is_host");

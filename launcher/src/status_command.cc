@@ -144,9 +144,13 @@ int runStatusCommand(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   RendezvousStatus st;
+  std::optional<std::chrono::seconds> expiresIn;  // etcd: the job's keys, left alone
   try {
     auto backend = connect(o);
     st = backend->status(o.rdzvId, true);
+    if (auto* etcd = dynamic_cast<rendezvous::EtcdRendezvous*>(backend.get()); etcd && st.exists) {
+      expiresIn = etcd->jobExpiresIn(o.rdzvId);
+    }
   } catch (const ConfigError& e) {
     std::cerr << "ddprun status: error: " << e.what() << "\n";
     return 2;
@@ -162,9 +166,17 @@ int runStatusCommand(int argc, char** argv) {
     return 1;
   }
   if (o.json) {
-    std::cout << toJson(o, st).dump(2) << "\n";
+    auto json = toJson(o, st);
+    if (expiresIn) json["expires_in_s"] = expiresIn->count();
+    std::cout << json.dump(2) << "\n";
   } else {
     printTable(o, st);
+    if (expiresIn) {
+      std::cout << fmt::format(
+          "etcd keys: renewed while a node of the job runs; with none, they expire in {} s "
+          "(rdzv_conf job_ttl)\n",
+          expiresIn->count());
+    }
   }
   return 0;
 }

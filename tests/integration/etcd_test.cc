@@ -1,20 +1,30 @@
 // --rdzv_backend=etcd against a real 3-member etcd cluster on loopback:
-// static and elastic jobs, a node killed with SIGKILL, an etcd member
+// static and elastic jobs, a node killed with SIGKILL, the coordinator
+// killed or paused and its successor, host exclusion, a killed job's keys
+// expiring, 512 simulated nodes' requests and watch events, an etcd member
 // killed mid-job, etcd unreachable, and PyTorch workers over it.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "ddprun/rendezvous/etcd_client.h"
+#include "ddprun/rendezvous/etcd_rendezvous.h"
 #include "etcd_cluster.h"
+#include "etcd_coordinator.h"
+#include "etcd_round.h"
 #include "launcher_support.h"
 #include "node_process.h"
 
@@ -25,6 +35,39 @@ using namespace std::chrono_literals;
 using test_support::EtcdCluster;
 using test_support::Node;
 using test_support::startNode;
+
+// The members of `cluster` that process `pid` has TCP connections to (its
+// sockets' inodes matched in /proc/<pid>/net/tcp), each as often as it has.
+std::vector<int> membersUsedBy(pid_t pid, const EtcdCluster& cluster) {
+  std::set<std::string> inodes;
+  const std::string fds = fmt::format("/proc/{}/fd", pid);
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator(fds, ec)) {
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (target.starts_with("socket:[")) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::map<int, int> memberOfPort;
+  for (int i = 0; i < 3; ++i) {
+    const std::string endpoint = cluster.endpoint(i);
+    memberOfPort[std::stoi(endpoint.substr(endpoint.rfind(':') + 1))] = i;
+  }
+  std::vector<int> used;
+  std::ifstream tcp(fmt::format("/proc/{}/net/tcp", pid));
+  std::string line;
+  std::getline(tcp, line);  // the header
+  while (std::getline(tcp, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+        timeout >> inode;
+    if (state != "01" || !inodes.contains(inode)) continue;  // 01: established
+    const int port = std::stoi(remote.substr(remote.find(':') + 1), nullptr, 16);
+    if (auto member = memberOfPort.find(port); member != memberOfPort.end()) {
+      used.push_back(member->second);
+    }
+  }
+  return used;
+}
 
 class EtcdRendezvousTest : public ::testing::Test {
  protected:
@@ -59,10 +102,35 @@ class EtcdRendezvousTest : public ::testing::Test {
   static Node node(std::vector<std::string> o, const std::string& script) {
     return startNode(std::move(o), script, {});
   }
-  // The keys left under this job's prefix.
-  std::size_t keysLeft() {
+  // The keys left under this job's prefix (or one folder of it).
+  std::size_t keysLeft(const std::string& folder = "") {
     rendezvous::EtcdClient client(cluster_->options());
-    return client.getPrefix("/ddprun/" + rdzvId_ + "/").kvs.size();
+    return client.getPrefix("/ddprun/" + rdzvId_ + "/" + folder).kvs.size();
+  }
+  // The job's state key: its value and mod revision (0: absent).
+  std::pair<std::string, std::int64_t> stateKey() {
+    rendezvous::EtcdClient client(cluster_->options());
+    const auto range = client.get("/ddprun/" + rdzvId_ + "/state");
+    if (range.kvs.empty()) return {"", 0};
+    return {range.kvs.front().value, range.kvs.front().modRevision};
+  }
+  // Polls until `condition` holds (bounded).
+  static bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (condition()) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return condition();
+  }
+  static int coordinatorOf(std::vector<Node>& nodes) {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      nodes[i].waitFor("coordinates rendezvous", 1, 0s, true);
+      if (nodes[i].err.find("coordinates rendezvous") != std::string::npos) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
   }
 
   static EtcdCluster* cluster_;
@@ -175,6 +243,240 @@ TEST_F(EtcdRendezvousTest, SurvivorsReformWhenTheFirstNodeIsKilled) {
   }
 }
 
+TEST_F(EtcdRendezvousTest, ACoordinatorKilledWhileARoundFormsHandsItToItsSuccessor) {
+  // A 4-node job: the first node (the coordinator) and two others wait;
+  // the coordinator is SIGKILLed before the round can complete; the next
+  // oldest node takes over and forms the round with two that come later.
+  const std::vector<std::string> extra = {
+      "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=2"};
+  const std::string script = "echo world=$WORLD_SIZE group=$GROUP_RANK";
+  std::vector<Node> nodes;
+  nodes.push_back(node(options("4", extra), script));
+  ASSERT_TRUE(nodes[0].waitFor("coordinates rendezvous", 1, 30s, true)) << nodes[0].err;
+  for (int i = 0; i < 2; ++i) nodes.push_back(node(options("4", extra), script));
+  ASSERT_TRUE(eventually([&] { return keysLeft("joining/") == 3; })) << "three nodes wait";
+  nodes[0].process->signal(SIGKILL);
+  ASSERT_EQ(nodes[0].finish(), 128 + SIGKILL);
+  for (int i = 0; i < 2; ++i) nodes.push_back(node(options("4", extra), script));
+  for (int i = 1; i < 5; ++i) {
+    ASSERT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
+    EXPECT_NE(nodes[i].out.find("world=8"), std::string::npos) << nodes[i].out;
+  }
+  // The oldest node left took over before the round formed; the others
+  // coordinated nothing before it (only, perhaps, as the job's nodes left).
+  const auto coordinatedBeforeTheRound = [](const Node& n) {
+    const auto coordinated = n.err.find("coordinates rendezvous");
+    return coordinated != std::string::npos && coordinated < n.err.find("Round 1:");
+  };
+  // Nodes 1 and 2 started together: the older of them is the successor.
+  EXPECT_NE(coordinatedBeforeTheRound(nodes[1]), coordinatedBeforeTheRound(nodes[2]))
+      << nodes[1].err << nodes[2].err;
+  for (int i = 3; i < 5; ++i) EXPECT_FALSE(coordinatedBeforeTheRound(nodes[i])) << nodes[i].err;
+  EXPECT_EQ(keysLeft(), 0u);
+}
+
+TEST_F(EtcdRendezvousTest, APausedCoordinatorResumedAfterItsLeaseExpiredWritesNothing) {
+  const std::string script = fmt::format(
+      "echo started group=$GROUP_RANK world=$WORLD_SIZE; "
+      "while [ ! -e {0}/go ]; do sleep 0.05; done; echo finished world=$WORLD_SIZE",
+      dir_.string());
+  const std::vector<std::string> extra = {
+      "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1"};
+  std::vector<Node> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(node(options("2:3", extra), script));
+  for (auto& n : nodes) ASSERT_TRUE(n.waitFor("started", 2, 30s)) << n.err;
+  const int paused = coordinatorOf(nodes);
+  ASSERT_GE(paused, 0);
+  nodes[paused].process->signal(SIGSTOP);
+  // Its lease expires; its successor ends round 1 and forms round 2.
+  for (int i = 0; i < 3; ++i) {
+    if (i == paused) continue;
+    ASSERT_TRUE(nodes[i].waitFor("started", 4, 30s)) << nodes[i].err;
+  }
+  const auto before = stateKey();
+  nodes[paused].process->signal(SIGCONT);
+  // It finds its lease gone and stops; nothing it does changes the state.
+  const auto code = nodes[paused].finish(30s);
+  ASSERT_TRUE(code.has_value()) << nodes[paused].err;
+  EXPECT_EQ(*code, 1) << nodes[paused].err;
+  EXPECT_NE(nodes[paused].err.find("lease expired"), std::string::npos) << nodes[paused].err;
+  EXPECT_EQ(stateKey(), before);
+  std::ofstream(dir_ / "go").put('1');
+  for (int i = 0; i < 3; ++i) {
+    if (i == paused) continue;
+    ASSERT_EQ(nodes[i].finish(), 0) << nodes[i].err;
+    EXPECT_NE(nodes[i].out.find("finished world=4"), std::string::npos) << nodes[i].out;
+  }
+}
+
+// The guard itself: a coordinator whose alive key is gone (a node paused
+// past its lease) tries to create a rendezvous, writes nothing and stops.
+TEST_F(EtcdRendezvousTest, ACoordinatorWithoutItsAliveKeyWritesNothing) {
+  rendezvous::EtcdClient client(cluster_->options());
+  const std::string base = "/ddprun/" + rdzvId_ + "/";
+  const std::int64_t lease = client.grantLease(std::chrono::seconds(5));
+  std::optional<rendezvous::EtcdKeyValue> previous;
+  const std::int64_t revision = client.put(base + "alive/old", "", lease, &previous);
+  client.revokeLease(lease);  // the lease expired while the node was paused
+  rendezvous::etcd::EtcdCoordinator coordinator(
+      {cluster_->options(), rdzvId_, "old", base, revision, std::chrono::seconds(10), nullptr},
+      client);
+  rendezvous::protocol::JoinRequest request;
+  request.minNodes = request.maxNodes = 1;
+  coordinator.offer(request);
+  std::thread run([&] { coordinator.run(); });  // returns once the guard fails
+  run.join();
+  EXPECT_EQ(keysLeft(), 0u) << "nothing was written";
+}
+
+// Three agents on 127.0.0.2-4 (2:3 nodes); the one on .4 always fails. It
+// is excluded after two failures in a row and exits; the others log the
+// exclusion and its end, re-form without it and finish within the budget.
+TEST_F(EtcdRendezvousTest, AHostThatKeepsFailingIsExcludedAndTheOthersFinish) {
+  std::vector<Node> nodes;
+  for (int i = 1; i <= 3; ++i) {
+    nodes.push_back(
+        node(options("2:3", {fmt::format("--local_addr=127.0.0.{}", i + 1), "--max_restarts=3",
+                             "--rdzv_conf=max_node_failures=2,node_cooldown=2,last_call_timeout=1,"
+                             "keep_alive_interval=0.5,keep_alive_max_attempt=2"}),
+             i == 3 ? "echo bad disk >&2; exit 7" : "echo world $WORLD_SIZE; sleep 4; echo done"));
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
+    EXPECT_NE(nodes[i].out.find("done"), std::string::npos) << nodes[i].out;
+    EXPECT_NE(nodes[i].out.find("world 4"), std::string::npos) << nodes[i].out;
+    EXPECT_NE(nodes[i].err.find(fmt::format("at 127.0.0.4 is excluded from rendezvous '{}' for 2 "
+                                            "s: its workers failed first in 2 rounds in a row",
+                                            rdzvId_)),
+              std::string::npos)
+        << nodes[i].err;
+    EXPECT_NE(nodes[i].err.find(
+                  fmt::format("the cooldown of 127.0.0.4 in rendezvous '{}' ended", rdzvId_)),
+              std::string::npos)
+        << nodes[i].err;
+  }
+  const auto bad = nodes[2].finish(60s);
+  EXPECT_EQ(bad, 7) << nodes[2].err;
+  EXPECT_NE(nodes[2].err.find("this node is left out of the job"), std::string::npos)
+      << nodes[2].err;
+}
+
+// Every node of a job SIGKILLed: its keys stay (ddprun status says for how
+// long), expire after job_ttl, and the id then starts afresh: no restart
+// of the killed job is counted against the new one.
+TEST_F(EtcdRendezvousTest, AKilledJobsKeysExpireAndItsIdStartsAfresh) {
+  const std::vector<std::string> extra = {
+      "--max_restarts=3", "--rdzv_conf=job_ttl=4,keep_alive_interval=0.5,keep_alive_max_attempt=2"};
+  const std::string script =
+      "echo restarts=$TORCHELASTIC_RESTART_COUNT; "
+      "if [ $TORCHELASTIC_RESTART_COUNT = 0 ] && [ $RANK = 3 ]; then exit 3; fi; sleep 60";
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(node(options("2", extra), script));
+  for (auto& n : nodes) ASSERT_TRUE(n.waitFor("restarts=1", 2, 30s)) << n.err;
+  for (auto& n : nodes) n.process->signal(SIGKILL);
+  for (auto& n : nodes) n.finish();
+  const auto status =
+      test_support::runDdprun({"status", "--rdzv_backend=etcd",
+                               "--rdzv_endpoint=" + cluster_->endpoints(), "--rdzv_id=" + rdzvId_});
+  EXPECT_EQ(status.code, 0) << status.err;
+  EXPECT_NE(status.out.find("restarts: 1 of 3 used"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("with none, they expire in"), std::string::npos) << status.out;
+  ASSERT_TRUE(eventually([&] { return keysLeft() == 0; }, 30s)) << "the job's keys expire";
+  nodes.clear();
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(node(
+        options("2", extra),
+        fmt::format("echo started; while [ ! -e {}/go ]; do sleep 0.05; done", dir_.string())));
+  }
+  for (auto& n : nodes) ASSERT_TRUE(n.waitFor("started", 2, 30s)) << n.err;
+  const auto fresh =
+      test_support::runDdprun({"status", "--rdzv_backend=etcd",
+                               "--rdzv_endpoint=" + cluster_->endpoints(), "--rdzv_id=" + rdzvId_});
+  EXPECT_NE(fresh.out.find("round 1 running"), std::string::npos) << fresh.out;
+  EXPECT_NE(fresh.out.find("restarts: 0 of 3 used"), std::string::npos) << fresh.out;
+  std::ofstream(dir_ / "go").put('1');
+  expectAllExit(nodes, 0);
+}
+
+// 512 nodes (each a real EtcdRendezvous, as the benchmark's) form one
+// round; each node but the coordinator sees O(1) watch events and makes
+// O(1) requests, whatever N.
+TEST_F(EtcdRendezvousTest, FiveHundredTwelveNodesFormARoundWithConstantWorkPerNode) {
+  constexpr int kNodes = 512;
+  rlimit limit{};  // three connections a node
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+  std::vector<std::unique_ptr<rendezvous::EtcdRendezvous>> nodes;
+  for (int i = 0; i < kNodes; ++i) {
+    rendezvous::EtcdRendezvousOptions o;
+    o.etcd = cluster_->options();
+    o.etcd.requestTimeout = 30s;
+    o.rdzvId = rdzvId_;
+    o.nodeId = fmt::format("node{}", i);
+    o.leaseTtl = 60s;
+    o.connectTimeout = 120s;
+    nodes.push_back(std::make_unique<rendezvous::EtcdRendezvous>(o));
+  }
+  std::vector<std::optional<rendezvous::protocol::Assignment>> got(kNodes);
+  std::vector<std::string> errors(kNodes);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kNodes; ++i) {
+    threads.emplace_back([&, i] {
+      rendezvous::protocol::JoinRequest request;
+      request.rdzvId = rdzvId_;
+      request.nodeId = fmt::format("node{}", i);
+      request.localWorldSize = 8;
+      request.minNodes = request.maxNodes = kNodes;
+      request.address = "127.0.0.1";
+      try {
+        got[static_cast<std::size_t>(i)] = nodes[static_cast<std::size_t>(i)]->join(request, 300s);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(i)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::uint32_t> groupRanks;
+  int coordinators = 0;
+  std::uint64_t maxEvents = 0, maxRequests = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    ASSERT_TRUE(got[static_cast<std::size_t>(i)]) << errors[static_cast<std::size_t>(i)];
+    const auto& a = *got[static_cast<std::size_t>(i)];
+    EXPECT_EQ(a.worldSize, 8u * kNodes);
+    EXPECT_EQ(a.rankOffset, 8 * a.groupRank);
+    groupRanks.insert(a.groupRank);
+    const auto stats = nodes[static_cast<std::size_t>(i)]->stats();
+    if (stats.coordinator) {
+      ++coordinators;
+      continue;
+    }
+    maxEvents = std::max(maxEvents, stats.watchEvents);
+    maxRequests = std::max(maxRequests, stats.requests);
+  }
+  EXPECT_EQ(groupRanks.size(), static_cast<std::size_t>(kNodes));
+  EXPECT_EQ(coordinators, 1);
+  // The state's creation and the round's start (a node that arrived after
+  // the state was created sees one); its predecessor's watch sees nothing.
+  EXPECT_LE(maxEvents, 3u);
+  // Lease, alive key, state, predecessor, joining, assign key (and a retry
+  // or two on a busy machine).
+  EXPECT_LE(maxRequests, 12u);
+  for (auto& n : nodes) n->shutdown();
+}
+
+TEST_F(EtcdRendezvousTest, ClientsSpreadOverTheMembers) {
+  // 30 clients, each at a random member: all on one would be a 1 in 10^14
+  // chance.
+  std::vector<std::unique_ptr<rendezvous::EtcdClient>> clients;
+  for (int i = 0; i < 30; ++i) {
+    clients.push_back(std::make_unique<rendezvous::EtcdClient>(cluster_->options()));
+    clients.back()->get("/ddprun/spread-test");
+  }
+  const auto used = membersUsedBy(::getpid(), *cluster_);
+  EXPECT_GE(std::set<int>(used.begin(), used.end()).size(), 2u);
+}
+
 TEST_F(EtcdRendezvousTest, AnEtcdMemberKilledMidJobChangesNothing) {
   // A second cluster: this test kills one of its members.
   EtcdCluster cluster(3);
@@ -191,7 +493,10 @@ TEST_F(EtcdRendezvousTest, AnEtcdMemberKilledMidJobChangesNothing) {
                          script));
   }
   for (auto& n : nodes) ASSERT_TRUE(n.waitFor("Round 1:", 1, 30s, true)) << n.err;
-  cluster.kill(0);                      // the member every node talks to first
+  // The member the first node talks to (each node starts at a random one).
+  const auto used = membersUsedBy(nodes[0].process->pid(), cluster);
+  ASSERT_FALSE(used.empty()) << "node 0 has no connection to etcd";
+  cluster.kill(used.front());
   std::this_thread::sleep_for(1500ms);  // keep-alives and the watch move on
   std::ofstream(dir_ / "go").put('1');
   for (auto& n : nodes) {

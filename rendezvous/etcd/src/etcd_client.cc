@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <random>
+
 #include "http_connection.h"
 
 namespace ddprun::rendezvous {
@@ -76,7 +78,44 @@ json rangeRequest(const std::string& key, const std::string& rangeEnd) {
   return request;
 }
 
+EtcdRange rangeOf(const json& reply, std::int64_t revision) {
+  EtcdRange range;
+  range.revision = revision;
+  for (const auto& kv : reply.value("kvs", json::array())) range.kvs.push_back(keyValueOf(kv));
+  range.count = int64Of(reply, "count");
+  return range;
+}
+
+json operationJson(const EtcdOp& op) {
+  switch (op.kind) {
+    case EtcdOp::Kind::kPut: {
+      json put = {{"key", toBase64(op.key)}, {"value", toBase64(op.value)}};
+      if (op.lease != 0) put["lease"] = std::to_string(op.lease);
+      return {{"request_put", put}};
+    }
+    case EtcdOp::Kind::kDeleteRange:
+      return {{"request_delete_range", rangeRequest(op.key, op.rangeEnd)}};
+    case EtcdOp::Kind::kRange: {
+      json range = rangeRequest(op.key, op.rangeEnd);
+      if (op.limit > 0) range["limit"] = std::to_string(op.limit);
+      if (op.newestCreatedFirst) {
+        range["sort_order"] = "DESCEND";
+        range["sort_target"] = "CREATE";
+      }
+      return {{"request_range", range}};
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+EtcdOp EtcdOp::readNewest(const std::string& prefix, std::int64_t limit) {
+  EtcdOp op = read(prefix, etcdPrefixEnd(prefix));
+  op.limit = limit;
+  op.newestCreatedFirst = true;
+  return op;
+}
 
 std::string etcdPrefixEnd(const std::string& prefix) {
   std::string end = prefix;
@@ -90,7 +129,13 @@ std::string etcdPrefixEnd(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
+std::size_t randomEndpoint(std::size_t count) {
+  static thread_local std::minstd_rand random(std::random_device{}());
+  return count == 0 ? 0 : random() % count;
+}
+
+EtcdClient::EtcdClient(EtcdOptions options)
+    : options_(std::move(options)), current_(randomEndpoint(options_.endpoints.size())) {
   if (options_.endpoints.empty()) throw ConfigError("no etcd endpoint given");
 }
 
@@ -136,66 +181,92 @@ std::string EtcdClient::call(const std::string& target, const std::string& body)
 }
 
 EtcdRange EtcdClient::get(const std::string& key) {
-  const json reply = parse(call("/v3/kv/range", rangeRequest(key, "").dump()));
-  EtcdRange range;
-  range.revision = revisionOf(reply);
-  for (const auto& kv : reply.value("kvs", json::array())) range.kvs.push_back(keyValueOf(kv));
-  return range;
+  EtcdRangeRequest request;
+  request.key = key;
+  return range(request);
 }
 
 EtcdRange EtcdClient::getPrefix(const std::string& prefix) {
-  const json reply =
-      parse(call("/v3/kv/range", rangeRequest(prefix, etcdPrefixEnd(prefix)).dump()));
-  EtcdRange range;
-  range.revision = revisionOf(reply);
-  for (const auto& kv : reply.value("kvs", json::array())) range.kvs.push_back(keyValueOf(kv));
-  return range;
+  EtcdRangeRequest request;
+  request.key = prefix;
+  request.rangeEnd = etcdPrefixEnd(prefix);
+  return range(request);
 }
 
-std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease) {
+EtcdRange EtcdClient::range(const EtcdRangeRequest& r) {
+  json request = rangeRequest(r.key, r.rangeEnd);
+  if (r.limit > 0) request["limit"] = std::to_string(r.limit);
+  if (r.countOnly) request["count_only"] = true;
+  if (r.newestCreatedFirst) {
+    request["sort_order"] = "DESCEND";
+    request["sort_target"] = "CREATE";
+  }
+  if (r.maxCreateRevision > 0) request["max_create_revision"] = std::to_string(r.maxCreateRevision);
+  const json reply = parse(call("/v3/kv/range", request.dump()));
+  return rangeOf(reply, revisionOf(reply));
+}
+
+std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease,
+                             std::optional<EtcdKeyValue>* previous) {
   json request = {{"key", toBase64(key)}, {"value", toBase64(value)}};
   if (lease != 0) request["lease"] = std::to_string(lease);
-  return revisionOf(parse(call("/v3/kv/put", request.dump())));
+  if (previous != nullptr) request["prev_kv"] = true;
+  const json reply = parse(call("/v3/kv/put", request.dump()));
+  if (previous != nullptr) {
+    const auto kv = reply.find("prev_kv");
+    *previous = kv == reply.end() ? std::nullopt : std::optional(keyValueOf(*kv));
+  }
+  return revisionOf(reply);
+}
+
+EtcdTxnResult EtcdClient::txn(const std::vector<EtcdCompare>& compares,
+                              const std::vector<EtcdOp>& success,
+                              const std::vector<EtcdOp>& failure) {
+  json request = {
+      {"compare", json::array()}, {"success", json::array()}, {"failure", json::array()}};
+  for (const auto& c : compares) {
+    const bool create = c.target == EtcdCompare::Target::kCreate;
+    request["compare"].push_back(
+        {{"key", toBase64(c.key)},
+         {"target", create ? "CREATE" : "MOD"},
+         {"result", "EQUAL"},
+         {create ? "create_revision" : "mod_revision", std::to_string(c.revision)}});
+  }
+  for (const auto& op : success) request["success"].push_back(operationJson(op));
+  for (const auto& op : failure) request["failure"].push_back(operationJson(op));
+  const json reply = parse(call("/v3/kv/txn", request.dump()));
+  EtcdTxnResult result;
+  result.succeeded = reply.value("succeeded", false);
+  result.revision = revisionOf(reply);
+  for (const auto& response : reply.value("responses", json::array())) {
+    if (const auto range = response.find("response_range"); range != response.end()) {
+      result.ranges.push_back(rangeOf(*range, result.revision));
+    }
+  }
+  return result;
 }
 
 EtcdSwap EtcdClient::compareAndSwap(const std::string& key, std::int64_t expected,
                                     const std::string& value, std::int64_t lease,
                                     const std::string& alsoDeletePrefix) {
-  json put = {{"key", toBase64(key)}, {"value", toBase64(value)}};
-  if (lease != 0) put["lease"] = std::to_string(lease);
-  json success = json::array({{{"request_put", put}}});
+  std::vector<EtcdOp> success{EtcdOp::put(key, value, lease)};
   if (!alsoDeletePrefix.empty()) {
-    success.push_back({{"request_delete_range",
-                        rangeRequest(alsoDeletePrefix, etcdPrefixEnd(alsoDeletePrefix))}});
+    success.push_back(EtcdOp::erase(alsoDeletePrefix, etcdPrefixEnd(alsoDeletePrefix)));
   }
-  const json request = {{"compare", json::array({{{"key", toBase64(key)},
-                                                  {"target", "MOD"},
-                                                  {"result", "EQUAL"},
-                                                  {"mod_revision", std::to_string(expected)}}})},
-                        {"success", success},
-                        {"failure", json::array({{{"request_range", rangeRequest(key, "")}}})}};
-  const json reply = parse(call("/v3/kv/txn", request.dump()));
+  const EtcdTxnResult result =
+      txn({EtcdCompare{key, EtcdCompare::Target::kMod, expected}}, success, {EtcdOp::read(key)});
   EtcdSwap swap;
-  swap.succeeded = reply.value("succeeded", false);
-  swap.revision = revisionOf(reply);
-  if (!swap.succeeded) {
-    for (const auto& response : reply.value("responses", json::array())) {
-      const auto range = response.find("response_range");
-      if (range == response.end()) continue;
-      for (const auto& kv : range->value("kvs", json::array())) swap.current = keyValueOf(kv);
-    }
+  swap.succeeded = result.succeeded;
+  swap.revision = result.revision;
+  if (!result.succeeded && !result.ranges.empty() && !result.ranges.front().kvs.empty()) {
+    swap.current = result.ranges.front().kvs.front();
   }
   return swap;
 }
 
 bool EtcdClient::compareAndDelete(const std::string& key, std::int64_t expected) {
-  const json request = {
-      {"compare", json::array({{{"key", toBase64(key)},
-                                {"target", "MOD"},
-                                {"result", "EQUAL"},
-                                {"mod_revision", std::to_string(expected)}}})},
-      {"success", json::array({{{"request_delete_range", {{"key", toBase64(key)}}}}})}};
-  return parse(call("/v3/kv/txn", request.dump())).value("succeeded", false);
+  return txn({EtcdCompare{key, EtcdCompare::Target::kMod, expected}}, {EtcdOp::erase(key)})
+      .succeeded;
 }
 
 void EtcdClient::deletePrefix(const std::string& prefix) {
@@ -222,10 +293,27 @@ void EtcdClient::revokeLease(std::int64_t lease) {
   call("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump());
 }
 
+std::int64_t EtcdClient::leaseTimeToLive(std::int64_t lease) {
+  const json reply =
+      parse(call("/v3/lease/timetolive", json{{"ID", std::to_string(lease)}}.dump()));
+  return int64Of(reply, "TTL");
+}
+
 // --- EtcdWatch -----------------------------------------------------------------
 
 EtcdWatch::EtcdWatch(EtcdOptions options, std::string prefix, std::int64_t startRevision)
-    : options_(std::move(options)), prefix_(std::move(prefix)), nextRevision_(startRevision) {}
+    : EtcdWatch(std::move(options), prefix, etcdPrefixEnd(prefix), startRevision) {}
+
+EtcdWatch::EtcdWatch(EtcdOptions options, std::string key, std::string rangeEnd,
+                     std::int64_t startRevision)
+    : EtcdWatch(std::move(options), {{std::move(key), std::move(rangeEnd)}}, startRevision) {}
+
+EtcdWatch::EtcdWatch(EtcdOptions options, std::vector<std::pair<std::string, std::string>> ranges,
+                     std::int64_t startRevision)
+    : options_(std::move(options)),
+      ranges_(std::move(ranges)),
+      nextRevision_(startRevision),
+      current_(randomEndpoint(options_.endpoints.size())) {}
 
 EtcdWatch::~EtcdWatch() = default;
 
@@ -236,10 +324,14 @@ void EtcdWatch::cancel() {
 }
 
 void EtcdWatch::open() {
-  const json create = {{"create_request",
-                        {{"key", toBase64(prefix_)},
-                         {"range_end", toBase64(etcdPrefixEnd(prefix_))},
-                         {"start_revision", std::to_string(nextRevision_)}}}};
+  // The gateway reads a stream of requests from the body: one create
+  // request a range, each on its own line.
+  std::string body;
+  for (const auto& [key, rangeEnd] : ranges_) {
+    json request = rangeRequest(key, rangeEnd);
+    request["start_revision"] = std::to_string(nextRevision_);
+    body += json{{"create_request", request}}.dump() + "\n";
+  }
   std::string errors;
   for (std::size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
     {
@@ -248,7 +340,7 @@ void EtcdWatch::open() {
       connection_ = std::make_unique<HttpConnection>(options_, options_.endpoints[current_]);
     }
     try {
-      connection_->openStream("/v3/watch", create.dump(), Clock::now() + options_.requestTimeout);
+      connection_->openStream("/v3/watch", body, Clock::now() + options_.requestTimeout);
       return;
     } catch (const Error& e) {
       errors += fmt::format("{}{}", errors.empty() ? "" : "; ", e.what());

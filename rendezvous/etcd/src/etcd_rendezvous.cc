@@ -7,6 +7,7 @@
 
 #include "ddprun/common/logging.h"
 #include "ddprun/rendezvous/store_client.h"
+#include "etcd_coordinator.h"
 #include "etcd_round.h"
 
 namespace ddprun::rendezvous {
@@ -14,13 +15,9 @@ namespace ddprun::rendezvous {
 using namespace std::chrono_literals;
 using etcd::Phase;
 using etcd::RoundState;
-using etcd::View;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// How long the nodes wait for the designated one to complete a round.
-constexpr auto kCompleterGrace = std::chrono::seconds(2);
 
 std::int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -28,15 +25,20 @@ std::int64_t nowMs() {
       .count();
 }
 
-bool isParticipant(const RoundState& s, const std::string& nodeId) {
-  return std::any_of(s.participants.begin(), s.participants.end(),
-                     [&](const etcd::NodeInfo& n) { return n.id == nodeId; });
+EtcdRangeRequest countOf(const std::string& prefix) {
+  EtcdRangeRequest request;
+  request.key = prefix;
+  request.rangeEnd = etcdPrefixEnd(prefix);
+  request.countOnly = true;
+  return request;
 }
 
 }  // namespace
 
 EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options)
-    : options_(std::move(options)), client_(options_.etcd), view_(std::make_unique<View>()) {}
+    : options_(std::move(options)), client_(options_.etcd) {
+  options_.jobTtl = std::max(options_.jobTtl, 4 * std::max(1s, options_.leaseTtl));
+}
 
 void EtcdRendezvous::connect() {
   if (started_ || options_.nodeId.empty()) return;  // done, or an observer
@@ -69,23 +71,56 @@ void EtcdRendezvous::connect() {
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
   }
+  std::lock_guard lock(mutex_);
+  lease_ = lease;
+  lastRenewed_ = Clock::now();
+  started_ = true;
+}
+
+void EtcdRendezvous::registerNode(const etcd::NodeInfo& me) {
+  // One transaction: the alive key (its create revision orders the nodes
+  // and guards the coordinator's writes), the joining key, the state to
+  // watch from, and the alive key created just before this one (none: this
+  // node is the oldest and coordinates).
+  const etcd::Keys keys{base()};
+  const EtcdTxnResult txn =
+      client_.txn({}, {EtcdOp::put(keys.alive(me.id), "", lease_),
+                       EtcdOp::put(keys.joining(me.id), etcd::toJson(me), lease_),
+                       EtcdOp::read(keys.state()), EtcdOp::readNewest(keys.alive(""), 2)});
+  if (txn.ranges.size() != 2) throw ProtocolError("etcd answered a transaction incompletely");
+  const EtcdRange& state = txn.ranges[0];
+  std::optional<EtcdKeyValue> predecessor;
+  for (const auto& kv : txn.ranges[1].kvs) {
+    if (kv.key == keys.alive(me.id)) {
+      aliveRevision_ = kv.createRevision;
+    } else if (!predecessor) {
+      predecessor = kv;
+    }
+  }
   {
     std::lock_guard lock(mutex_);
-    lease_ = lease;
-    lastRenewed_ = Clock::now();
+    if (state.kvs.empty()) {
+      onState(std::nullopt, 0);
+    } else {
+      onState(etcd::stateFromJson(state.kvs.front().value), state.kvs.front().modRevision);
+    }
+    if (stopping_) throw NetworkError("the rendezvous was shut down");
+    stateWatch_ = std::make_unique<EtcdWatch>(options_.etcd, keys.state(), "", txn.revision + 1);
+    if (predecessor && predecessor->createRevision < aliveRevision_) {
+      predecessorWatch_ =
+          std::make_unique<EtcdWatch>(options_.etcd, predecessor->key, "", txn.revision + 1);
+    }
   }
-  const etcd::Keys keys{base()};
-  client_.put(keys.alive(options_.nodeId), options_.nodeId, lease);
-  const EtcdRange alive = client_.get(keys.alive(options_.nodeId));
-  if (!alive.kvs.empty()) firstSeen_ = alive.kvs.front().createRevision;
-  loadView();
-  watcher_ = std::thread([this] { runWatch(); });
-  started_ = true;
+  stateWatcher_ = std::thread([this] { runStateWatch(); });
+  successor_ = std::thread([this] { runSuccession(); });
+  registered_ = true;
 }
 
 EtcdRendezvous::~EtcdRendezvous() {
   shutdown();
-  if (watcher_.joinable()) watcher_.join();
+  if (stateWatcher_.joinable()) stateWatcher_.join();
+  if (successor_.joinable()) successor_.join();
+  coordinator_.reset();
   if (lease_ != 0 && !left_) {
     // This node's keys go now rather than after the TTL.
     try {
@@ -106,50 +141,48 @@ void EtcdRendezvous::shutdown() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    if (stateWatch_) stateWatch_->cancel();
+    if (predecessorWatch_) predecessorWatch_->cancel();
+    if (coordinator_) coordinator_->stop();
   }
-  changed_.notify_all();
-  if (watch_) watch_->cancel();
-}
-
-// --- the view ------------------------------------------------------------------
-
-void EtcdRendezvous::loadView() {
-  const etcd::Keys keys{base()};
-  const EtcdRange range = client_.getPrefix(keys.base);
-  auto view = std::make_unique<View>();
-  for (const auto& kv : range.kvs) etcd::apply(*view, keys, kv.key, &kv.value, kv.modRevision);
-  view->revision = range.revision;
-  view->loaded = true;
-  {
-    std::lock_guard lock(mutex_);
-    const auto before = view_->state;
-    view_ = std::move(view);
-    if (before || view_->state) onStateChange(before, view_->state);
-  }
-  watch_ = std::make_unique<EtcdWatch>(options_.etcd, keys.base, range.revision + 1);
   changed_.notify_all();
 }
 
 EtcdRendezvousStats EtcdRendezvous::stats() const {
-  return EtcdRendezvousStats{client_.requests(), watchEvents_.load()};
+  return EtcdRendezvousStats{client_.requests(), watchEvents_.load(), coordinated_.load()};
 }
 
-View EtcdRendezvous::snapshot() {
-  std::lock_guard lock(mutex_);
-  return *view_;
-}
+// --- the state -----------------------------------------------------------------
 
-void EtcdRendezvous::runWatch() {
+void EtcdRendezvous::loadState() {
   const etcd::Keys keys{base()};
+  const EtcdRange range = client_.get(keys.state());
+  std::lock_guard lock(mutex_);
+  if (range.kvs.empty()) {
+    onState(std::nullopt, range.revision);
+  } else {
+    onState(etcd::stateFromJson(range.kvs.front().value), range.kvs.front().modRevision);
+  }
+  if (stopping_) return;
+  stateWatch_ = std::make_unique<EtcdWatch>(options_.etcd, keys.state(), "", range.revision + 1);
+}
+
+void EtcdRendezvous::runStateWatch() {
   auto backoff = 100ms;
   for (;;) {
+    EtcdWatch* watch = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      watch = stateWatch_.get();
+    }
     std::vector<EtcdWatchEvent> events;
     try {
-      events = watch_->next();
+      events = watch->next();
       backoff = 100ms;
     } catch (const EtcdCompactedError&) {
       try {
-        loadView();
+        loadState();
       } catch (const Error& e) {
         DDPRUN_WARN("Reloading the rendezvous from etcd failed: {}", e.what());
       }
@@ -163,128 +196,219 @@ void EtcdRendezvous::runWatch() {
                   e.what());
       changed_.wait_for(lock, backoff, [this] { return stopping_; });
       backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
-      if (stopping_) return;
       continue;
     }
     watchEvents_ += events.size();
-    std::vector<std::string> lost;
-    {
-      std::lock_guard lock(mutex_);
-      // One response may carry many revisions (a watch catching up): each
-      // state in turn, so no round this node is part of goes unseen.
-      const std::string alivePrefix = keys.alive("");
-      for (const auto& e : events) {
-        if (e.deleted && e.kv.key.starts_with(alivePrefix)) {
-          const std::string id = e.kv.key.substr(alivePrefix.size());
-          if (id != options_.nodeId && view_->alive.contains(id)) lost.push_back(id);
-        }
-        const auto before = view_->state;
-        if (etcd::apply(*view_, keys, e.kv.key, e.deleted ? nullptr : &e.kv.value,
-                        e.kv.modRevision)) {
-          onStateChange(before, view_->state);
-        }
-        view_->revision = std::max(view_->revision, e.kv.modRevision);
+    // One response may carry many revisions (a watch catching up): each
+    // state in turn, so no round this node is part of goes unseen.
+    for (const auto& e : events) {
+      std::optional<RoundState> toFetch;
+      auto state = e.deleted ? std::nullopt : etcd::stateFromJson(e.kv.value);
+      if (!e.deleted && !state) {
+        DDPRUN_WARN("Rendezvous '{}': etcd holds a state this ddprun cannot read; ignored.",
+                    options_.rdzvId);
+        continue;
       }
+      {
+        std::lock_guard lock(mutex_);
+        onState(std::move(state), e.kv.modRevision);
+        if (request_ && state_ && state_->phase == Phase::kRunning && state_->round > lastRound_ &&
+            checkedRound_ < state_->round) {
+          toFetch = *state_;
+        }
+      }
+      if (toFetch) fetchAssignment(*toFetch);
     }
-    changed_.notify_all();
-    for (const auto& id : lost) onNodeLost(id);
   }
 }
 
 // Called with mutex_ held, for every change of the state key this node
 // sees (from the watch or from its own compare-and-swap, whichever first).
-void EtcdRendezvous::onStateChange(const std::optional<RoundState>& before,
-                                   const std::optional<RoundState>& after) {
-  if (after) {
-    DDPRUN_DEBUG("etcd rendezvous '{}': round {} is {} ({} nodes, {} restarts).", options_.rdzvId,
-                 after->round,
-                 after->phase == Phase::kRunning  ? "running"
-                 : after->phase == Phase::kClosed ? "closed"
-                                                  : "forming",
-                 after->participants.size(), after->restarts);
+void EtcdRendezvous::onState(std::optional<RoundState> after, std::int64_t modRevision) {
+  if (after && modRevision <= stateRevision_) return;  // older than what this node has
+  std::optional<RoundState> before;
+  if (state_) before = *state_;
+  state_ = after ? std::make_unique<RoundState>(*after) : nullptr;
+  stateRevision_ = after ? modRevision : 0;
+  changed_.notify_all();
+  if (!after) return;
+  DDPRUN_DEBUG("etcd rendezvous '{}': round {} is {} ({} nodes, {} restarts).", options_.rdzvId,
+               after->round,
+               after->phase == Phase::kRunning  ? "running"
+               : after->phase == Phase::kClosed ? "closed"
+                                                : "forming",
+               after->groupWorldSize, after->restarts);
+  const auto push = [&](protocol::EventType type, std::int64_t round, std::string message) {
+    protocol::Event event;
+    event.type = type;
+    event.rdzvId = options_.rdzvId;
+    event.round = round;
+    event.message = std::move(message);
+    events_.push_back(std::move(event));
+  };
+  // Hosts excluded and readmitted: every node hears it, as from the c10d
+  // server.
+  for (const auto& [address, host] : after->hosts) {
+    const bool was = before && etcd::excluded(*before, address, 0);
+    if (host.excludedUntilMs > 0 && !was) {
+      push(protocol::EventType::kNodeExcluded, after->round,
+           fmt::format("node {} at {} is excluded from rendezvous '{}' for {:g} s: its workers "
+                       "failed first in {} rounds in a row (rdzv_conf max_node_failures={})",
+                       host.node, address, options_.rdzvId, after->nodeCooldownMs / 1000.0,
+                       after->maxNodeFailures, after->maxNodeFailures));
+    }
   }
-  // A round with this node in it: the JOIN's answer, kept even when the
-  // round is over before the JOIN looks (the job may fail that fast).
-  if (after && after->round > lastRound_ && (!assigned_ || assigned_->round < after->round)) {
-    if (auto assignment = etcd::assignmentOf(*after, options_.nodeId)) assigned_ = assignment;
+  if (before) {
+    for (const auto& [address, host] : before->hosts) {
+      if (host.excludedUntilMs > 0 && !etcd::excluded(*after, address, 0)) {
+        push(protocol::EventType::kNodeReadmitted, after->round,
+             fmt::format("the cooldown of {} in rendezvous '{}' ended: it may join again", address,
+                         options_.rdzvId));
+      }
+    }
   }
+  // The end of a round this node takes part in.
   if (!before || before->phase != Phase::kRunning || left_) return;
-  if (!isParticipant(*before, options_.nodeId)) return;
-  if (after && after->phase == Phase::kRunning && after->round == before->round) return;
+  const bool participant =
+      lastRound_ == before->round || (assigned_ && assigned_->round == before->round);
+  if (!participant) return;
+  if (after->phase == Phase::kRunning && after->round == before->round) return;
   if (ownEndedRounds_.contains(before->round)) return;
-  protocol::Event event;
-  event.rdzvId = options_.rdzvId;
-  event.round = before->round;
-  if (after && after->phase == Phase::kClosed) {
+  if (after->phase == Phase::kClosed) {
+    protocol::Event event;
     event.type = protocol::EventType::kJobFailed;
+    event.rdzvId = options_.rdzvId;
+    event.round = before->round;
     event.exitCode = after->failedExitCode;
     event.message = after->failureReport;
+    events_.push_back(std::move(event));
   } else {
-    event.type = protocol::EventType::kRoundEnded;
-    event.message = after ? after->endedReason : "the rendezvous was removed from etcd";
+    push(protocol::EventType::kRoundEnded, before->round, after->endedReason);
   }
-  events_.push_back(std::move(event));
+}
+
+void EtcdRendezvous::fetchAssignment(const RoundState& state) {
+  const etcd::Keys keys{base()};
+  const EtcdRange range = client_.get(keys.assign(options_.nodeId));
+  std::optional<protocol::Assignment> assignment;
+  if (!range.kvs.empty()) {
+    if (auto record = etcd::assignFromJson(range.kvs.front().value)) {
+      assignment = etcd::assignmentOf(state, *record);
+    }
+  }
+  std::lock_guard lock(mutex_);
+  checkedRound_ = std::max(checkedRound_, state.round);
+  // A round with this node in it: the JOIN's answer, kept even when the
+  // round is over before the JOIN looks (the job may fail that fast). The
+  // JOIN may have read the same key itself and returned already.
+  if (assignment && assignment->round > lastRound_ &&
+      (!assigned_ || assigned_->round < assignment->round)) {
+    assigned_ = assignment;
+  }
   changed_.notify_all();
 }
 
-void EtcdRendezvous::onNodeLost(const std::string& nodeId) {
-  for (;;) {
-    {
-      std::lock_guard lock(mutex_);
-      if (stopping_) return;
-    }
-    const View v = snapshot();
-    if (!v.state || v.state->phase != Phase::kRunning || v.left.contains(nodeId) ||
-        !isParticipant(*v.state, nodeId)) {
-      return;
-    }
-    // One node acts, not all of them at once: the first live participant
-    // (a node that rejoins also ends a round with a lost member).
-    const auto actor =
-        std::find_if(v.state->participants.begin(), v.state->participants.end(),
-                     [&](const etcd::NodeInfo& n) { return v.alive.contains(n.id); });
-    if (actor == v.state->participants.end() || actor->id != options_.nodeId) return;
-    const RoundState next = etcd::endRound(
-        *v.state, fmt::format("node {} stopped renewing its etcd lease", nodeId), nowMs());
-    try {
-      if (swap(v, next, "", false)) return;  // this is the watch's thread
-      // Lost the race: the winner's change is on its way through the watch.
-      return;
-    } catch (const Error& e) {
-      DDPRUN_WARN("Could not end round {} after node {} was lost: {}", v.state->round, nodeId,
-                  e.what());
-      return;
-    }
-  }
-}
-
-bool EtcdRendezvous::swap(const View& view, const RoundState& next,
-                          const std::string& alsoDeletePrefix, bool awaitWatch) {
-  const etcd::Keys keys{base()};
-  const EtcdSwap result = client_.compareAndSwap(keys.state(), view.stateRevision,
-                                                 etcd::toJson(next), 0, alsoDeletePrefix);
-  // Every state reaches the view through the watch, in order (a JOIN's
-  // answer may be a round that is over by the time it looks): wait until
-  // the watch has brought this change, or the one that won.
-  const std::int64_t revision = result.succeeded ? result.revision
-                                : result.current ? result.current->modRevision
-                                                 : 0;
-  if (awaitWatch && revision > 0) {  // 0: the state was deleted; the watch brings that too
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return stopping_ || view_->revision >= revision; });
-  }
-  return result.succeeded;
-}
-
-void EtcdRendezvous::waitForChange(std::int64_t stateSeen, std::int64_t revision,
-                                   Clock::time_point until) {
+void EtcdRendezvous::waitForChange(std::int64_t stateRevision, Clock::time_point until) {
   std::unique_lock lock(mutex_);
   changed_.wait_until(lock, until, [&] {
-    return stopping_ || view_->stateSeen != stateSeen || view_->revision != revision;
+    return stopping_ || stateRevision_ != stateRevision || assigned_.has_value();
   });
 }
 
+std::int64_t EtcdRendezvous::aliveBefore(std::int64_t revision) {
+  EtcdRangeRequest request = countOf(etcd::Keys{base()}.alive(""));
+  request.maxCreateRevision = std::max<std::int64_t>(1, revision - 1);
+  return client_.range(request).count;
+}
+
+// --- the successor: the coordinator, once every older node is gone -----------
+
+void EtcdRendezvous::runSuccession() {
+  const etcd::Keys keys{base()};
+  bool first = true;
+  for (;;) {
+    try {
+      EtcdWatch* watch = nullptr;
+      bool coordinate = false;
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return;
+        if (first) {
+          // registerNode() found the node before this one, or none.
+          watch = predecessorWatch_.get();
+          coordinate = watch == nullptr;
+        }
+      }
+      first = false;
+      if (watch == nullptr && !coordinate) {
+        // etcd's election recipe: the alive key created just before this
+        // node's; none means this node is the oldest.
+        EtcdRangeRequest older;
+        older.key = keys.alive("");
+        older.rangeEnd = etcdPrefixEnd(older.key);
+        older.maxCreateRevision = aliveRevision_ - 1;
+        older.newestCreatedFirst = true;
+        older.limit = 1;
+        const EtcdRange predecessor = client_.range(older);
+        coordinate = predecessor.kvs.empty();
+        if (!coordinate) {
+          std::lock_guard lock(mutex_);
+          if (stopping_) return;
+          predecessorWatch_ = std::make_unique<EtcdWatch>(
+              options_.etcd, predecessor.kvs.front().key, "", predecessor.revision + 1);
+          watch = predecessorWatch_.get();
+        }
+      }
+      if (coordinate) {
+        etcd::CoordinatorOptions options{options_.etcd,  options_.rdzvId, options_.nodeId, base(),
+                                         aliveRevision_, options_.jobTtl, &watchEvents_};
+        etcd::EtcdCoordinator* coordinator = nullptr;
+        {
+          std::lock_guard lock(mutex_);
+          if (stopping_) return;
+          coordinator_ = std::make_unique<etcd::EtcdCoordinator>(options, client_);
+          coordinator = coordinator_.get();
+          if (request_) coordinator->offer(*request_);
+        }
+        coordinated_ = true;
+        coordinator->run();  // until the stop or the loss of this node's lease
+        return;
+      }
+      // Until the node before this one is gone (its key deleted: it left,
+      // or its lease expired).
+      for (bool gone = false; !gone;) {
+        const auto events = watch->next();
+        watchEvents_ += events.size();
+        gone = std::any_of(events.begin(), events.end(),
+                           [](const EtcdWatchEvent& e) { return e.deleted; });
+      }
+    } catch (const Error& e) {
+      std::unique_lock lock(mutex_);
+      if (stopping_) return;
+      DDPRUN_DEBUG("Watching the node before {} in etcd broke ({}); retrying.", options_.nodeId,
+                   e.what());
+      changed_.wait_for(lock, 500ms, [this] { return stopping_; });
+    }
+  }
+}
+
 // --- the calls -----------------------------------------------------------------
+
+void EtcdRendezvous::claimNodeRank(std::int64_t nodeRank) {
+  const etcd::Keys keys{base()};
+  const std::string key = keys.rank(nodeRank);
+  const EtcdTxnResult claim =
+      client_.txn({EtcdCompare{key, EtcdCompare::Target::kCreate, 0}},
+                  {EtcdOp::put(key, options_.nodeId, lease_)}, {EtcdOp::read(key)});
+  if (claim.succeeded || claim.ranges.empty() || claim.ranges.front().kvs.empty()) return;
+  const std::string holder = claim.ranges.front().kvs.front().value;
+  if (holder != options_.nodeId) {
+    throw ServerError(
+        fmt::format("node rank {} is already taken by node {}; give every node its own --node_rank",
+                    nodeRank, holder));
+  }
+  client_.put(key, options_.nodeId, lease_);  // this node again, on its new lease
+}
 
 protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
                                           std::chrono::milliseconds timeout) {
@@ -298,142 +422,123 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
   me.localWorldSize = std::max<std::uint32_t>(1, request.localWorldSize);
   me.address = request.address.empty() ? client_.localAddress() : request.address;
   me.masterPort = request.masterPort;
-  me.firstSeen = firstSeen_;
+  me.firstSeen = aliveRevision_;  // 0 before registerNode(): the coordinator uses alive/
   me.joinedAtMs = nowMs();
-  client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
-  // Since when the round could complete (min() while it cannot).
-  auto readySince = Clock::time_point::min();
+  {
+    std::lock_guard lock(mutex_);
+    request_ = request;
+    address_ = me.address;
+    if (coordinator_) coordinator_->offer(request);
+  }
+  if (request.nodeRank >= 0) claimNodeRank(request.nodeRank);
+  if (!registered_) {
+    registerNode(me);
+  } else {
+    client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
+  }
+  std::int64_t rejoinedFor = 0;  // the running round this node put its key back for
   for (;;) {
+    std::optional<RoundState> state;
+    std::int64_t revision = 0;
+    std::int64_t checkedRound = 0;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) throw NetworkError("the rendezvous was shut down");
-    }
-    {
-      std::lock_guard lock(mutex_);
       if (assigned_) {
         const protocol::Assignment assignment = *assigned_;
         assigned_.reset();
+        request_.reset();
         lastRound_ = assignment.round;
         return assignment;
       }
-    }
-    const View v = snapshot();
-    if (!v.state) {
-      swap(v, etcd::initialState(request, nowMs()));
-      continue;
-    }
-    const RoundState& s = *v.state;
-    if (request.minNodes != s.minNodes || request.maxNodes != s.maxNodes) {
-      throw ServerError(fmt::format(
-          "rendezvous '{}' in etcd is for {}:{} nodes but this node asked for {}:{}; give every "
-          "node the same --nnodes",
-          options_.rdzvId, s.minNodes, s.maxNodes, request.minNodes, request.maxNodes));
-    }
-    if (std::max<std::int64_t>(0, request.maxRestarts) != s.maxRestarts) {
-      throw ServerError(fmt::format(
-          "rendezvous '{}' in etcd has a budget of {} restarts but this node asked for {}; give "
-          "every node the same --max_restarts",
-          options_.rdzvId, s.maxRestarts, request.maxRestarts));
-    }
-    if (request.nodeRank >= 0) {
-      for (const auto& [id, node] : v.joining) {
-        if (id != me.id && v.alive.contains(id) && node.requestedRank == request.nodeRank) {
-          throw ServerError(fmt::format(
-              "node rank {} is already taken by node {}; give every node its own --node_rank",
-              request.nodeRank, id));
-        }
-      }
-    }
-    // A closed state whose nodes are all gone is a failed job's leftover.
-    const bool failedJobAlive = std::any_of(
-        s.participants.begin(), s.participants.end(),
-        [&](const etcd::NodeInfo& n) { return n.id != me.id && v.alive.contains(n.id); });
-    if (s.phase == Phase::kClosed) {
-      if (!failedJobAlive) {
-        // A failed job's leftover state, and nobody of it is left: a new job.
-        DDPRUN_INFO("Rendezvous '{}' in etcd is a failed job's with no node left; starting anew.",
-                    options_.rdzvId);
-        swap(v, etcd::initialState(request, nowMs()));
-        continue;
-      }
-      throw RendezvousClosedError(
-          fmt::format("rendezvous '{}' is closed: the job failed", options_.rdzvId),
-          static_cast<int>(s.failedExitCode), s.failureReport);
-    }
-    if (s.phase == Phase::kRunning) {
-      const auto lostOne =
-          std::find_if(s.participants.begin(), s.participants.end(), [&](const etcd::NodeInfo& n) {
-            return !v.alive.contains(n.id) && !v.left.contains(n.id);
-          });
-      std::string reason;
-      if (lostOne != s.participants.end()) {
-        reason = fmt::format("node {} is gone (its etcd lease expired)", lostOne->id);
-      } else if (isParticipant(s, me.id) && s.round > lastRound_) {
-        continue;  // this node's new round: assigned_ has it
-      } else if (isParticipant(s, me.id)) {
-        reason = fmt::format("node {} joined again", me.id);
-      } else if (s.participants.size() < s.maxNodes) {
-        reason = fmt::format("node {} asked to join", me.id);
-      }
-      if (!reason.empty()) {
-        swap(v, etcd::endRound(s, reason, nowMs()));
-        continue;
-      }
-      // Full: this node waits for a slot, its joining key in place.
-      if (!v.joining.contains(me.id)) {
-        client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
-        waitForChange(v.stateSeen, v.revision, deadline);
-        continue;
-      }
+      if (state_) state = *state_;
+      revision = stateRevision_;
+      checkedRound = checkedRound_;  // with assigned_: a round read and not this node's
     }
     auto until = deadline;
-    if (s.phase == Phase::kForming) {
-      std::int64_t wakeAtMs = 0;
-      if (auto next = etcd::completeIfReady(v, nowMs(), wakeAtMs)) {
-        // One node completes the round (the one that will be group rank
-        // 0), not every node at once; the others step in only if it has
-        // not within kCompleterGrace (it may have died).
-        const bool completer = next->participants.front().id == me.id;
-        const bool waited =
-            readySince != Clock::time_point::min() && Clock::now() - readySince >= kCompleterGrace;
-        if (completer || waited) {
-          // Every joining key goes with it; a node left over (more than
-          // MAX joined) puts its key back when it sees the round.
-          swap(v, *next, keys.joining(""));
+    if (state) {
+      const RoundState& s = *state;
+      if (request.minNodes != s.minNodes || request.maxNodes != s.maxNodes) {
+        throw ServerError(fmt::format(
+            "rendezvous '{}' in etcd is for {}:{} nodes but this node asked for {}:{}; give every "
+            "node the same --nnodes",
+            options_.rdzvId, s.minNodes, s.maxNodes, request.minNodes, request.maxNodes));
+      }
+      if (std::max<std::int64_t>(0, request.maxRestarts) != s.maxRestarts) {
+        throw ServerError(fmt::format(
+            "rendezvous '{}' in etcd has a budget of {} restarts but this node asked for {}; give "
+            "every node the same --max_restarts",
+            options_.rdzvId, s.maxRestarts, request.maxRestarts));
+      }
+      if (s.phase == Phase::kClosed && aliveBefore(revision) > 0) {
+        throw RendezvousClosedError(
+            fmt::format("rendezvous '{}' is closed: the job failed", options_.rdzvId),
+            static_cast<int>(s.failedExitCode), s.failureReport);
+      }
+      // (A closed state with none of its nodes left: the coordinator starts
+      // it afresh.)
+      if (etcd::excluded(s, me.address, nowMs())) {
+        throw NodeExcludedError(
+            etcd::exclusionMessage(s, options_.rdzvId, me.id, me.address, nowMs()));
+      }
+      if (s.phase == Phase::kRunning && s.round > lastRound_) {
+        if (checkedRound < s.round) {
+          fetchAssignment(s);
           continue;
         }
-        if (readySince == Clock::time_point::min()) readySince = Clock::now();
-        wakeAtMs = nowMs() +
-                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                       readySince + kCompleterGrace - Clock::now())
-                       .count() +
-                   1;
-      } else {
-        readySince = Clock::time_point::min();
+        if (rejoinedFor < s.round) {
+          // Left over (the round took MAX nodes, or formed without this
+          // node's key): wait for a slot with the key in place again.
+          client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
+          rejoinedFor = s.round;
+        }
       }
-      if (wakeAtMs > 0) {
-        until = std::min(until, Clock::now() + std::chrono::milliseconds(wakeAtMs - nowMs()));
+      for (const auto& [address, host] : s.hosts) {
+        if (host.excludedUntilMs > 0) {
+          until = std::min(until, Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(
+                                                     1, host.excludedUntilMs - nowMs())));
+        }
       }
     }
     if (Clock::now() >= deadline) {
-      const protocol::RendezvousStatus st = etcd::statusOf(v, false, nowMs());
+      const protocol::RendezvousStatus st = status(options_.rdzvId);
       throw TimeoutError(fmt::format("rendezvous '{}' did not complete: {} of {}{} nodes joined{}",
                                      options_.rdzvId, st.joined,
                                      st.minNodes == st.maxNodes ? "" : "at least ", st.minNodes,
                                      protocol::missingNodesText(st)));
     }
-    DDPRUN_DEBUG("etcd rendezvous '{}': node {} waits (revision {}, {} joining, {} alive).",
-                 options_.rdzvId, me.id, v.revision, v.joining.size(), v.alive.size());
-    waitForChange(v.stateSeen, v.revision, until);
+    waitForChange(revision, until);
   }
 }
 
 protocol::RestartDecision EtcdRendezvous::reportFailure(const protocol::NodeReport& report) {
+  const etcd::Keys keys{base()};
+  std::int64_t jobLease = 0;
+  std::string address;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_) jobLease = state_->jobLease;
+    address = address_;
+  }
+  // What host exclusion needs: who failed, where and when (the coordinator
+  // reads these when the next round forms).
+  if (jobLease != 0) {
+    client_.put(keys.failure(report.round, report.nodeId),
+                etcd::toJson(etcd::FailureRecord{address, report.failedAtMs}), jobLease);
+  }
   for (;;) {
-    const View v = snapshot();
-    if (!v.state) return {};
-    const RoundState& s = *v.state;
-    if (s.phase != Phase::kRunning || s.round != report.round || !isParticipant(s, report.nodeId)) {
+    std::optional<RoundState> state;
+    std::int64_t revision = 0;
+    bool participant = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (state_) state = *state_;
+      revision = stateRevision_;
+      participant = lastRound_ == report.round;
+    }
+    if (!state) return {};
+    const RoundState& s = *state;
+    if (s.phase != Phase::kRunning || s.round != report.round || !participant) {
       // Another node's failure (or a lost node) ended the round first: the
       // decision taken for it stands.
       return {s.restarts, s.phase != Phase::kClosed};
@@ -456,40 +561,123 @@ protocol::RestartDecision EtcdRendezvous::reportFailure(const protocol::NodeRepo
       std::lock_guard lock(mutex_);
       ownEndedRounds_.insert(s.round);  // the server does not tell the reporter either
     }
-    if (swap(v, next)) return {next.restarts, next.phase != Phase::kClosed};
+    const EtcdSwap swap =
+        client_.compareAndSwap(keys.state(), revision, etcd::toJson(next), s.jobLease);
+    std::lock_guard lock(mutex_);
+    if (swap.succeeded) {
+      onState(next, swap.revision);
+      return {next.restarts, next.phase != Phase::kClosed};
+    }
+    if (swap.current) {
+      onState(etcd::stateFromJson(swap.current->value), swap.current->modRevision);
+    } else {
+      onState(std::nullopt, 0);
+    }
   }
 }
 
 void EtcdRendezvous::leave(const protocol::NodeReport& report) {
   const etcd::Keys keys{base()};
-  client_.put(keys.left(report.nodeId), std::to_string(report.round));
+  std::optional<RoundState> state;
+  std::int64_t revision = 0;
   {
     std::lock_guard lock(mutex_);
     left_ = true;
+    if (state_) state = *state_;
+    revision = stateRevision_;
   }
-  // The last node out removes the rendezvous, so the id can be used again.
-  const EtcdRange range = client_.getPrefix(keys.base);
-  View v;
-  for (const auto& kv : range.kvs) etcd::apply(v, keys, kv.key, &kv.value, kv.modRevision);
-  const bool everyoneLeft =
-      v.state && v.joining.empty() &&
-      std::all_of(v.state->participants.begin(), v.state->participants.end(),
-                  [&](const etcd::NodeInfo& n) { return v.left.contains(n.id); });
-  if (everyoneLeft && client_.compareAndDelete(keys.state(), v.stateRevision)) {
+  if (state) client_.put(keys.left(report.nodeId), std::to_string(report.round), state->jobLease);
+  client_.revokeLease(lease_);  // its alive, joining and rank keys go
+  // The last node out removes the rendezvous, so the id can be used again:
+  // every node of the round has left and none waits.
+  if (!state) return;
+  const std::int64_t gone = client_.range(countOf(keys.left(""))).count;
+  const std::int64_t waiting = client_.range(countOf(keys.joining(""))).count;
+  if (gone >= state->groupWorldSize && waiting == 0 &&
+      client_.compareAndDelete(keys.state(), revision)) {
     client_.deletePrefix(keys.base);
+    try {
+      client_.revokeLease(state->jobLease);
+    } catch (const ServerError&) {
+      // Expired already.
+    }
   }
-  client_.revokeLease(lease_);
 }
 
 protocol::RendezvousStatus EtcdRendezvous::status(const std::string& rdzvId, bool details) {
-  if (rdzvId == options_.rdzvId && started_) {
-    return etcd::statusOf(snapshot(), details, nowMs());
-  }
   const etcd::Keys keys{base(rdzvId)};
-  const EtcdRange range = client_.getPrefix(keys.base);
-  View v;
-  for (const auto& kv : range.kvs) etcd::apply(v, keys, kv.key, &kv.value, kv.modRevision);
-  return etcd::statusOf(v, details, nowMs());
+  protocol::RendezvousStatus st;
+  std::optional<RoundState> state;
+  std::map<std::string, etcd::NodeInfo> joining;
+  std::set<std::string> alive;
+  std::vector<etcd::NodeInfo> participants;
+  if (rdzvId == options_.rdzvId && registered_ && !details) {
+    // A waiting node's progress line: its own view and one count.
+    std::lock_guard lock(mutex_);
+    if (state_) state = *state_;
+  } else {
+    const EtcdRange range = client_.getPrefix(keys.base);
+    for (const auto& kv : range.kvs) {
+      const std::string rest = kv.key.substr(keys.base.size());
+      if (rest == "state") {
+        state = etcd::stateFromJson(kv.value);
+      } else if (rest.starts_with("alive/")) {
+        alive.insert(rest.substr(6));
+      } else if (rest.starts_with("joining/")) {
+        if (auto node = etcd::nodeFromJson(kv.value)) joining[rest.substr(8)] = *node;
+      }
+    }
+    if (state) {
+      for (const auto& kv : range.kvs) {
+        if (kv.key == keys.round(state->round)) participants = etcd::participantsFromJson(kv.value);
+      }
+    }
+  }
+  if (!state) return st;
+  const RoundState& s = *state;
+  st.exists = true;
+  st.round = s.round;
+  st.running = s.phase == Phase::kRunning;
+  st.minNodes = s.minNodes;
+  st.maxNodes = s.maxNodes;
+  if (rdzvId == options_.rdzvId && registered_ && !details) {
+    st.joined = static_cast<std::uint32_t>(client_.range(countOf(keys.joining(""))).count);
+    return st;
+  }
+  for (const auto& [id, node] : joining) st.joined += alive.contains(id) ? 1 : 0;
+  if (s.phase == Phase::kForming) {
+    for (const auto& n : participants) {
+      if (alive.contains(n.id) && !joining.contains(n.id)) {
+        ++st.missingCount;
+        if (st.missing.size() < protocol::kMaxMissingShown) st.missing.push_back("node " + n.id);
+      }
+    }
+  }
+  if (!details) return st;
+  st.closed = s.phase == Phase::kClosed;
+  st.restarts = s.restarts;
+  st.maxRestarts = s.maxRestarts;
+  st.lastFailure = s.lastFailure;
+  if (s.phase == Phase::kRunning) {
+    for (std::size_t rank = 0; rank < participants.size(); ++rank) {
+      const etcd::NodeInfo& n = participants[rank];
+      st.members.push_back({n.id, n.address, static_cast<std::int64_t>(rank), n.localWorldSize});
+    }
+  }
+  for (const auto& [id, node] : joining) {
+    if (alive.contains(id)) st.members.push_back({id, node.address, -1, node.localWorldSize});
+  }
+  return st;
+}
+
+std::optional<std::chrono::seconds> EtcdRendezvous::jobExpiresIn(const std::string& rdzvId) {
+  const EtcdRange range = client_.get(etcd::Keys{base(rdzvId)}.state());
+  if (range.kvs.empty()) return std::nullopt;
+  const auto state = etcd::stateFromJson(range.kvs.front().value);
+  if (!state || state->jobLease == 0) return std::nullopt;
+  const std::int64_t ttl = client_.leaseTimeToLive(state->jobLease);
+  if (ttl < 0) return std::nullopt;
+  return std::chrono::seconds(ttl);
 }
 
 std::optional<protocol::Event> EtcdRendezvous::waitEvent(std::chrono::milliseconds timeout) {
@@ -509,13 +697,17 @@ std::optional<protocol::Event> EtcdRendezvous::waitEvent(std::chrono::millisecon
 }
 
 void EtcdRendezvous::keepAlive() {
+  std::int64_t jobLease = 0;
   {
     std::lock_guard lock(mutex_);
     if (left_ || lease_ == 0) return;
+    if (state_) jobLease = state_->jobLease;
   }
   std::int64_t ttl = 0;
   try {
     ttl = client_.keepAliveLease(lease_);
+    // The job's keys live while any node of it does.
+    if (jobLease != 0) client_.keepAliveLease(jobLease);
   } catch (const NetworkError& e) {
     // No member answered this time: the lease may still hold until its
     // TTL has passed since the last renewal; the next renewal tries again.

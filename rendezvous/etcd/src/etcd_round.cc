@@ -57,34 +57,52 @@ bool before(const NodeInfo& a, const NodeInfo& b) {
   return a.firstSeen != b.firstSeen ? a.firstSeen < b.firstSeen : a.id < b.id;
 }
 
-}  // namespace
-
-std::string toJson(const NodeInfo& node) { return nodeJson(node).dump(); }
-
-std::optional<NodeInfo> nodeFromJson(const std::string& text) {
+// Parses `text` as a JSON object and reads it with `read`; nullopt when it
+// is not one or lacks what `read` needs.
+template <typename T, typename Read>
+std::optional<T> parsed(const std::string& text, Read read) {
   const json j = json::parse(text, nullptr, false);
-  if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) return std::nullopt;
+  if (!j.is_object()) return std::nullopt;
   try {
-    return nodeOf(j);
+    return read(j);
   } catch (const json::exception&) {
     return std::nullopt;
   }
 }
 
+}  // namespace
+
+std::string toJson(const NodeInfo& node) { return nodeJson(node).dump(); }
+
+std::optional<NodeInfo> nodeFromJson(const std::string& text) {
+  return parsed<NodeInfo>(text, [](const json& j) { return nodeOf(j); });
+}
+
 std::string toJson(const RoundState& s) {
-  json participants = json::array();
-  for (const auto& n : s.participants) participants.push_back(nodeJson(n));
+  json hosts = json::object();
+  for (const auto& [address, host] : s.hosts) {
+    hosts[address] = {
+        {"streak", host.streak}, {"excluded_until_ms", host.excludedUntilMs}, {"node", host.node}};
+  }
   return json{{"min_nodes", s.minNodes},
               {"max_nodes", s.maxNodes},
               {"last_call_ms", s.lastCallMs},
               {"max_restarts", s.maxRestarts},
+              {"max_node_failures", s.maxNodeFailures},
+              {"node_cooldown_ms", s.nodeCooldownMs},
+              {"job_lease", s.jobLease},
               {"round", s.round},
               {"phase", phaseName(s.phase)},
               {"forming_since_ms", s.formingSinceMs},
+              {"publish_id", s.publishId},
+              {"group_world_size", s.groupWorldSize},
+              {"world_size", s.worldSize},
+              {"master_addr", s.masterAddr},
+              {"master_port", s.masterPort},
               {"restarts", s.restarts},
-              {"participants", participants},
-              {"expected", s.expected},
               {"ended_reason", s.endedReason},
+              {"attributed_round", s.attributedRound},
+              {"hosts", hosts},
               {"last_failure",
                {{"node", s.lastFailure.nodeId},
                 {"round", s.lastFailure.round},
@@ -97,25 +115,34 @@ std::string toJson(const RoundState& s) {
 }
 
 std::optional<RoundState> stateFromJson(const std::string& text) {
-  const json j = json::parse(text, nullptr, false);
-  if (!j.is_object()) return std::nullopt;
-  try {
+  return parsed<RoundState>(text, [](const json& j) {
     RoundState s;
     s.minNodes = j.at("min_nodes").get<std::uint32_t>();
     s.maxNodes = j.at("max_nodes").get<std::uint32_t>();
     s.lastCallMs = j.value("last_call_ms", 0u);
     s.maxRestarts = j.value("max_restarts", std::int64_t{0});
+    s.maxNodeFailures = j.value("max_node_failures", 0u);
+    s.nodeCooldownMs = j.value("node_cooldown_ms", 0u);
+    s.jobLease = j.value("job_lease", std::int64_t{0});
     s.round = j.value("round", std::int64_t{0});
     const std::string phase = j.value("phase", "forming");
     s.phase = phase == "running"  ? Phase::kRunning
               : phase == "closed" ? Phase::kClosed
                                   : Phase::kForming;
     s.formingSinceMs = j.value("forming_since_ms", std::int64_t{0});
+    s.publishId = j.value("publish_id", "");
+    s.groupWorldSize = j.value("group_world_size", 0u);
+    s.worldSize = j.value("world_size", 0u);
+    s.masterAddr = j.value("master_addr", "");
+    s.masterPort = j.value("master_port", 0u);
     s.restarts = j.value("restarts", std::int64_t{0});
-    for (const auto& n : j.value("participants", json::array()))
-      s.participants.push_back(nodeOf(n));
-    s.expected = j.value("expected", std::vector<std::string>{});
     s.endedReason = j.value("ended_reason", "");
+    s.attributedRound = j.value("attributed_round", std::int64_t{0});
+    const json hosts = j.value("hosts", json::object());  // outlives the loop
+    for (const auto& [address, host] : hosts.items()) {
+      s.hosts[address] = {host.value("streak", std::int64_t{0}),
+                          host.value("excluded_until_ms", std::int64_t{0}), host.value("node", "")};
+    }
     if (const auto f = j.find("last_failure"); f != j.end() && f->is_object()) {
       s.lastFailure.nodeId = f->value("node", "");
       s.lastFailure.round = f->value("round", std::int64_t{0});
@@ -126,176 +153,169 @@ std::optional<RoundState> stateFromJson(const std::string& text) {
     s.failedExitCode = j.value("failed_exit_code", std::int64_t{0});
     s.failureReport = j.value("failure_report", "");
     return s;
-  } catch (const json::exception&) {
-    return std::nullopt;
-  }
+  });
 }
 
-bool apply(View& view, const Keys& keys, const std::string& key, const std::string* value,
-           std::int64_t modRevision) {
-  if (key.size() < keys.base.size() || key.compare(0, keys.base.size(), keys.base) != 0) {
-    return false;
-  }
-  const std::string rest = key.substr(keys.base.size());
-  const auto member = [&](std::string_view folder) -> std::optional<std::string> {
-    if (rest.size() <= folder.size() || rest.compare(0, folder.size(), folder) != 0) {
-      return std::nullopt;
-    }
-    return rest.substr(folder.size());
-  };
-  if (rest == "state") {
-    if (modRevision <= view.stateSeen) return false;
-    view.stateSeen = modRevision;
-    view.state = value ? stateFromJson(*value) : std::nullopt;
-    view.stateRevision = view.state ? modRevision : 0;
-    return true;
-  }
-  if (auto id = member("alive/")) {
-    if (value) {
-      view.alive.insert(*id);
-    } else {
-      view.alive.erase(*id);
-    }
-  } else if (auto joining = member("joining/")) {
-    auto node = value ? nodeFromJson(*value) : std::nullopt;
-    if (node) {
-      node->id = *joining;
-      view.joining[*joining] = *node;
-    } else {
-      view.joining.erase(*joining);
-    }
-  } else if (auto left = member("left/")) {
-    if (value) {
-      view.left.insert(*left);
-    } else {
-      view.left.erase(*left);
-    }
-  }
-  return false;
+std::string toJson(const AssignRecord& a) {
+  return json{{"round", a.round},
+              {"publish_id", a.publishId},
+              {"group_rank", a.groupRank},
+              {"rank_offset", a.rankOffset}}
+      .dump();
 }
 
-RoundState initialState(const protocol::JoinRequest& j, std::int64_t nowMs) {
+std::optional<AssignRecord> assignFromJson(const std::string& text) {
+  return parsed<AssignRecord>(text, [](const json& j) {
+    return AssignRecord{j.at("round").get<std::int64_t>(), j.at("publish_id").get<std::string>(),
+                        j.at("group_rank").get<std::uint32_t>(),
+                        j.at("rank_offset").get<std::uint32_t>()};
+  });
+}
+
+std::string toJson(const FailureRecord& f) {
+  return json{{"address", f.address}, {"failed_at_ms", f.failedAtMs}}.dump();
+}
+
+std::optional<FailureRecord> failureFromJson(const std::string& text) {
+  return parsed<FailureRecord>(text, [](const json& j) {
+    return FailureRecord{j.at("address").get<std::string>(),
+                         j.at("failed_at_ms").get<std::int64_t>()};
+  });
+}
+
+std::string participantsToJson(const std::vector<NodeInfo>& participants) {
+  json list = json::array();
+  for (const auto& n : participants) list.push_back(nodeJson(n));
+  return json{{"participants", list}}.dump();
+}
+
+std::vector<NodeInfo> participantsFromJson(const std::string& text) {
+  return parsed<std::vector<NodeInfo>>(text,
+                                       [](const json& j) {
+                                         std::vector<NodeInfo> out;
+                                         for (const auto& n : j.at("participants")) {
+                                           out.push_back(nodeOf(n));
+                                         }
+                                         return out;
+                                       })
+      .value_or(std::vector<NodeInfo>{});
+}
+
+RoundState initialState(const protocol::JoinRequest& j, std::int64_t nowMs, std::int64_t jobLease) {
   RoundState s;
   s.minNodes = std::max<std::uint32_t>(1, j.minNodes);
   s.maxNodes = std::max(s.minNodes, j.maxNodes);
   s.lastCallMs = j.lastCallMs;
   s.maxRestarts = std::max<std::int64_t>(0, j.maxRestarts);
+  s.maxNodeFailures = j.maxNodeFailures;
+  s.nodeCooldownMs = j.nodeCooldownMs;
+  s.jobLease = jobLease;
   s.formingSinceMs = nowMs;
   return s;
 }
 
-std::optional<RoundState> completeIfReady(const View& view, std::int64_t nowMs,
-                                          std::int64_t& wakeAtMs) {
-  wakeAtMs = 0;
-  if (!view.state || view.state->phase != Phase::kForming) return std::nullopt;
-  const RoundState& s = *view.state;
-  std::vector<NodeInfo> joined;
-  for (const auto& [id, node] : view.joining) {
-    if (view.alive.contains(id)) joined.push_back(node);
-  }
-  if (joined.size() < s.minNodes) return std::nullopt;
-  bool ready = joined.size() >= s.maxNodes || s.lastCallMs == 0;
-  if (!ready && !s.expected.empty()) {
-    // Every node of the ended round that is still alive is back.
-    ready = std::all_of(s.expected.begin(), s.expected.end(), [&](const std::string& id) {
-      return !view.alive.contains(id) || std::any_of(joined.begin(), joined.end(),
-                                                     [&](const NodeInfo& n) { return n.id == id; });
-    });
-  }
-  if (!ready) {
-    // The last call starts when MIN nodes are there (and not before the
-    // round opened): the MIN-th arrival's time.
-    std::vector<std::int64_t> times;
-    for (const auto& n : joined) times.push_back(std::max(n.joinedAtMs, s.formingSinceMs));
-    std::nth_element(times.begin(), times.begin() + (s.minNodes - 1), times.end());
-    wakeAtMs = times[s.minNodes - 1] + s.lastCallMs;
-    if (nowMs < wakeAtMs) return std::nullopt;
-  }
+std::vector<NodeInfo> orderParticipants(std::vector<NodeInfo> joined, std::uint32_t maxNodes) {
   std::sort(joined.begin(), joined.end(), before);
-  if (joined.size() > s.maxNodes) joined.resize(s.maxNodes);
-  RoundState next = s;
+  if (joined.size() > maxNodes) joined.resize(maxNodes);
+  return joined;
+}
+
+RoundState startRound(const RoundState& state, const std::vector<NodeInfo>& participants,
+                      const std::string& publishId) {
+  RoundState next = state;
   next.phase = Phase::kRunning;
   ++next.round;
-  next.participants = std::move(joined);
-  next.expected.clear();
+  next.publishId = publishId;
+  next.groupWorldSize = static_cast<std::uint32_t>(participants.size());
+  next.worldSize = 0;
+  for (const auto& n : participants) next.worldSize += n.localWorldSize;
+  next.masterAddr = participants.empty() ? "" : participants.front().address;
+  next.masterPort = participants.empty() ? 0 : participants.front().masterPort;
   next.endedReason.clear();
   return next;
+}
+
+std::vector<AssignRecord> assignments(const RoundState& running,
+                                      const std::vector<NodeInfo>& participants) {
+  std::vector<AssignRecord> out;
+  std::uint32_t offset = 0;
+  for (std::uint32_t rank = 0; rank < participants.size(); ++rank) {
+    out.push_back({running.round, running.publishId, rank, offset});
+    offset += participants[rank].localWorldSize;
+  }
+  return out;
 }
 
 RoundState endRound(const RoundState& state, const std::string& reason, std::int64_t nowMs) {
   RoundState next = state;
   next.phase = Phase::kForming;
-  next.expected.clear();
-  for (const auto& n : state.participants) next.expected.push_back(n.id);
-  next.participants.clear();
   next.endedReason = reason;
   next.formingSinceMs = nowMs;
   return next;
 }
 
-std::optional<protocol::Assignment> assignmentOf(const RoundState& s, const std::string& nodeId) {
-  if (s.phase != Phase::kRunning || s.participants.empty()) return std::nullopt;
+std::optional<protocol::Assignment> assignmentOf(const RoundState& s, const AssignRecord& record) {
+  if (s.phase != Phase::kRunning || record.round != s.round || record.publishId != s.publishId) {
+    return std::nullopt;
+  }
   protocol::Assignment a;
   a.round = s.round;
-  a.groupWorldSize = static_cast<std::uint32_t>(s.participants.size());
+  a.groupRank = record.groupRank;
+  a.groupWorldSize = s.groupWorldSize;
+  a.rankOffset = record.rankOffset;
+  a.worldSize = s.worldSize;
   a.restarts = s.restarts;
-  a.masterAddr = s.participants.front().address;
-  a.masterPort = s.participants.front().masterPort;
-  std::uint32_t offset = 0;
-  bool found = false;
-  for (std::uint32_t rank = 0; rank < s.participants.size(); ++rank) {
-    const NodeInfo& n = s.participants[rank];
-    if (n.id == nodeId) {
-      a.groupRank = rank;
-      a.rankOffset = offset;
-      found = true;
-    }
-    offset += n.localWorldSize;
-  }
-  a.worldSize = offset;
-  if (!found) return std::nullopt;
+  a.masterAddr = s.masterAddr;
+  a.masterPort = s.masterPort;
   return a;
 }
 
-protocol::RendezvousStatus statusOf(const View& view, bool details, std::int64_t nowMs) {
-  protocol::RendezvousStatus st;
-  if (!view.state) return st;
-  const RoundState& s = *view.state;
-  st.exists = true;
-  st.round = s.round;
-  st.running = s.phase == Phase::kRunning;
-  st.minNodes = s.minNodes;
-  st.maxNodes = s.maxNodes;
-  for (const auto& [id, node] : view.joining) {
-    if (view.alive.contains(id)) ++st.joined;
-  }
-  std::int64_t wakeAtMs = 0;
-  completeIfReady(view, nowMs, wakeAtMs);
-  if (wakeAtMs > 0) st.lastCallMs = std::max<std::int64_t>(0, wakeAtMs - nowMs);
-  const auto missing = [&](const std::string& text) {
-    ++st.missingCount;
-    if (st.missing.size() < protocol::kMaxMissingShown) st.missing.push_back(text);
-  };
-  if (s.phase == Phase::kForming) {
-    for (const auto& id : s.expected) {
-      if (view.alive.contains(id) && !view.joining.contains(id)) missing("node " + id);
+std::string attributeFailures(RoundState& state, const std::vector<NodeInfo>& participants,
+                              const std::map<std::string, FailureRecord>& failures) {
+  state.attributedRound = state.round;
+  if (failures.empty()) return "";  // ended by a membership change
+  // The earliest failure (ties: the lower address); the others' failures
+  // followed from it (a peer's collective broke).
+  const FailureRecord* blamed = nullptr;
+  std::string blamedNode;
+  for (const auto& [node, f] : failures) {
+    if (blamed == nullptr || f.failedAtMs < blamed->failedAtMs ||
+        (f.failedAtMs == blamed->failedAtMs && f.address < blamed->address)) {
+      blamed = &f;
+      blamedNode = node;
     }
   }
-  if (!details) return st;
-  st.closed = s.phase == Phase::kClosed;
-  st.restarts = s.restarts;
-  st.maxRestarts = s.maxRestarts;
-  st.lastFailure = s.lastFailure;
-  if (s.phase == Phase::kRunning) {
-    for (std::size_t rank = 0; rank < s.participants.size(); ++rank) {
-      const NodeInfo& n = s.participants[rank];
-      st.members.push_back({n.id, n.address, static_cast<std::int64_t>(rank), n.localWorldSize});
-    }
+  const std::string address = blamed->address;
+  // Only the ended round's hosts: a host's streak counts its own rounds.
+  for (const auto& n : participants) {
+    HostRecord& host = state.hosts[n.address];
+    host.streak = n.address == address ? host.streak : 0;
   }
-  for (const auto& [id, node] : view.joining) {
-    if (view.alive.contains(id)) st.members.push_back({id, node.address, -1, node.localWorldSize});
-  }
-  return st;
+  ++state.hosts[address].streak;
+  state.hosts[address].node = blamedNode;
+  // Hosts with nothing to remember are dropped: the state stays small.
+  std::erase_if(state.hosts, [](const auto& h) {
+    return h.second.streak == 0 && h.second.excludedUntilMs == 0;
+  });
+  return address;
+}
+
+bool excluded(const RoundState& state, const std::string& address, std::int64_t nowMs) {
+  const auto host = state.hosts.find(address);
+  return host != state.hosts.end() && host->second.excludedUntilMs > nowMs;
+}
+
+std::string exclusionMessage(const RoundState& state, const std::string& rdzvId,
+                             const std::string& nodeId, const std::string& address,
+                             std::int64_t nowMs) {
+  const auto host = state.hosts.find(address);
+  const std::int64_t left = host == state.hosts.end()
+                                ? 0
+                                : std::max<std::int64_t>(0, host->second.excludedUntilMs - nowMs);
+  return fmt::format(
+      "node {} at {} is excluded from rendezvous '{}' for {} more s: its workers failed first in "
+      "{} rounds in a row",
+      nodeId, address, rdzvId, (left + 999) / 1000, state.maxNodeFailures);
 }
 
 }  // namespace ddprun::rendezvous::etcd

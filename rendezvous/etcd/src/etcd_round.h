@@ -1,12 +1,26 @@
-// The rendezvous state ddprun keeps in etcd (docs/multinode.md, "etcd"),
-// and the decisions every node computes from it. Under <prefix>/<rdzv_id>/:
-//   state          the round: phase, members by group rank, restarts, the
-//                  job's failure; changed only by compare-and-swap
-//   alive/<node>   on the node's lease: gone when the node stops renewing
-//   joining/<node> on the node's lease: the node waits for a round
-//   left/<node>    the node finished
-// Each node writes only its own keys, so joins do not contend; the state
-// changes by one compare-and-swap per round, failure or lost node.
+// The rendezvous state ddprun keeps in etcd (docs/multinode.md, "etcd";
+// docs/architecture.md), its keys, and the pure decisions on it. Under
+// <prefix>/<rdzv_id>/:
+//   state              small, whatever N: the job's settings, the round
+//                      (phase, number, world, master, publish id), restarts,
+//                      hosts' failure streaks and exclusions, the last
+//                      failure; changed only by compare-and-swap
+//   round/<r>          round r's nodes by group rank, written once
+//   assign/<node>      the node's place in the round, written once a round
+//   failure/<r>/<node> a failing node's address and failure time
+//   left/<node>        the node finished
+// and, on each node's own lease (gone when the node stops renewing it):
+//   alive/<node>       the node is there; the create revisions order the
+//                      nodes: the oldest is the coordinator
+//   joining/<node>     the node waits for a round (its NodeInfo)
+//   rank/<n>           --node_rank n, claimed by the node named in the value
+// Every key not on a node's lease is on the job's lease (RoundState::jobLease),
+// which every node renews: once no node of the job is left, the job's keys
+// expire after the job TTL and its id starts afresh.
+//
+// Each node writes only its own keys and reads `state` (and its assign key);
+// one coordinator reads everything and writes the rounds, so a round costs
+// O(N) requests, events and bytes.
 //
 // Thread-safety: plain values and pure functions.
 #pragma once
@@ -14,7 +28,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -33,41 +46,67 @@ struct NodeInfo {
   std::int64_t joinedAtMs = 0;  // Unix ms, its own clock
 };
 
+// A host (a node's address) of an elastic job with host exclusion.
+struct HostRecord {
+  std::int64_t streak = 0;           // rounds in a row its workers failed first
+  std::int64_t excludedUntilMs = 0;  // Unix ms; 0: not excluded
+  std::string node;                  // the node whose failure counted last
+  bool operator==(const HostRecord&) const = default;
+};
+
 enum class Phase { kForming, kRunning, kClosed };
 
 struct RoundState {
+  // Fixed by the node that created the rendezvous.
   std::uint32_t minNodes = 1;
   std::uint32_t maxNodes = 1;
   std::uint32_t lastCallMs = 0;
   std::int64_t maxRestarts = 0;
+  std::uint32_t maxNodeFailures = 0;  // 0: never exclude a host
+  std::uint32_t nodeCooldownMs = 0;
+  std::int64_t jobLease = 0;  // the lease of every job key
+  // The round.
   std::int64_t round = 0;  // rounds completed
   Phase phase = Phase::kForming;
-  std::int64_t formingSinceMs = 0;  // when the round being formed opened
+  std::int64_t formingSinceMs = 0;   // when the round being formed opened
+  std::string publishId;             // the running round's; its assign keys carry it
+  std::uint32_t groupWorldSize = 0;  // nodes in the running round
+  std::uint32_t worldSize = 0;       // workers in the running round
+  std::string masterAddr;
+  std::uint32_t masterPort = 0;
   std::int64_t restarts = 0;
-  std::vector<NodeInfo> participants;  // the running round's, by group rank
-  std::vector<std::string> expected;   // the ended round's nodes
   std::string endedReason;
+  std::int64_t attributedRound = 0;         // the last round whose failures were attributed
+  std::map<std::string, HostRecord> hosts;  // only hosts with a streak or an exclusion
   protocol::FailureSummary lastFailure;
   std::int64_t failedExitCode = 0;  // kClosed
   std::string failureReport;
+};
+
+// A node's place in a round (its assign key).
+struct AssignRecord {
+  std::int64_t round = 0;
+  std::string publishId;
+  std::uint32_t groupRank = 0;
+  std::uint32_t rankOffset = 0;
+};
+
+// A failing node's report of round r (its failure key).
+struct FailureRecord {
+  std::string address;
+  std::int64_t failedAtMs = 0;
 };
 
 std::string toJson(const NodeInfo& node);
 std::optional<NodeInfo> nodeFromJson(const std::string& text);
 std::string toJson(const RoundState& state);
 std::optional<RoundState> stateFromJson(const std::string& text);
-
-// Everything under one rendezvous's prefix, as one node last saw it.
-struct View {
-  bool loaded = false;
-  std::int64_t revision = 0;       // the watch has seen every change up to here
-  std::int64_t stateRevision = 0;  // the state key's mod revision, 0: absent
-  std::int64_t stateSeen = 0;      // the revision of the state's last change seen
-  std::optional<RoundState> state;
-  std::map<std::string, NodeInfo> joining;
-  std::set<std::string> alive;
-  std::set<std::string> left;
-};
+std::string toJson(const AssignRecord& record);
+std::optional<AssignRecord> assignFromJson(const std::string& text);
+std::string toJson(const FailureRecord& record);
+std::optional<FailureRecord> failureFromJson(const std::string& text);
+std::string participantsToJson(const std::vector<NodeInfo>& participants);
+std::vector<NodeInfo> participantsFromJson(const std::string& text);
 
 // Key names under the rendezvous's base ("<prefix>/<rdzv_id>/").
 struct Keys {
@@ -76,29 +115,51 @@ struct Keys {
   std::string alive(const std::string& node) const { return base + "alive/" + node; }
   std::string joining(const std::string& node) const { return base + "joining/" + node; }
   std::string left(const std::string& node) const { return base + "left/" + node; }
+  std::string assign(const std::string& node) const { return base + "assign/" + node; }
+  std::string rank(std::int64_t nodeRank) const {
+    return base + "rank/" + std::to_string(nodeRank);
+  }
+  std::string round(std::int64_t r) const { return base + "round/" + std::to_string(r); }
+  std::string failures(std::int64_t r) const { return base + "failure/" + std::to_string(r) + "/"; }
+  std::string failure(std::int64_t r, const std::string& node) const { return failures(r) + node; }
 };
 
-// Applies one key's new value (or deletion, `value` null) at `modRevision`
-// to the view; true when it changed the state key. A state older than the
-// view's is ignored (a compare-and-swap's result may arrive before the
-// watch delivers it).
-bool apply(View& view, const Keys& keys, const std::string& key, const std::string* value,
-           std::int64_t modRevision);
-
 // A new rendezvous's state, as the first JOIN fixes it.
-RoundState initialState(const protocol::JoinRequest& request, std::int64_t nowMs);
+RoundState initialState(const protocol::JoinRequest& request, std::int64_t nowMs,
+                        std::int64_t jobLease);
 
-// The forming round's completion: the new state when it is complete now,
-// else nullopt with `wakeAtMs` set when the last call will end it (0: it
-// waits for more nodes).
-std::optional<RoundState> completeIfReady(const View& view, std::int64_t nowMs,
-                                          std::int64_t& wakeAtMs);
+// The round's nodes from those waiting: requested node ranks first, then
+// the order of first arrival, at most MAX of them.
+std::vector<NodeInfo> orderParticipants(std::vector<NodeInfo> joined, std::uint32_t maxNodes);
+
+// `state` with round + 1 running over `participants`.
+RoundState startRound(const RoundState& state, const std::vector<NodeInfo>& participants,
+                      const std::string& publishId);
+
+// Each participant's assign record, by group rank.
+std::vector<AssignRecord> assignments(const RoundState& running,
+                                      const std::vector<NodeInfo>& participants);
+
 // The running round ends (a failure, a lost node, a node asking to join).
 RoundState endRound(const RoundState& state, const std::string& reason, std::int64_t nowMs);
-// `nodeId`'s assignment in the running round, if it takes part.
+
+// `nodeId`'s assignment when `record` belongs to `state`'s running round.
 std::optional<protocol::Assignment> assignmentOf(const RoundState& state,
-                                                 const std::string& nodeId);
-// The round being formed, in RENDEZVOUS_STATUS's terms.
-protocol::RendezvousStatus statusOf(const View& view, bool details, std::int64_t nowMs);
+                                                 const AssignRecord& record);
+
+// The failures of the ended round `state.round` (by node) blame the host
+// that failed first (ties: the lower address); each host of that round's
+// `participants` gets its streak (+1 for the blamed one, 0 for the others).
+// Returns the blamed host's address, or "" when no failure was reported.
+std::string attributeFailures(RoundState& state, const std::vector<NodeInfo>& participants,
+                              const std::map<std::string, FailureRecord>& failures);
+
+// Whether `address` is excluded at `nowMs`.
+bool excluded(const RoundState& state, const std::string& address, std::int64_t nowMs);
+
+// The message of an exclusion (the same words as the c10d backend's).
+std::string exclusionMessage(const RoundState& state, const std::string& rdzvId,
+                             const std::string& nodeId, const std::string& address,
+                             std::int64_t nowMs);
 
 }  // namespace ddprun::rendezvous::etcd

@@ -66,6 +66,9 @@ struct RendezvousConfig {
   // 0: never.
   int maxNodeFailures = 3;
   std::chrono::milliseconds nodeCooldown{std::chrono::minutes(10)};
+  // etcd: how long a job's keys outlive its last node (rdzv_conf job_ttl;
+  // at least 4 x the node lease's TTL).
+  std::chrono::milliseconds jobTtl{std::chrono::seconds(60)};
   // While waiting for a round: a progress line this often when stderr is
   // not a terminal (a terminal's status line is redrawn every second).
   // Zero: no progress output at all.

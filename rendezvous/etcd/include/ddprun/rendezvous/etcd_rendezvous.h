@@ -1,19 +1,22 @@
 // EtcdRendezvous: rendezvous rounds kept in etcd (--rdzv_backend=etcd), so
-// the job outlives any node: no node hosts the rounds, each computes them
-// from the same state (docs/multinode.md, "etcd").
+// the job outlives any node: no node hosts the rounds (docs/multinode.md,
+// "etcd"; docs/architecture.md for the keys and the coordinator).
 //
-// The node holds a lease (renewed by keepAlive()); its alive and joining
-// keys sit on it, so a node that dies is gone from etcd after the lease's
-// TTL. One watch on the rendezvous's prefix keeps this node's view current
-// and pushes: a round that ends or a job that fails becomes an event
-// (waitEvent()), a participant whose lease expired ends the running round,
-// and a waiting JOIN re-evaluates. State changes are compare-and-swaps on
-// one key, so racing nodes agree: one succeeds, the others see its result.
+// The node holds a lease (renewed by keepAlive(), with the job's lease);
+// its alive and joining keys sit on it, so a node that dies is gone from
+// etcd after the lease's TTL. It watches one key, the rendezvous's small
+// state: a round that starts (the node then reads its own assign key), ends
+// or fails, or a host excluded or readmitted, becomes a JOIN's answer or an
+// event (waitEvent()). Rounds are formed by one coordinator, the node with
+// the oldest alive key: each node watches the alive key created just before
+// its own (etcd's election recipe) and takes over when it is gone, so a
+// coordinator's death wakes one node. A failure report is a compare-and-swap
+// of the state. So a round of N nodes costs O(N) requests, events and bytes.
 //
 // Thread-safety: every call may run on any thread at once.
-// Ownership: owns its etcd client, the watch and its thread; the
-// destructor revokes the lease (this node leaves at once, not after the
-// TTL) and joins the thread.
+// Ownership: owns its etcd client, its watches, their threads and (while
+// it coordinates) the coordinator; the destructor revokes the lease (this
+// node leaves at once, not after the TTL) and joins the threads.
 #pragma once
 
 #include <atomic>
@@ -33,8 +36,9 @@
 namespace ddprun::rendezvous {
 
 namespace etcd {
-struct View;
 struct RoundState;
+struct NodeInfo;
+class EtcdCoordinator;
 }  // namespace etcd
 
 struct EtcdRendezvousOptions {
@@ -44,6 +48,9 @@ struct EtcdRendezvousOptions {
   // The lease's TTL: a node silent this long is lost (keep_alive_interval x
   // keep_alive_max_attempt, in whole seconds, at least 1).
   std::chrono::seconds leaseTtl{15};
+  // The job lease's TTL (rdzv_conf job_ttl): the job's keys outlive its
+  // last node this long, then its id starts afresh. At least 4 x leaseTtl.
+  std::chrono::seconds jobTtl{60};
   // How long connect() keeps trying to reach etcd.
   std::chrono::milliseconds connectTimeout{std::chrono::seconds(60)};
 };
@@ -52,6 +59,7 @@ struct EtcdRendezvousOptions {
 struct EtcdRendezvousStats {
   std::uint64_t requests = 0;     // gateway requests (each try on a member counts)
   std::uint64_t watchEvents = 0;  // events its watches delivered
+  bool coordinator = false;       // it coordinated
 };
 
 class EtcdRendezvous final : public RendezvousBackend {
@@ -64,8 +72,10 @@ class EtcdRendezvous final : public RendezvousBackend {
   EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
 
   // Reaches etcd (retrying until connectTimeout; TimeoutError naming the
-  // endpoints then, NetworkError after shutdown()), takes the lease and
-  // starts the watch. The first join() calls it; once done it returns.
+  // endpoints then, NetworkError after shutdown()) and takes the lease. The
+  // first join() calls it; once done it returns. That first join() then
+  // puts the alive and joining keys and reads what to watch in one
+  // transaction, and starts the watches.
   void connect();
 
   protocol::Assignment join(const protocol::JoinRequest& request,
@@ -77,51 +87,60 @@ class EtcdRendezvous final : public RendezvousBackend {
   void keepAlive() override;
   void shutdown() override;
   EtcdRendezvousStats stats() const;
+  // How long the keys of rendezvous `rdzvId` outlive its nodes from now
+  // (its job lease's remaining TTL); nullopt when it has none.
+  std::optional<std::chrono::seconds> jobExpiresIn(const std::string& rdzvId);
 
  private:
-  void runWatch();
-  // Reads everything under the rendezvous's prefix and watches from there.
-  void loadView();
-  // A copy of this node's view.
-  etcd::View snapshot();
-  // With mutex_ held: turns a change of the state into this node's events.
-  void onStateChange(const std::optional<etcd::RoundState>& before,
-                     const std::optional<etcd::RoundState>& after);
-  // A participant's lease expired: the running round ends.
-  void onNodeLost(const std::string& nodeId);
-  // Compare-and-swap of the state from `view`'s revision to `next`; false
-  // when another node changed it first. With awaitWatch, returns once the
-  // view has that change (never on the watch's own thread).
-  bool swap(const etcd::View& view, const etcd::RoundState& next,
-            const std::string& alsoDeletePrefix = "", bool awaitWatch = true);
-  // Until the view changes, the stop, or `until`.
-  void waitForChange(std::int64_t stateSeen, std::int64_t revision,
-                     std::chrono::steady_clock::time_point until);
+  void registerNode(const etcd::NodeInfo& me);
+  void runStateWatch();
+  void runSuccession();
+  // Reads the state and watches it from there.
+  void loadState();
+  // With mutex_ held: a new state seen (watch or own compare-and-swap).
+  void onState(std::optional<etcd::RoundState> state, std::int64_t modRevision);
+  // The assignment of a running round this node waits for, read from its
+  // assign key (outside mutex_).
+  void fetchAssignment(const etcd::RoundState& state);
+  // Until the state changes, the stop, or `until`.
+  void waitForChange(std::int64_t stateRevision, std::chrono::steady_clock::time_point until);
+  // Claims --node_rank; ServerError when another live node holds it.
+  void claimNodeRank(std::int64_t nodeRank);
+  // Nodes of the job alive since before the state's last change.
+  std::int64_t aliveBefore(std::int64_t revision);
   // "<prefix>/<rdzv_id>/": where a rendezvous's keys live.
   std::string base(const std::string& rdzvId) const;
   std::string base() const { return base(options_.rdzvId); }
 
   EtcdRendezvousOptions options_;
   EtcdClient client_;
-  std::int64_t lease_ = 0;                             // set by connect() under mutex_
-  std::atomic<bool> started_{false};                   // connect() is done: the watch runs
+  std::int64_t lease_ = 0;               // set by connect() under mutex_
+  std::atomic<bool> started_{false};     // connect() is done: the lease is there
+  std::atomic<bool> registered_{false};  // the first join() put the alive key: the watches run
   std::chrono::steady_clock::time_point lastRenewed_;  // of the lease (keepAlive's thread)
-  std::int64_t firstSeen_ = 0;                         // this node's alive key's create revision
-  std::unique_ptr<EtcdWatch> watch_;
-  std::atomic<std::uint64_t> watchEvents_{0};  // of every watch this node opened
-  std::thread watcher_;
+  std::int64_t aliveRevision_ = 0;                     // this node's alive key's create revision
+  std::unique_ptr<EtcdWatch> stateWatch_;
+  std::unique_ptr<EtcdWatch> predecessorWatch_;         // guarded by mutex_ (replaced, cancelled)
+  std::unique_ptr<etcd::EtcdCoordinator> coordinator_;  // guarded by mutex_
+  std::atomic<std::uint64_t> watchEvents_{0};           // of every watch this node opened
+  std::atomic<bool> coordinated_{false};
+  std::thread stateWatcher_;
+  std::thread successor_;
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::unique_ptr<etcd::View> view_;
+  std::unique_ptr<etcd::RoundState> state_;       // the newest state seen; null: none
+  std::int64_t stateRevision_ = 0;                // its mod revision
+  std::optional<protocol::JoinRequest> request_;  // the JOIN in progress
+  std::string address_;                           // this node's, as it joined
   std::deque<protocol::Event> events_;
   std::set<std::int64_t> ownEndedRounds_;  // ended by this node's own report
   std::int64_t lastRound_ = 0;             // the last round this node was given
+  std::int64_t checkedRound_ = 0;          // the last running round whose assign key it read
   // A round this node takes part in that its JOIN has not returned yet.
   std::optional<protocol::Assignment> assigned_;
   bool left_ = false;
   bool stopping_ = false;
-  std::string watchError_;  // set when the watch failed for good
 };
 
 }  // namespace ddprun::rendezvous
