@@ -97,6 +97,7 @@ void EtcdRendezvous::registerNode(const etcd::NodeInfo& me) {
       predecessor = kv;
     }
   }
+  bool oldest = true;
   {
     std::lock_guard lock(mutex_);
     if (state.kvs.empty()) {
@@ -105,21 +106,63 @@ void EtcdRendezvous::registerNode(const etcd::NodeInfo& me) {
       onState(etcd::stateFromJson(state.kvs.front().value), state.kvs.front().modRevision);
     }
     if (stopping_) throw NetworkError("the rendezvous was shut down");
-    stateWatch_ = std::make_unique<EtcdWatch>(options_.etcd, keys.state(), "", txn.revision + 1);
     if (predecessor && predecessor->createRevision < aliveRevision_) {
-      predecessorWatch_ =
-          std::make_unique<EtcdWatch>(options_.etcd, predecessor->key, "", txn.revision + 1);
+      predecessorKey_ = predecessor->key;
+      oldest = false;
     }
+    watch_ = std::make_unique<EtcdWatch>(options_.etcd, watchedRanges(), txn.revision + 1);
   }
-  stateWatcher_ = std::thread([this] { runStateWatch(); });
-  successor_ = std::thread([this] { runSuccession(); });
+  watcher_ = std::thread([this] { runWatch(); });
+  if (oldest) startCoordinator();
   registered_ = true;
+}
+
+std::vector<std::pair<std::string, std::string>> EtcdRendezvous::watchedRanges() const {
+  const etcd::Keys keys{base()};
+  // One stream for all: the state, this node's assign key and, until this
+  // node coordinates, the alive key before its own.
+  std::vector<std::pair<std::string, std::string>> ranges = {{keys.state(), ""},
+                                                             {keys.assign(options_.nodeId), ""}};
+  if (!predecessorKey_.empty()) ranges.emplace_back(predecessorKey_, "");
+  return ranges;
+}
+
+void EtcdRendezvous::startCoordinator() {
+  etcd::CoordinatorOptions options{options_.etcd,  options_.rdzvId, options_.nodeId, base(),
+                                   aliveRevision_, options_.jobTtl, &watchEvents_};
+  std::lock_guard lock(mutex_);
+  if (stopping_ || coordinator_) return;
+  coordinator_ = std::make_unique<etcd::EtcdCoordinator>(options, client_);
+  if (request_) coordinator_->offer(*request_);
+  coordinated_ = true;
+  coordinatorThread_ = std::thread([c = coordinator_.get()] { c->run(); });
+}
+
+void EtcdRendezvous::onPredecessorGone() {
+  // etcd's election recipe: the alive key created just before this node's
+  // now; none means this node is the oldest and coordinates.
+  const etcd::Keys keys{base()};
+  EtcdRangeRequest older;
+  older.key = keys.alive("");
+  older.rangeEnd = etcdPrefixEnd(older.key);
+  older.maxCreateRevision = aliveRevision_ - 1;
+  older.newestCreatedFirst = true;
+  older.limit = 1;
+  const EtcdRange predecessor = client_.range(older);
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    predecessorKey_ = predecessor.kvs.empty() ? "" : predecessor.kvs.front().key;
+    const std::int64_t from = std::min(watch_->nextRevision(), predecessor.revision + 1);
+    watch_ = std::make_unique<EtcdWatch>(options_.etcd, watchedRanges(), from);
+  }
+  if (predecessor.kvs.empty()) startCoordinator();
 }
 
 EtcdRendezvous::~EtcdRendezvous() {
   shutdown();
-  if (stateWatcher_.joinable()) stateWatcher_.join();
-  if (successor_.joinable()) successor_.join();
+  if (watcher_.joinable()) watcher_.join();
+  if (coordinatorThread_.joinable()) coordinatorThread_.join();
   coordinator_.reset();
   if (lease_ != 0 && !left_) {
     // This node's keys go now rather than after the TTL.
@@ -141,8 +184,7 @@ void EtcdRendezvous::shutdown() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    if (stateWatch_) stateWatch_->cancel();
-    if (predecessorWatch_) predecessorWatch_->cancel();
+    if (watch_) watch_->cancel();
     if (coordinator_) coordinator_->stop();
   }
   changed_.notify_all();
@@ -154,27 +196,44 @@ EtcdRendezvousStats EtcdRendezvous::stats() const {
 
 // --- the state -----------------------------------------------------------------
 
-void EtcdRendezvous::loadState() {
+void EtcdRendezvous::reload() {
+  // After a compaction: what the watch missed, then a new watch from there.
   const etcd::Keys keys{base()};
-  const EtcdRange range = client_.get(keys.state());
-  std::lock_guard lock(mutex_);
-  if (range.kvs.empty()) {
-    onState(std::nullopt, range.revision);
-  } else {
-    onState(etcd::stateFromJson(range.kvs.front().value), range.kvs.front().modRevision);
+  const EtcdTxnResult read =
+      client_.txn({}, {EtcdOp::read(keys.state()), EtcdOp::read(keys.assign(options_.nodeId))});
+  std::string predecessor;
+  {
+    std::lock_guard lock(mutex_);
+    if (read.ranges.size() == 2) {
+      if (!read.ranges[1].kvs.empty()) {
+        noteAssign(read.ranges[1].kvs.front().value);
+      }
+      if (read.ranges[0].kvs.empty()) {
+        onState(std::nullopt, 0);
+      } else if (auto state = etcd::stateFromJson(read.ranges[0].kvs.front().value)) {
+        onState(std::move(state), read.ranges[0].kvs.front().modRevision);
+      }
+      takeAssignment();
+    }
+    if (stopping_) return;
+    watch_ = std::make_unique<EtcdWatch>(options_.etcd, watchedRanges(), read.revision + 1);
+    predecessor = predecessorKey_;
   }
-  if (stopping_) return;
-  stateWatch_ = std::make_unique<EtcdWatch>(options_.etcd, keys.state(), "", range.revision + 1);
+  if (!predecessor.empty() && client_.get(predecessor).kvs.empty()) onPredecessorGone();
 }
 
-void EtcdRendezvous::runStateWatch() {
+void EtcdRendezvous::runWatch() {
+  const etcd::Keys keys{base()};
+  const std::string assignKey = keys.assign(options_.nodeId);
   auto backoff = 100ms;
   for (;;) {
     EtcdWatch* watch = nullptr;
+    std::string predecessor;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
-      watch = stateWatch_.get();
+      watch = watch_.get();
+      predecessor = predecessorKey_;
     }
     std::vector<EtcdWatchEvent> events;
     try {
@@ -182,7 +241,7 @@ void EtcdRendezvous::runStateWatch() {
       backoff = 100ms;
     } catch (const EtcdCompactedError&) {
       try {
-        loadState();
+        reload();
       } catch (const Error& e) {
         DDPRUN_WARN("Reloading the rendezvous from etcd failed: {}", e.what());
       }
@@ -199,26 +258,71 @@ void EtcdRendezvous::runStateWatch() {
       continue;
     }
     watchEvents_ += events.size();
+    bool predecessorGone = false;
     // One response may carry many revisions (a watch catching up): each
     // state in turn, so no round this node is part of goes unseen.
     for (const auto& e : events) {
-      std::optional<RoundState> toFetch;
-      auto state = e.deleted ? std::nullopt : etcd::stateFromJson(e.kv.value);
-      if (!e.deleted && !state) {
-        DDPRUN_WARN("Rendezvous '{}': etcd holds a state this ddprun cannot read; ignored.",
-                    options_.rdzvId);
-        continue;
-      }
-      {
+      if (e.kv.key == keys.state()) {
+        auto state = e.deleted ? std::nullopt : etcd::stateFromJson(e.kv.value);
+        if (!e.deleted && !state) {
+          DDPRUN_WARN("Rendezvous '{}': etcd holds a state this ddprun cannot read; ignored.",
+                      options_.rdzvId);
+          continue;
+        }
+        bool unassigned = false;
+        {
+          std::lock_guard lock(mutex_);
+          onState(std::move(state), e.kv.modRevision);
+          takeAssignment();
+          unassigned = request_ && state_ && state_->phase == Phase::kRunning &&
+                       state_->round > lastRound_ &&
+                       !(assigned_ && assigned_->round == state_->round);
+        }
+        // The stream delivers each watched key's events in order, but not
+        // the assign key's before the state's: read it now, before the next
+        // state, so that a round that ends at once is still this node's.
+        if (unassigned) readAssignment();
+      } else if (e.kv.key == assignKey) {
+        if (e.deleted) continue;
         std::lock_guard lock(mutex_);
-        onState(std::move(state), e.kv.modRevision);
-        if (request_ && state_ && state_->phase == Phase::kRunning && state_->round > lastRound_ &&
-            checkedRound_ < state_->round) {
-          toFetch = *state_;
+        noteAssign(e.kv.value);
+        takeAssignment();
+      } else if (e.kv.key == predecessor && e.deleted) {
+        predecessorGone = true;
+      }
+    }
+    if (predecessorGone) {
+      try {
+        onPredecessorGone();
+      } catch (const Error& e) {
+        DDPRUN_WARN("Finding the node before {} in etcd failed ({}); trying again.",
+                    options_.nodeId, e.what());
+        std::lock_guard lock(mutex_);
+        if (!stopping_) {
+          // Watch the same key again from before its deletion: it comes back.
+          watch_ = std::make_unique<EtcdWatch>(
+              options_.etcd, watchedRanges(), std::max<std::int64_t>(1, watch->nextRevision() - 1));
         }
       }
-      if (toFetch) fetchAssignment(*toFetch);
     }
+  }
+}
+
+void EtcdRendezvous::noteAssign(const std::string& value) {
+  if (auto record = etcd::assignFromJson(value)) {
+    pendingAssign_ = std::make_unique<etcd::AssignRecord>(*record);
+  }
+}
+
+void EtcdRendezvous::takeAssignment() {
+  // A round with this node in it: the JOIN's answer, kept even when the
+  // round is over before the JOIN looks (the job may fail that fast).
+  if (!state_ || !pendingAssign_ || !request_) return;
+  auto assignment = etcd::assignmentOf(*state_, *pendingAssign_);
+  if (assignment && assignment->round > lastRound_ &&
+      (!assigned_ || assigned_->round < assignment->round)) {
+    assigned_ = assignment;
+    changed_.notify_all();
   }
 }
 
@@ -287,25 +391,11 @@ void EtcdRendezvous::onState(std::optional<RoundState> after, std::int64_t modRe
   }
 }
 
-void EtcdRendezvous::fetchAssignment(const RoundState& state) {
-  const etcd::Keys keys{base()};
-  const EtcdRange range = client_.get(keys.assign(options_.nodeId));
-  std::optional<protocol::Assignment> assignment;
-  if (!range.kvs.empty()) {
-    if (auto record = etcd::assignFromJson(range.kvs.front().value)) {
-      assignment = etcd::assignmentOf(state, *record);
-    }
-  }
+void EtcdRendezvous::readAssignment() {
+  const EtcdRange range = client_.get(etcd::Keys{base()}.assign(options_.nodeId));
   std::lock_guard lock(mutex_);
-  checkedRound_ = std::max(checkedRound_, state.round);
-  // A round with this node in it: the JOIN's answer, kept even when the
-  // round is over before the JOIN looks (the job may fail that fast). The
-  // JOIN may have read the same key itself and returned already.
-  if (assignment && assignment->round > lastRound_ &&
-      (!assigned_ || assigned_->round < assignment->round)) {
-    assigned_ = assignment;
-  }
-  changed_.notify_all();
+  if (!range.kvs.empty()) noteAssign(range.kvs.front().value);
+  takeAssignment();
 }
 
 void EtcdRendezvous::waitForChange(std::int64_t stateRevision, Clock::time_point until) {
@@ -319,77 +409,6 @@ std::int64_t EtcdRendezvous::aliveBefore(std::int64_t revision) {
   EtcdRangeRequest request = countOf(etcd::Keys{base()}.alive(""));
   request.maxCreateRevision = std::max<std::int64_t>(1, revision - 1);
   return client_.range(request).count;
-}
-
-// --- the successor: the coordinator, once every older node is gone -----------
-
-void EtcdRendezvous::runSuccession() {
-  const etcd::Keys keys{base()};
-  bool first = true;
-  for (;;) {
-    try {
-      EtcdWatch* watch = nullptr;
-      bool coordinate = false;
-      {
-        std::lock_guard lock(mutex_);
-        if (stopping_) return;
-        if (first) {
-          // registerNode() found the node before this one, or none.
-          watch = predecessorWatch_.get();
-          coordinate = watch == nullptr;
-        }
-      }
-      first = false;
-      if (watch == nullptr && !coordinate) {
-        // etcd's election recipe: the alive key created just before this
-        // node's; none means this node is the oldest.
-        EtcdRangeRequest older;
-        older.key = keys.alive("");
-        older.rangeEnd = etcdPrefixEnd(older.key);
-        older.maxCreateRevision = aliveRevision_ - 1;
-        older.newestCreatedFirst = true;
-        older.limit = 1;
-        const EtcdRange predecessor = client_.range(older);
-        coordinate = predecessor.kvs.empty();
-        if (!coordinate) {
-          std::lock_guard lock(mutex_);
-          if (stopping_) return;
-          predecessorWatch_ = std::make_unique<EtcdWatch>(
-              options_.etcd, predecessor.kvs.front().key, "", predecessor.revision + 1);
-          watch = predecessorWatch_.get();
-        }
-      }
-      if (coordinate) {
-        etcd::CoordinatorOptions options{options_.etcd,  options_.rdzvId, options_.nodeId, base(),
-                                         aliveRevision_, options_.jobTtl, &watchEvents_};
-        etcd::EtcdCoordinator* coordinator = nullptr;
-        {
-          std::lock_guard lock(mutex_);
-          if (stopping_) return;
-          coordinator_ = std::make_unique<etcd::EtcdCoordinator>(options, client_);
-          coordinator = coordinator_.get();
-          if (request_) coordinator->offer(*request_);
-        }
-        coordinated_ = true;
-        coordinator->run();  // until the stop or the loss of this node's lease
-        return;
-      }
-      // Until the node before this one is gone (its key deleted: it left,
-      // or its lease expired).
-      for (bool gone = false; !gone;) {
-        const auto events = watch->next();
-        watchEvents_ += events.size();
-        gone = std::any_of(events.begin(), events.end(),
-                           [](const EtcdWatchEvent& e) { return e.deleted; });
-      }
-    } catch (const Error& e) {
-      std::unique_lock lock(mutex_);
-      if (stopping_) return;
-      DDPRUN_DEBUG("Watching the node before {} in etcd broke ({}); retrying.", options_.nodeId,
-                   e.what());
-      changed_.wait_for(lock, 500ms, [this] { return stopping_; });
-    }
-  }
 }
 
 // --- the calls -----------------------------------------------------------------
@@ -436,11 +455,11 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
   } else {
     client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
   }
+  std::int64_t readFor = 0;      // the running round whose assign key this JOIN read
   std::int64_t rejoinedFor = 0;  // the running round this node put its key back for
   for (;;) {
     std::optional<RoundState> state;
     std::int64_t revision = 0;
-    std::int64_t checkedRound = 0;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) throw NetworkError("the rendezvous was shut down");
@@ -453,7 +472,6 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
       }
       if (state_) state = *state_;
       revision = stateRevision_;
-      checkedRound = checkedRound_;  // with assigned_: a round read and not this node's
     }
     auto until = deadline;
     if (state) {
@@ -482,8 +500,11 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
             etcd::exclusionMessage(s, options_.rdzvId, me.id, me.address, nowMs()));
       }
       if (s.phase == Phase::kRunning && s.round > lastRound_) {
-        if (checkedRound < s.round) {
-          fetchAssignment(s);
+        if (readFor < s.round) {
+          // The assign key's event comes before the state's; in case the
+          // stream delivered them out of order, read it once.
+          readFor = s.round;
+          readAssignment();
           continue;
         }
         if (rejoinedFor < s.round) {

@@ -29,6 +29,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ddprun/rendezvous/etcd_client.h"
 #include "ddprun/rendezvous/rendezvous_backend.h"
@@ -38,6 +40,7 @@ namespace ddprun::rendezvous {
 namespace etcd {
 struct RoundState;
 struct NodeInfo;
+struct AssignRecord;
 class EtcdCoordinator;
 }  // namespace etcd
 
@@ -92,16 +95,27 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::optional<std::chrono::seconds> jobExpiresIn(const std::string& rdzvId);
 
  private:
+  // The first JOIN's transaction: alive and joining keys, the state, the
+  // node before this one; then the watch (and the coordinator if none).
   void registerNode(const etcd::NodeInfo& me);
-  void runStateWatch();
-  void runSuccession();
-  // Reads the state and watches it from there.
-  void loadState();
+  // With mutex_ held: what this node's one watch stream covers.
+  std::vector<std::pair<std::string, std::string>> watchedRanges() const;
+  void runWatch();
+  // After a compaction: reads what the watch missed and watches anew.
+  void reload();
+  // The node before this one is gone: watch the next older one, or
+  // coordinate when there is none.
+  void onPredecessorGone();
+  void startCoordinator();
   // With mutex_ held: a new state seen (watch or own compare-and-swap).
   void onState(std::optional<etcd::RoundState> state, std::int64_t modRevision);
-  // The assignment of a running round this node waits for, read from its
-  // assign key (outside mutex_).
-  void fetchAssignment(const etcd::RoundState& state);
+  // With mutex_ held: this node's assign key's value, as last seen.
+  void noteAssign(const std::string& value);
+  // With mutex_ held: the JOIN's answer once the state names the round of
+  // this node's assign key.
+  void takeAssignment();
+  // Reads this node's assign key (outside mutex_).
+  void readAssignment();
   // Until the state changes, the stop, or `until`.
   void waitForChange(std::int64_t stateRevision, std::chrono::steady_clock::time_point until);
   // Claims --node_rank; ServerError when another live node holds it.
@@ -119,13 +133,13 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::atomic<bool> registered_{false};  // the first join() put the alive key: the watches run
   std::chrono::steady_clock::time_point lastRenewed_;  // of the lease (keepAlive's thread)
   std::int64_t aliveRevision_ = 0;                     // this node's alive key's create revision
-  std::unique_ptr<EtcdWatch> stateWatch_;
-  std::unique_ptr<EtcdWatch> predecessorWatch_;         // guarded by mutex_ (replaced, cancelled)
+  std::unique_ptr<EtcdWatch> watch_;                   // guarded by mutex_ (replaced, cancelled)
+  std::string predecessorKey_;  // guarded by mutex_; "" while this node coordinates
   std::unique_ptr<etcd::EtcdCoordinator> coordinator_;  // guarded by mutex_
   std::atomic<std::uint64_t> watchEvents_{0};           // of every watch this node opened
   std::atomic<bool> coordinated_{false};
-  std::thread stateWatcher_;
-  std::thread successor_;
+  std::thread watcher_;
+  std::thread coordinatorThread_;
 
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -134,9 +148,9 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::optional<protocol::JoinRequest> request_;  // the JOIN in progress
   std::string address_;                           // this node's, as it joined
   std::deque<protocol::Event> events_;
-  std::set<std::int64_t> ownEndedRounds_;  // ended by this node's own report
-  std::int64_t lastRound_ = 0;             // the last round this node was given
-  std::int64_t checkedRound_ = 0;          // the last running round whose assign key it read
+  std::set<std::int64_t> ownEndedRounds_;              // ended by this node's own report
+  std::int64_t lastRound_ = 0;                         // the last round this node was given
+  std::unique_ptr<etcd::AssignRecord> pendingAssign_;  // this node's assign key, last seen
   // A round this node takes part in that its JOIN has not returned yet.
   std::optional<protocol::Assignment> assigned_;
   bool left_ = false;
