@@ -112,8 +112,18 @@ struct HttpConnection::Impl {
   }
 };
 
+std::unique_ptr<HttpConnection::Impl> HttpConnection::makeImpl(const EtcdOptions& options,
+                                                               const std::string& endpoint) {
+  try {
+    return std::make_unique<HttpConnection::Impl>(options);
+  } catch (const boost::system::system_error& e) {
+    throw NetworkError(
+        fmt::format("cannot open a connection to etcd at {}: {}", endpoint, e.what()));
+  }
+}
+
 HttpConnection::HttpConnection(const EtcdOptions& options, std::string endpoint)
-    : endpoint_(std::move(endpoint)), impl_(std::make_unique<Impl>(options)) {
+    : endpoint_(std::move(endpoint)), impl_(makeImpl(options, endpoint_)) {
   if (options.tls) {
     try {
       impl_->configureTls();

@@ -49,6 +49,9 @@ class HttpConnection {
 
  private:
   struct Impl;
+  // The connection's own event loop: out of descriptors (a process with
+  // thousands of connections) is a NetworkError the caller retries.
+  static std::unique_ptr<Impl> makeImpl(const EtcdOptions& options, const std::string& endpoint);
   std::string endpoint_;
   std::unique_ptr<Impl> impl_;
 };
