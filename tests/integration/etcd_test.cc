@@ -123,6 +123,21 @@ class EtcdRendezvousTest : public ::testing::Test {
     }
     return condition();
   }
+  // Three nodes of a 2:3 job with 1 s leases, whose workers print
+  // "started group=G world=W", wait for dir_/go and print "finished
+  // world=W"; returns once every node's workers have started.
+  std::vector<Node> startThreeWaitingNodes() {
+    const std::string script = fmt::format(
+        "echo started group=$GROUP_RANK world=$WORLD_SIZE; "
+        "while [ ! -e {0}/go ]; do sleep 0.05; done; echo finished world=$WORLD_SIZE",
+        dir_.string());
+    const std::vector<std::string> extra = {
+        "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1"};
+    std::vector<Node> nodes;
+    for (int i = 0; i < 3; ++i) nodes.push_back(node(options("2:3", extra), script));
+    for (auto& n : nodes) EXPECT_TRUE(n.waitFor("started", 2, 30s)) << n.err;
+    return nodes;
+  }
   static int coordinatorOf(std::vector<Node>& nodes) {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       nodes[i].waitFor("coordinates rendezvous", 1, 0s, true);
@@ -210,15 +225,8 @@ TEST_F(EtcdRendezvousTest, TheEventLogRecordsTheJobsLife) {
 }
 
 TEST_F(EtcdRendezvousTest, SurvivorsReformWhenTheFirstNodeIsKilled) {
-  const std::string script = fmt::format(
-      "echo started group=$GROUP_RANK world=$WORLD_SIZE; "
-      "while [ ! -e {0}/go ]; do sleep 0.05; done; echo finished world=$WORLD_SIZE",
-      dir_.string());
-  const std::vector<std::string> extra = {
-      "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1"};
-  std::vector<Node> nodes;
-  for (int i = 0; i < 3; ++i) nodes.push_back(node(options("2:3", extra), script));
-  for (auto& n : nodes) ASSERT_TRUE(n.waitFor("started", 2, 30s)) << n.err;
+  std::vector<Node> nodes = startThreeWaitingNodes();
+  if (HasFailure()) return;
   // The node that got group rank 0 joined first (arrival order): it is the
   // one whose address and port every worker uses as MASTER.
   int first = -1;
@@ -276,15 +284,8 @@ TEST_F(EtcdRendezvousTest, ACoordinatorKilledWhileARoundFormsHandsItToItsSuccess
 }
 
 TEST_F(EtcdRendezvousTest, APausedCoordinatorResumedAfterItsLeaseExpiredWritesNothing) {
-  const std::string script = fmt::format(
-      "echo started group=$GROUP_RANK world=$WORLD_SIZE; "
-      "while [ ! -e {0}/go ]; do sleep 0.05; done; echo finished world=$WORLD_SIZE",
-      dir_.string());
-  const std::vector<std::string> extra = {
-      "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1"};
-  std::vector<Node> nodes;
-  for (int i = 0; i < 3; ++i) nodes.push_back(node(options("2:3", extra), script));
-  for (auto& n : nodes) ASSERT_TRUE(n.waitFor("started", 2, 30s)) << n.err;
+  std::vector<Node> nodes = startThreeWaitingNodes();
+  if (HasFailure()) return;
   const int paused = coordinatorOf(nodes);
   ASSERT_GE(paused, 0);
   nodes[paused].process->signal(SIGSTOP);
