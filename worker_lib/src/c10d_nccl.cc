@@ -47,6 +47,27 @@ bool c10dNcclBuiltIn() {
 #endif
 }
 
+#ifdef USE_C10D_NCCL
+namespace {
+
+template <typename Group>
+void bindAndConnect(Group& group, const at::Device& device, int rank, int size) {
+  if constexpr (requires {
+                  group.setBoundDeviceId(device);
+                  group.eagerConnectSingleDevice(device);
+                }) {
+    group.setBoundDeviceId(device);
+    try {
+      group.eagerConnectSingleDevice(device);
+    } catch (const std::exception& e) {
+      rethrowCollectiveError(e, rank, size, "creating the NCCL communicator");
+    }
+  }
+}
+
+}  // namespace
+#endif
+
 C10dGroupPtr makeC10dNccl(const c10::intrusive_ptr<c10d::Store>& store,
                           const Environment& environment, int rank, int size,
                           std::chrono::milliseconds timeout, std::string& device) {
@@ -57,20 +78,13 @@ C10dGroupPtr makeC10dNccl(const c10::intrusive_ptr<c10d::Store>& store,
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
   // As Python's init_process_group(device_id=...): the group is bound to
   // this rank's device and its communicator made now (every rank has
   // arrived: awaitGroupArrival), so a failing NCCL set-up is an error of
   // initProcessGroup rather than of the first collective, and subgroups can
-  // be split from it.
-  const at::Device bound(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
-  group->setBoundDeviceId(bound);
-  try {
-    group->eagerConnectSingleDevice(bound);
-  } catch (const std::exception& e) {
-    rethrowCollectiveError(e, rank, size, "creating the NCCL communicator");
-  }
-#endif
+  // be split from it. Where the LibTorch has these calls (2.13 and 2.14 do).
+  bindAndConnect(*group, at::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)),
+                 rank, size);
   return group;
 #else
   (void)store, (void)environment, (void)rank, (void)size, (void)timeout, (void)device;

@@ -136,16 +136,20 @@ struct ProcessGroup::Impl {
   // LibTorch 2.x warns at exit ("destroy_process_group() was not called")
   // and may leak the communicator otherwise.
   ~Impl() {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
-    if (kind == Backend::kNccl && group) {
+    if (kind == Backend::kNccl && group) shutDown(*group);
+  }
+
+  // Backend::shutdown() where the LibTorch has it (not 1.13 or 2.6).
+  template <typename Group>
+  static void shutDown(Group& g) {
+    if constexpr (requires { g.shutdown(); }) {
       try {
-        group->shutdown();
+        g.shutdown();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddprun::worker: shutting the nccl group down failed: %s\n",
                      messageOf(e).c_str());
       }
     }
-#endif
   }
 
   // Starts a c10d collective (`start` returns its Work) under the issue
