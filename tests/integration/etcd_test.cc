@@ -9,10 +9,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -114,14 +116,37 @@ class EtcdRendezvousTest : public ::testing::Test {
     if (range.kvs.empty()) return {"", 0};
     return {range.kvs.front().value, range.kvs.front().modRevision};
   }
-  // Polls until `condition` holds (bounded).
-  static bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (condition()) return true;
-      std::this_thread::sleep_for(20ms);
+  // Waits, watching the folder in etcd, until it holds `count` keys
+  // (bounded: the watch is cancelled after `limit`).
+  bool waitForKeys(const std::string& folder, std::size_t count, std::chrono::seconds limit = 30s) {
+    const std::string prefix = "/ddprun/" + rdzvId_ + "/" + folder;
+    rendezvous::EtcdClient client(cluster_->options());
+    const auto range = client.getPrefix(prefix);
+    if (range.kvs.size() == count) return true;
+    rendezvous::EtcdWatch watch(cluster_->options(), prefix, range.revision + 1);
+    std::mutex mutex;
+    std::condition_variable finished;
+    bool done = false;
+    std::thread timer([&] {
+      std::unique_lock lock(mutex);
+      if (!finished.wait_for(lock, limit, [&] { return done; })) watch.cancel();
+    });
+    bool reached = false;
+    try {
+      while (!reached) {
+        watch.next();
+        reached = client.getPrefix(prefix).kvs.size() == count;
+      }
+    } catch (const Error&) {
+      // Cancelled at the limit.
     }
-    return condition();
+    {
+      std::lock_guard lock(mutex);
+      done = true;
+    }
+    finished.notify_all();
+    timer.join();
+    return reached;
   }
   // Three nodes of a 2:3 job with 1 s leases, whose workers print
   // "started group=G world=W", wait for dir_/go and print "finished
@@ -262,7 +287,7 @@ TEST_F(EtcdRendezvousTest, ACoordinatorKilledWhileARoundFormsHandsItToItsSuccess
   nodes.push_back(node(options("4", extra), script));
   ASSERT_TRUE(nodes[0].waitFor("coordinates rendezvous", 1, 30s, true)) << nodes[0].err;
   for (int i = 0; i < 2; ++i) nodes.push_back(node(options("4", extra), script));
-  ASSERT_TRUE(eventually([&] { return keysLeft("joining/") == 3; })) << "three nodes wait";
+  ASSERT_TRUE(waitForKeys("joining/", 3)) << "three nodes wait";
   nodes[0].process->signal(SIGKILL);
   ASSERT_EQ(nodes[0].finish(), 128 + SIGKILL);
   for (int i = 0; i < 2; ++i) nodes.push_back(node(options("4", extra), script));
@@ -382,7 +407,7 @@ TEST_F(EtcdRendezvousTest, AKilledJobsKeysExpireAndItsIdStartsAfresh) {
   EXPECT_EQ(status.code, 0) << status.err;
   EXPECT_NE(status.out.find("restarts: 1 of 3 used"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("with none, they expire in"), std::string::npos) << status.out;
-  ASSERT_TRUE(eventually([&] { return keysLeft() == 0; }, 30s)) << "the job's keys expire";
+  ASSERT_TRUE(waitForKeys("", 0)) << "the job's keys expire";
   nodes.clear();
   for (int i = 0; i < 2; ++i) {
     nodes.push_back(node(

@@ -316,8 +316,9 @@ void EtcdCoordinator::run() {
           load();
         } catch (const Error& e) {
           DDPRUN_WARN("Reloading rendezvous '{}' from etcd failed: {}", options_.rdzvId, e.what());
-          reload_ = true;
-          std::this_thread::sleep_for(500ms);
+          std::unique_lock retry(mutex_);
+          reload_ = true;  // again after a back-off, or at once on the stop
+          changed_.wait_for(retry, 500ms, [this] { return stopping_; });
           continue;
         }
         watcher_ = std::thread([this] { runWatch(); });
