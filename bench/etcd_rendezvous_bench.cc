@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "ddprun/rendezvous/etcd_rendezvous.h"
@@ -22,8 +25,39 @@ namespace {
 
 constexpr rlim_t kDescriptorsPerNode = 6;
 
+// CPU seconds a process has used (user + system), from /proc/<pid>/stat.
+double cpuSecondsOf(pid_t pid) {
+  std::ifstream file(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) in parentheses.
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double clusterCpuSeconds(const test_support::EtcdCluster& cluster) {
+  double total = 0;
+  for (pid_t pid : cluster.pids()) total += cpuSecondsOf(pid);
+  return total;
+}
+
+double ownCpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 struct RoundResult {
   double seconds = 0;
+  double etcdCpuMsPerNode = 0;    // the 3 members together, during the round
+  double clientCpuMsPerNode = 0;  // this process (every simulated node)
   double requestsPerNode = 0;
   double watchEventsPerNode = 0;
   double maxWatchEvents = 0;  // of a node other than the coordinator
@@ -72,6 +106,8 @@ RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std:
       }
     });
   }
+  const double etcdCpuBefore = clusterCpuSeconds(cluster);
+  const double clientCpuBefore = ownCpuSeconds();
   const auto start = Clock::now();
   {
     std::lock_guard lock(mutex);
@@ -81,6 +117,8 @@ RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std:
   for (auto& t : threads) t.join();
   RoundResult result;
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.etcdCpuMsPerNode = (clusterCpuSeconds(cluster) - etcdCpuBefore) * 1000 / n;
+  result.clientCpuMsPerNode = (ownCpuSeconds() - clientCpuBefore) * 1000 / n;
   for (auto& node : nodes) {
     const auto stats = node->stats();
     result.requestsPerNode += static_cast<double>(stats.requests) / n;
@@ -137,7 +175,8 @@ std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOp
     }
     RendezvousResult result;
     result.nodes = n;
-    std::vector<double> requests, events, maxEvents, coordinatorRequests, coordinatorEvents;
+    std::vector<double> requests, events, maxEvents, coordinatorRequests, coordinatorEvents,
+        etcdCpu, clientCpu;
     for (int r = 0; r < options.repeat; ++r) {
       const RoundResult round = oneRound(cluster, n, fmt::format("bench-{}-{}", n, r));
       result.seconds.push_back(round.seconds);
@@ -146,18 +185,23 @@ std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOp
       maxEvents.push_back(round.maxWatchEvents);
       coordinatorRequests.push_back(round.coordinatorRequests);
       coordinatorEvents.push_back(round.coordinatorWatchEvents);
+      etcdCpu.push_back(round.etcdCpuMsPerNode);
+      clientCpu.push_back(round.clientCpuMsPerNode);
       log << fmt::format(
           "  etcd: {} nodes, run {} of {}: {:.1f} ms, {:.1f} requests and {:.1f} watch events per "
-          "node (at most {:.0f} but the coordinator's {:.0f} requests and {:.0f} events)\n",
+          "node (at most {:.0f} but the coordinator's {:.0f} requests and {:.0f} events); CPU per "
+          "node: etcd {:.2f} ms, nodes {:.2f} ms\n",
           n, r + 1, options.repeat, round.seconds * 1000, round.requestsPerNode,
           round.watchEventsPerNode, round.maxWatchEvents, round.coordinatorRequests,
-          round.coordinatorWatchEvents);
+          round.coordinatorWatchEvents, round.etcdCpuMsPerNode, round.clientCpuMsPerNode);
     }
     result.requestsPerNode = median(requests);
     result.watchEventsPerNode = median(events);
     result.maxWatchEvents = median(maxEvents);
     result.coordinatorRequests = median(coordinatorRequests);
     result.coordinatorWatchEvents = median(coordinatorEvents);
+    result.etcdCpuMsPerNode = median(etcdCpu);
+    result.clientCpuMsPerNode = median(clientCpu);
     results.push_back(result);
   }
   return results;
@@ -168,21 +212,25 @@ void printBackendComparison(const std::vector<RendezvousResult>& c10d,
   out << "\nRendezvous round over etcd (3 members on loopback, one EtcdRendezvous per node) "
          "against the c10d store (ddprun-rendezvous), medians of the same run\n\n";
   out << "| nodes | c10d store | etcd | etcd / c10d | etcd requests per node | watch events "
-         "per node (most, coordinator aside) | coordinator: requests, events |\n"
-         "|---:|---:|---:|---:|---:|---:|---:|\n";
+         "per node (most, coordinator aside) | coordinator: requests, events | CPU per node: etcd "
+         "members, nodes |\n"
+         "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& c : c10d) {
     const auto e = std::find_if(etcd.begin(), etcd.end(),
                                 [&](const RendezvousResult& r) { return r.nodes == c.nodes; });
     const double a = median(c.seconds);
     if (e == etcd.end()) {
-      out << fmt::format("| {} | {:.1f} ms | not run (see the log) | | | | |\n", c.nodes, a * 1000);
+      out << fmt::format("| {} | {:.1f} ms | not run (see the log) | | | | | |\n", c.nodes,
+                         a * 1000);
       continue;
     }
     const double b = median(e->seconds);
     out << fmt::format(
-        "| {} | {:.1f} ms | {:.1f} ms | {:.1f}x | {:.1f} | {:.1f} ({:.0f}) | {:.0f}, {:.0f} |\n",
+        "| {} | {:.1f} ms | {:.1f} ms | {:.1f}x | {:.1f} | {:.1f} ({:.0f}) | {:.0f}, {:.0f} | "
+        "{:.2f} ms, {:.2f} ms |\n",
         c.nodes, a * 1000, b * 1000, b / a, e->requestsPerNode, e->watchEventsPerNode,
-        e->maxWatchEvents, e->coordinatorRequests, e->coordinatorWatchEvents);
+        e->maxWatchEvents, e->coordinatorRequests, e->coordinatorWatchEvents, e->etcdCpuMsPerNode,
+        e->clientCpuMsPerNode);
   }
 }
 

@@ -33,6 +33,10 @@ struct RendezvousResult {
   double maxWatchEvents = 0;
   double coordinatorRequests = 0;
   double coordinatorWatchEvents = 0;
+  // etcd: CPU milliseconds per node during the round, of the etcd members
+  // together and of the benchmark's own process (every simulated node).
+  double etcdCpuMsPerNode = 0;
+  double clientCpuMsPerNode = 0;
 };
 
 std::vector<RendezvousResult> runRendezvousBenchmark(const RendezvousBenchOptions& options,

@@ -131,6 +131,12 @@ class EtcdCluster {
     members_[i]->wait(std::chrono::seconds(10));
   }
   std::string log(int i) const { return (dir_ / fmt::format("m{}.log", i)).string(); }
+  // The members' processes (each `sh -c` execs etcd, so these are etcd's).
+  std::vector<pid_t> pids() const {
+    std::vector<pid_t> all;
+    for (const auto& m : members_) all.push_back(m->pid());
+    return all;
+  }
 
  private:
   static int& counter() {

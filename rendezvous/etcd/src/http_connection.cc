@@ -147,7 +147,13 @@ std::string HttpConnection::localAddress() const {
 
 void HttpConnection::cancel() {
   impl_->cancelled = true;
-  asio::post(impl_->io, [impl = impl_.get()] { impl->close(); });
+  // Only the socket closes here, on the connection's own event loop: the
+  // pending operation completes as aborted while its stream, parser and
+  // buffer still exist; the blocked call then frees them on its own thread.
+  asio::post(impl_->io, [impl = impl_.get()] {
+    beast::error_code ignored;
+    if (impl->connected()) impl->lowest().socket().close(ignored);
+  });
 }
 
 namespace {
