@@ -1,12 +1,16 @@
 #include "etcd_rendezvous_bench.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -24,6 +28,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr rlim_t kDescriptorsPerNode = 6;
+constexpr rlim_t kNodesPerProcess = 1024;
 
 // CPU seconds a process has used (user + system), from /proc/<pid>/stat.
 double cpuSecondsOf(pid_t pid) {
@@ -57,7 +62,7 @@ double ownCpuSeconds() {
 struct RoundResult {
   double seconds = 0;
   double etcdCpuMsPerNode = 0;    // the 3 members together, during the round
-  double clientCpuMsPerNode = 0;  // this process (every simulated node)
+  double clientCpuMsPerNode = 0;  // the processes hosting the nodes
   double requestsPerNode = 0;
   double watchEventsPerNode = 0;
   double maxWatchEvents = 0;  // of a node other than the coordinator
@@ -65,12 +70,35 @@ struct RoundResult {
   double coordinatorWatchEvents = 0;
 };
 
-RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std::string& id) {
-  std::vector<std::unique_ptr<rendezvous::EtcdRendezvous>> nodes;
-  for (int i = 0; i < n; ++i) {
+// What one process's share of the nodes did: its line to the parent.
+struct ShareReport {
+  int failed = 0;
+  std::int64_t finishedNs = 0;  // CLOCK_MONOTONIC: comparable across processes
+  double cpuSeconds = 0;
+  double requests = 0;
+  double watchEvents = 0;
+  double maxWatchEvents = 0;
+  double coordinatorRequests = -1;  // -1: the coordinator is elsewhere
+  double coordinatorWatchEvents = 0;
+  std::string firstError;
+};
+
+std::int64_t monotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// In a child process: nodes [first, first + count) of `n`, joined at once
+// when `goFd` says go.
+ShareReport runShare(const test_support::EtcdCluster& cluster, int n, const std::string& id,
+                     int first, int count, int goFd,
+                     std::vector<std::unique_ptr<rendezvous::EtcdRendezvous>>& nodes) {
+  for (int i = first; i < first + count; ++i) {
     rendezvous::EtcdRendezvousOptions options;
     options.etcd = cluster.options();
-    options.etcd.requestTimeout = std::chrono::seconds(30);
+    // Two cores for 3 members and thousands of nodes: etcd may stay busy
+    // (proposals timing out) for a while; each call asks again until this.
+    options.etcd.requestTimeout = std::chrono::seconds(120);
     options.rdzvId = id;
     options.nodeId = fmt::format("node{}", i);
     options.leaseTtl = std::chrono::seconds(60);
@@ -80,14 +108,13 @@ RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std:
   std::mutex mutex;
   std::condition_variable go;
   bool started = false;
-  std::atomic<int> failed{0};
-  std::string firstError;
+  ShareReport report;
   std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
+  for (int k = 0; k < count; ++k) {
+    threads.emplace_back([&, k] {
       rendezvous::protocol::JoinRequest request;
       request.rdzvId = id;
-      request.nodeId = fmt::format("node{}", i);
+      request.nodeId = fmt::format("node{}", first + k);
       request.localWorldSize = 8;
       request.minNodes = static_cast<std::uint32_t>(n);
       request.maxNodes = static_cast<std::uint32_t>(n);
@@ -97,45 +124,178 @@ RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std:
         go.wait(lock, [&] { return started; });
       }
       try {
-        // Inside the clock: the lease, the alive key and the watch.
-        nodes[static_cast<std::size_t>(i)]->connect();
-        nodes[static_cast<std::size_t>(i)]->join(request, std::chrono::minutes(5));
+        // Inside the clock: the lease, the watch and the alive key.
+        nodes[static_cast<std::size_t>(k)]->connect();
+        nodes[static_cast<std::size_t>(k)]->join(request, std::chrono::minutes(5));
       } catch (const std::exception& e) {
         std::lock_guard lock(mutex);
-        if (failed++ == 0) firstError = e.what();
+        if (report.failed++ == 0) report.firstError = e.what();
       }
     });
   }
-  const double etcdCpuBefore = clusterCpuSeconds(cluster);
-  const double clientCpuBefore = ownCpuSeconds();
-  const auto start = Clock::now();
+  char byte = 0;
+  if (::read(goFd, &byte, 1) != 1) throw std::runtime_error("the benchmark went away");
+  const double cpuBefore = ownCpuSeconds();
   {
     std::lock_guard lock(mutex);
     started = true;
   }
   go.notify_all();
+  // Leases renewed as agents do (every third of the TTL), for rounds that
+  // take long on two cores.
+  bool done = false;
+  std::thread renewer([&] {
+    std::unique_lock lock(mutex);
+    while (!go.wait_for(lock, std::chrono::seconds(20), [&] { return done; })) {
+      lock.unlock();
+      for (auto& node : nodes) {
+        try {
+          node->keepAlive();
+        } catch (const std::exception&) {
+          // Not started yet, or etcd busy: the next turn.
+        }
+      }
+      lock.lock();
+    }
+  });
   for (auto& t : threads) t.join();
-  RoundResult result;
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  result.etcdCpuMsPerNode = (clusterCpuSeconds(cluster) - etcdCpuBefore) * 1000 / n;
-  result.clientCpuMsPerNode = (ownCpuSeconds() - clientCpuBefore) * 1000 / n;
+  report.finishedNs = monotonicNs();
+  {
+    std::lock_guard lock(mutex);
+    done = true;
+  }
+  go.notify_all();
+  renewer.join();
+  report.cpuSeconds = ownCpuSeconds() - cpuBefore;
   for (auto& node : nodes) {
     const auto stats = node->stats();
-    result.requestsPerNode += static_cast<double>(stats.requests) / n;
-    result.watchEventsPerNode += static_cast<double>(stats.watchEvents) / n;
+    report.requests += static_cast<double>(stats.requests);
+    report.watchEvents += static_cast<double>(stats.watchEvents);
     if (stats.coordinator) {
-      result.coordinatorRequests = static_cast<double>(stats.requests);
-      result.coordinatorWatchEvents = static_cast<double>(stats.watchEvents);
+      report.coordinatorRequests = static_cast<double>(stats.requests);
+      report.coordinatorWatchEvents = static_cast<double>(stats.watchEvents);
     } else {
-      result.maxWatchEvents =
-          std::max(result.maxWatchEvents, static_cast<double>(stats.watchEvents));
+      report.maxWatchEvents =
+          std::max(report.maxWatchEvents, static_cast<double>(stats.watchEvents));
     }
   }
-  for (auto& node : nodes) node->shutdown();  // no node reacts to the others' leases going
-  nodes.clear();
+  return report;
+}
+
+struct Share {
+  pid_t pid = -1;
+  int go = -1;      // the parent writes one byte: go; a second: shut down
+  int report = -1;  // the child writes its ShareReport as one line
+};
+
+// Reads a child's one line (the child may take minutes: joins time out at
+// 5 min).
+ShareReport readReport(const Share& share) {
+  std::string text;
+  char buffer[1024];
+  for (;;) {
+    const ssize_t got = ::read(share.report, buffer, sizeof(buffer));
+    if (got <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(got));
+    if (text.find('\n') != std::string::npos) break;
+  }
+  ShareReport r;
+  long long finished = 0;
+  int errorAt = 0;
+  if (std::sscanf(text.c_str(), "%d %lld %lf %lf %lf %lf %lf %lf %n", &r.failed, &finished,
+                  &r.cpuSeconds, &r.requests, &r.watchEvents, &r.maxWatchEvents,
+                  &r.coordinatorRequests, &r.coordinatorWatchEvents, &errorAt) < 8) {
+    r.failed = 1;
+    r.firstError = text.empty() ? "a node process died" : text;
+    return r;
+  }
+  r.finishedNs = finished;
+  r.firstError = text.substr(static_cast<std::size_t>(errorAt));
+  while (!r.firstError.empty() && r.firstError.back() == '\n') r.firstError.pop_back();
+  return r;
+}
+
+// One round of `n` nodes, spread over processes of at most `perProcess`
+// (as real nodes are: each process has its own descriptor limit).
+RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std::string& id,
+                     int perProcess) {
+  const int processes = (n + perProcess - 1) / perProcess;
+  std::fflush(nullptr);  // a child must not write this process's buffered output again
+  std::vector<Share> shares;
+  for (int p = 0; p < processes; ++p) {
+    int go[2];
+    int report[2];
+    if (::pipe2(go, O_CLOEXEC) != 0 || ::pipe2(report, O_CLOEXEC) != 0) {
+      throw std::runtime_error("pipe failed");
+    }
+    const int first = n * p / processes;
+    const int count = n * (p + 1) / processes - first;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(go[1]);
+      ::close(report[0]);
+      std::string line;
+      std::vector<std::unique_ptr<rendezvous::EtcdRendezvous>> nodes;
+      try {
+        const ShareReport r = runShare(cluster, n, id, first, count, go[0], nodes);
+        line = fmt::format("{} {} {} {} {} {} {} {} {}\n", r.failed, r.finishedNs, r.cpuSeconds,
+                           r.requests, r.watchEvents, r.maxWatchEvents, r.coordinatorRequests,
+                           r.coordinatorWatchEvents, r.firstError);
+      } catch (const std::exception& e) {
+        line = fmt::format("{}\n", e.what());
+      }
+      if (::write(report[1], line.data(), line.size()) < 0) ::_exit(1);
+      char byte = 0;
+      // Every process's nodes stay until all are done: none reacts to
+      // another's lease going.
+      if (::read(go[0], &byte, 1) == 1) {
+        for (auto& node : nodes) node->shutdown();
+        nodes.clear();
+      }
+      ::_exit(0);
+    }
+    ::close(go[0]);
+    ::close(report[1]);
+    shares.push_back({pid, go[1], report[0]});
+  }
+  const double etcdCpuBefore = clusterCpuSeconds(cluster);
+  const std::int64_t started = monotonicNs();
+  for (const auto& share : shares) {
+    if (::write(share.go, "g", 1) != 1) throw std::runtime_error("a node process is gone");
+  }
+  RoundResult result;
+  std::int64_t finished = started;
+  int failed = 0;
+  std::string firstError;
+  double cpu = 0;
+  for (const auto& share : shares) {
+    const ShareReport r = readReport(share);
+    finished = std::max(finished, r.finishedNs);
+    failed += r.failed;
+    if (firstError.empty()) firstError = r.firstError;
+    cpu += r.cpuSeconds;
+    result.requestsPerNode += r.requests / n;
+    result.watchEventsPerNode += r.watchEvents / n;
+    result.maxWatchEvents = std::max(result.maxWatchEvents, r.maxWatchEvents);
+    if (r.coordinatorRequests >= 0) {
+      result.coordinatorRequests = r.coordinatorRequests;
+      result.coordinatorWatchEvents = r.coordinatorWatchEvents;
+    }
+  }
+  result.seconds = static_cast<double>(finished - started) / 1e9;
+  result.etcdCpuMsPerNode = (clusterCpuSeconds(cluster) - etcdCpuBefore) * 1000 / n;
+  result.clientCpuMsPerNode = cpu * 1000 / n;
+  for (const auto& share : shares) {
+    if (::write(share.go, "q", 1) != 1) {
+      // Gone already.
+    }
+    ::waitpid(share.pid, nullptr, 0);
+    ::close(share.go);
+    ::close(share.report);
+  }
   if (failed > 0) {
     throw std::runtime_error(
-        fmt::format("{} of {} joins failed; the first: {}", failed.load(), n, firstError));
+        fmt::format("{} of {} joins failed; the first: {}", failed, n, firstError));
   }
   return result;
 }
@@ -149,8 +309,9 @@ double median(std::vector<double> values) {
 
 std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOptions& options,
                                                          std::ostream& log) {
-  // Each simulated node holds two connections (four descriptors each with
-  // their event loops); the etcd members, started below, inherit the limit.
+  // Each simulated node holds two connections (three descriptors each
+  // with their event loops); the etcd members, started below, inherit the
+  // limit. The nodes are spread over processes as real ones are.
   rlimit limit{};
   ::getrlimit(RLIMIT_NOFILE, &limit);
   const rlim_t wanted = 1 << 18;
@@ -159,18 +320,16 @@ std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOp
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
-  test_support::EtcdCluster cluster(3);
+  test_support::EtcdCluster cluster(3, std::nullopt, test_support::EtcdTiming{100, 1000});
   std::vector<RendezvousResult> results;
   ::getrlimit(RLIMIT_NOFILE, &limit);
+  const int perProcess = static_cast<int>(std::min<rlim_t>(
+      kNodesPerProcess,
+      (limit.rlim_cur - std::min<rlim_t>(limit.rlim_cur, 1024)) / kDescriptorsPerNode));
   for (int n : options.nodes) {
-    // All simulated nodes live in this one process: 6 descriptors each (two
-    // connections, each with its event loop's epoll and eventfd).
-    const auto needed = static_cast<rlim_t>(n) * kDescriptorsPerNode + 1024;
-    if (limit.rlim_cur < needed) {
-      log << fmt::format(
-          "  etcd: {} nodes skipped: they need about {} file descriptors in this one process and "
-          "it may open {} (ulimit -n; raising the hard limit needs CAP_SYS_RESOURCE)\n",
-          n, needed, limit.rlim_cur);
+    if (perProcess < 1) {
+      log << fmt::format("  etcd: {} nodes skipped: this process may open only {} descriptors\n", n,
+                         limit.rlim_cur);
       continue;
     }
     RendezvousResult result;
@@ -178,7 +337,7 @@ std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOp
     std::vector<double> requests, events, maxEvents, coordinatorRequests, coordinatorEvents,
         etcdCpu, clientCpu;
     for (int r = 0; r < options.repeat; ++r) {
-      const RoundResult round = oneRound(cluster, n, fmt::format("bench-{}-{}", n, r));
+      const RoundResult round = oneRound(cluster, n, fmt::format("bench-{}-{}", n, r), perProcess);
       result.seconds.push_back(round.seconds);
       requests.push_back(round.requestsPerNode);
       events.push_back(round.watchEventsPerNode);

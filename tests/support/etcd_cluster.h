@@ -61,9 +61,18 @@ struct EtcdTls {
   }
 };
 
+// Raft timing: the tests' fast failover (heartbeat 50 ms, election 500 ms),
+// or etcd's defaults (100 ms, 1 s), which a benchmark loading two cores
+// with thousands of clients needs to keep its leader.
+struct EtcdTiming {
+  int heartbeatMs = 50;
+  int electionMs = 500;
+};
+
 class EtcdCluster {
  public:
-  explicit EtcdCluster(int members = 3, std::optional<EtcdTls> tls = std::nullopt)
+  explicit EtcdCluster(int members = 3, std::optional<EtcdTls> tls = std::nullopt,
+                       EtcdTiming timing = EtcdTiming{})
       : tls_(std::move(tls)) {
     const std::filesystem::path shm = "/dev/shm";
     dir_ = (std::filesystem::is_directory(shm) ? shm : std::filesystem::temp_directory_path()) /
@@ -88,9 +97,9 @@ class EtcdCluster {
           "--advertise-client-urls {6}://127.0.0.1:{2} --listen-peer-urls http://127.0.0.1:{3} "
           "--initial-advertise-peer-urls http://127.0.0.1:{3} --initial-cluster {4} "
           "--initial-cluster-state new --initial-cluster-token ddprun-test-{5} "
-          "--heartbeat-interval 50 --election-timeout 500{7} > {1}/m{0}.log 2>&1",
+          "--heartbeat-interval {8} --election-timeout {9}{7} > {1}/m{0}.log 2>&1",
           i, dir_.string(), clientPorts_[i], peerPorts_[i], initial, dir_.filename().string(),
-          scheme, tlsFlags);
+          scheme, tlsFlags, timing.heartbeatMs, timing.electionMs);
       members_.push_back(
           std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", command}));
     }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <random>
+#include <utility>
 
 #include "http_connection.h"
 
@@ -153,14 +154,23 @@ std::string EtcdClient::localAddress() {
 }
 
 void EtcdClient::shutdown() {
-  std::lock_guard lock(mutex_);
-  shutdown_ = true;
+  {
+    std::lock_guard lock(mutex_);
+    shutdown_ = true;
+  }
+  shutdownChanged_.notify_all();
 }
 
 std::string EtcdClient::call(const std::string& target, const std::string& body) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   std::string errors;
-  for (std::size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
+  // A busy cluster (a leader election, proposals timing out under load) is
+  // asked again, member after member, with a growing back-off until the
+  // request timeout; an unreachable member is skipped at once.
+  const auto giveUpAt = Clock::now() + options_.requestTimeout;
+  auto backoff = std::chrono::milliseconds(20);
+  std::size_t unreachable = 0;
+  while (unreachable < options_.endpoints.size()) {
     if (shutdown_) throw NetworkError("the etcd client was shut down");
     if (!connection_) {
       connection_ = std::make_unique<HttpConnection>(options_, options_.endpoints[current_]);
@@ -168,6 +178,18 @@ std::string EtcdClient::call(const std::string& target, const std::string& body)
     try {
       ++requests_;
       return connection_->post(target, body, Clock::now() + options_.requestTimeout);
+    } catch (const EtcdBusyError& e) {
+      if (Clock::now() + backoff >= giveUpAt) {
+        throw NetworkError(fmt::format(
+            "etcd stayed busy for {} s ({})",
+            std::chrono::duration_cast<std::chrono::seconds>(options_.requestTimeout).count(),
+            e.what()));
+      }
+      connection_.reset();
+      current_ = (current_ + 1) % options_.endpoints.size();
+      shutdownChanged_.wait_for(lock, backoff + std::chrono::milliseconds(random_() % 20),
+                                [this] { return shutdown_; });
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     } catch (const ServerError&) {
       throw;
     } catch (const Error& e) {
@@ -175,6 +197,7 @@ std::string EtcdClient::call(const std::string& target, const std::string& body)
       errors += fmt::format("{}{}", errors.empty() ? "" : "; ", e.what());
       connection_.reset();
       current_ = (current_ + 1) % options_.endpoints.size();
+      ++unreachable;
     }
   }
   throw NetworkError(fmt::format("no etcd member answered ({})", errors));
@@ -290,7 +313,13 @@ std::int64_t EtcdClient::keepAliveLease(std::int64_t lease) {
 }
 
 void EtcdClient::revokeLease(std::int64_t lease) {
-  call("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump());
+  try {
+    call("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump());
+  } catch (const ServerError& e) {
+    // Gone already (expired, or revoked by an attempt that etcd reported
+    // as timed out and then carried out): what was asked for.
+    if (std::string(e.what()).find("lease not found") == std::string::npos) throw;
+  }
 }
 
 std::int64_t EtcdClient::leaseTimeToLive(std::int64_t lease) {
@@ -302,18 +331,15 @@ std::int64_t EtcdClient::leaseTimeToLive(std::int64_t lease) {
 // --- EtcdWatch -----------------------------------------------------------------
 
 EtcdWatch::EtcdWatch(EtcdOptions options, std::string prefix, std::int64_t startRevision)
-    : EtcdWatch(std::move(options), prefix, etcdPrefixEnd(prefix), startRevision) {}
-
-EtcdWatch::EtcdWatch(EtcdOptions options, std::string key, std::string rangeEnd,
-                     std::int64_t startRevision)
-    : EtcdWatch(std::move(options), {{std::move(key), std::move(rangeEnd)}}, startRevision) {}
+    : EtcdWatch(std::move(options), {{prefix, etcdPrefixEnd(prefix)}}, startRevision) {}
 
 EtcdWatch::EtcdWatch(EtcdOptions options, std::vector<std::pair<std::string, std::string>> ranges,
                      std::int64_t startRevision)
-    : options_(std::move(options)),
-      ranges_(std::move(ranges)),
-      nextRevision_(startRevision),
-      current_(randomEndpoint(options_.endpoints.size())) {}
+    : options_(std::move(options)), current_(randomEndpoint(options_.endpoints.size())) {
+  for (auto& [key, rangeEnd] : ranges) {
+    ranges_.push_back(Range{std::move(key), std::move(rangeEnd), startRevision});
+  }
+}
 
 EtcdWatch::~EtcdWatch() = default;
 
@@ -323,15 +349,16 @@ void EtcdWatch::cancel() {
   if (connection_) connection_->cancel();
 }
 
+void EtcdWatch::sendCreate(const Range& range) {
+  json request = rangeRequest(range.key, range.rangeEnd);
+  if (range.nextRevision > 0) request["start_revision"] = std::to_string(range.nextRevision);
+  connection_->writeMessage(json{{"create_request", request}}.dump(),
+                            Clock::now() + options_.requestTimeout);
+}
+
 void EtcdWatch::open() {
-  // The gateway reads a stream of requests from the body: one create
-  // request a range, each on its own line.
-  std::string body;
-  for (const auto& [key, rangeEnd] : ranges_) {
-    json request = rangeRequest(key, rangeEnd);
-    request["start_revision"] = std::to_string(nextRevision_);
-    body += json{{"create_request", request}}.dump() + "\n";
-  }
+  // A WebSocket on the gateway's watch: one create request a range, each
+  // from the revision after the last one it saw.
   std::string errors;
   for (std::size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
     {
@@ -339,9 +366,13 @@ void EtcdWatch::open() {
       if (cancelled_) throw Error("the etcd watch was cancelled");
       connection_ = std::make_unique<HttpConnection>(options_, options_.endpoints[current_]);
     }
+    created_ = 0;
     try {
-      connection_->openStream("/v3/watch", body, Clock::now() + options_.requestTimeout);
+      connection_->openWebSocket("/v3/watch", Clock::now() + options_.requestTimeout);
+      for (const Range& range : ranges_) sendCreate(range);
       return;
+    } catch (const ServerError&) {
+      throw;
     } catch (const Error& e) {
       errors += fmt::format("{}{}", errors.empty() ? "" : "; ", e.what());
       current_ = (current_ + 1) % options_.endpoints.size();
@@ -352,7 +383,86 @@ void EtcdWatch::open() {
   throw NetworkError(fmt::format("no etcd member accepted a watch ({})", errors));
 }
 
+std::int64_t EtcdWatch::start() {
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (cancelled_) throw Error("the etcd watch was cancelled");
+    }
+    if (!connection_) open();
+    if (created_ == ranges_.size()) return revision_;
+    try {
+      // Events before the last creation are kept: next() returns them.
+      auto events = handle(connection_->readMessage());
+      pending_.insert(pending_.end(), events.begin(), events.end());
+    } catch (const NetworkError&) {
+      std::lock_guard lock(mutex_);
+      if (cancelled_) throw Error("the etcd watch was cancelled");
+      connection_.reset();
+      current_ = (current_ + 1) % options_.endpoints.size();
+    }
+  }
+}
+
+void EtcdWatch::add(std::string key, std::string rangeEnd, std::int64_t startRevision) {
+  ranges_.push_back(Range{std::move(key), std::move(rangeEnd), startRevision});
+  if (!connection_) return;  // open() creates it with the others
+  try {
+    sendCreate(ranges_.back());
+  } catch (const Error&) {
+    // The stream broke: next() opens a new one, this range with it.
+    std::lock_guard lock(mutex_);
+    connection_.reset();
+  }
+}
+
+std::vector<EtcdWatchEvent> EtcdWatch::handle(const std::string& message) {
+  const json parsed = parse(message);
+  const auto result = parsed.find("result");
+  if (result == parsed.end()) {
+    throw ServerError(fmt::format("etcd's watch failed: {}", message.substr(0, 200)));
+  }
+  const std::int64_t watchId = int64Of(*result, "watch_id");
+  if (result->value("canceled", false)) {
+    if (const std::int64_t compacted = int64Of(*result, "compact_revision"); compacted > 0) {
+      throw EtcdCompactedError(
+          fmt::format("etcd compacted revision {} away while it was being watched", compacted));
+    }
+    throw ServerError(fmt::format("etcd cancelled the watch: {}",
+                                  result->value("cancel_reason", std::string("no reason"))));
+  }
+  const std::int64_t revision = int64Of(result->value("header", json::object()), "revision");
+  if (result->value("created", false)) {
+    // etcd creates a stream's watchers in the order they were asked for.
+    if (created_ < ranges_.size()) {
+      Range& range = ranges_[created_++];
+      range.watchId = watchId;
+      // A watcher "from now" sees what follows this revision.
+      if (range.nextRevision == 0) range.nextRevision = revision + 1;
+      revision_ = std::max(revision_, revision);
+    }
+    return {};
+  }
+  Range* range = nullptr;
+  for (std::size_t i = 0; i < created_; ++i) {
+    if (ranges_[i].watchId == watchId) range = &ranges_[i];
+  }
+  std::vector<EtcdWatchEvent> events;
+  for (const auto& e : result->value("events", json::array())) {
+    EtcdWatchEvent event;
+    event.deleted = e.value("type", "") == "DELETE";
+    event.kv = keyValueOf(e.value("kv", json::object()));
+    if (range != nullptr) {
+      range->nextRevision = std::max(range->nextRevision, event.kv.modRevision + 1);
+    }
+    events.push_back(std::move(event));
+  }
+  events_ += events.size();
+  return events;
+}
+
 std::vector<EtcdWatchEvent> EtcdWatch::next() {
+  if (!pending_.empty()) return std::exchange(pending_, {});
   for (;;) {
     bool needOpen = false;
     {
@@ -361,41 +471,19 @@ std::vector<EtcdWatchEvent> EtcdWatch::next() {
       needOpen = connection_ == nullptr;
     }
     if (needOpen) open();
-    std::string line;
+    std::string message;
     try {
-      line = connection_->readLine();
-    } catch (const ServerError&) {
-      throw;
+      message = connection_->readMessage();
     } catch (const Error&) {
-      // The member went away: resume on the next one from the last revision.
+      // The member went away: resume on the next one, each range from
+      // the last revision it saw.
       std::lock_guard lock(mutex_);
       if (cancelled_) throw Error("the etcd watch was cancelled");
       connection_.reset();
       current_ = (current_ + 1) % options_.endpoints.size();
       continue;
     }
-    const json message = parse(line);
-    const auto result = message.find("result");
-    if (result == message.end()) {
-      throw ServerError(fmt::format("etcd's watch failed: {}", line.substr(0, 200)));
-    }
-    if (result->value("canceled", false)) {
-      if (const std::int64_t compacted = int64Of(*result, "compact_revision"); compacted > 0) {
-        throw EtcdCompactedError(fmt::format(
-            "etcd compacted revision {} away while it was being watched", nextRevision_));
-      }
-      throw ServerError(fmt::format("etcd cancelled the watch: {}",
-                                    result->value("cancel_reason", std::string("no reason"))));
-    }
-    std::vector<EtcdWatchEvent> events;
-    for (const auto& e : result->value("events", json::array())) {
-      EtcdWatchEvent event;
-      event.deleted = e.value("type", "") == "DELETE";
-      event.kv = keyValueOf(e.value("kv", json::object()));
-      nextRevision_ = std::max(nextRevision_, event.kv.modRevision + 1);
-      events.push_back(std::move(event));
-    }
-    events_ += events.size();
+    auto events = handle(message);
     if (!events.empty()) return events;
   }
 }

@@ -214,6 +214,16 @@ void EtcdCoordinator::offer(const protocol::JoinRequest& request) {
 }
 
 void EtcdCoordinator::load() {
+  // The watch first, from now (etcd tells it of each change at once), then
+  // the read: the watch's events up to the read's revision are in it.
+  auto watch = std::make_unique<EtcdWatch>(options_.etcd, options_.base, 0);
+  EtcdWatch* started = watch.get();
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) throw Error("the coordinator was stopped");
+    watch_ = std::move(watch);
+  }
+  started->start();
   const EtcdRange range = client_.getPrefix(options_.base);
   auto view = std::make_unique<CoordinatorView>();
   // The state first: failure keys count only for its round.
@@ -225,9 +235,8 @@ void EtcdCoordinator::load() {
   view->recount();
   std::lock_guard lock(mutex_);
   view_ = std::move(view);
+  loadedRevision_ = range.revision;
   dirty_ = true;
-  if (stopping_) return;
-  watch_ = std::make_unique<EtcdWatch>(options_.etcd, options_.base, range.revision + 1);
 }
 
 void EtcdCoordinator::runWatch() {
@@ -262,6 +271,7 @@ void EtcdCoordinator::runWatch() {
       std::lock_guard lock(mutex_);
       bool recount = false;
       for (const auto& e : events) {
+        if (e.kv.modRevision <= loadedRevision_) continue;  // in the view already
         recount = view_->apply(options_.base, e.kv, e.deleted) || recount;
         view_->revision = std::max(view_->revision, e.kv.modRevision);
       }
@@ -491,8 +501,13 @@ bool EtcdCoordinator::perform(const Action& action) {
         const std::string prefix = options_.base + folder;
         ops.push_back(EtcdOp::erase(prefix, etcdPrefixEnd(prefix)));
       }
-      result = client_.txn({guard, stateIs}, ops);
-      if (!result.succeeded) {
+      result = client_.txn({guard, stateIs}, ops, {EtcdOp::read(keys.state())});
+      // A failed compare after an attempt that etcd reported as timed out
+      // and then carried out: the state is this one, on this lease.
+      const bool ours = !result.succeeded && !result.ranges.empty() &&
+                        !result.ranges.front().kvs.empty() &&
+                        result.ranges.front().kvs.front().lease == lease;
+      if (!result.succeeded && !ours) {
         client_.revokeLease(lease);
       } else if (action.oldJobLease != 0) {
         try {

@@ -79,7 +79,8 @@ class EtcdCoordinator {
   std::condition_variable changed_;
   std::unique_ptr<CoordinatorView> view_;
   std::optional<protocol::JoinRequest> request_;
-  std::int64_t awaiting_ = 0;  // a revision this node wrote that the view has not seen
+  std::int64_t loadedRevision_ = 0;  // of the view's read: the watch's events to that are in it
+  std::int64_t awaiting_ = 0;        // a revision this node wrote that the view has not seen
   bool dirty_ = true;
   bool stopping_ = false;
   bool reload_ = false;

@@ -78,26 +78,42 @@ void EtcdRendezvous::connect() {
 }
 
 void EtcdRendezvous::registerNode(const etcd::NodeInfo& me) {
-  // One transaction: the alive key (its create revision orders the nodes
-  // and guards the coordinator's writes), the joining key, the state to
-  // watch from, and the alive key created just before this one (none: this
-  // node is the oldest and coordinates).
   const etcd::Keys keys{base()};
+  openWatch();
+  // One transaction: the alive key (its create revision orders the nodes
+  // and guards the coordinator's writes), the joining key, the state, the
+  // alive key as written, and `newest`, read and then pointed at this
+  // node: the node that registered just before, this node's predecessor
+  // (one key read, where the newest alive keys by creation would be a
+  // sort of them all in etcd).
+  const std::string alive = keys.alive(me.id);
   const EtcdTxnResult txn =
-      client_.txn({}, {EtcdOp::put(keys.alive(me.id), "", lease_),
+      client_.txn({}, {EtcdOp::put(alive, "", lease_),
                        EtcdOp::put(keys.joining(me.id), etcd::toJson(me), lease_),
-                       EtcdOp::read(keys.state()), EtcdOp::readNewest(keys.alive(""), 2)});
-  if (txn.ranges.size() != 2) throw ProtocolError("etcd answered a transaction incompletely");
-  const EtcdRange& state = txn.ranges[0];
-  std::optional<EtcdKeyValue> predecessor;
-  for (const auto& kv : txn.ranges[1].kvs) {
-    if (kv.key == keys.alive(me.id)) {
-      aliveRevision_ = kv.createRevision;
-    } else if (!predecessor) {
-      predecessor = kv;
-    }
+                       EtcdOp::read(keys.state()), EtcdOp::read(alive), EtcdOp::read(keys.newest()),
+                       EtcdOp::put(keys.newest(), alive, lease_)});
+  if (txn.ranges.size() != 3 || txn.ranges[1].kvs.empty()) {
+    throw ProtocolError("etcd answered a transaction incompletely");
   }
-  bool oldest = true;
+  const EtcdRange& state = txn.ranges[0];
+  aliveRevision_ = txn.ranges[1].kvs.front().createRevision;
+  std::optional<std::string> predecessor;
+  std::int64_t watchFrom = txn.revision + 1;
+  if (const auto& newest = txn.ranges[2].kvs; !newest.empty() && newest.front().value != alive &&
+                                              newest.front().modRevision < aliveRevision_) {
+    // Its alive key was created with `newest` (one transaction): any
+    // deletion comes after.
+    predecessor = newest.front().value;
+    watchFrom = newest.front().modRevision + 1;
+  } else {
+    // The first node; or the one before has gone since (its lease took
+    // `newest`); or an earlier attempt of this transaction (etcd said it
+    // timed out, then carried it out) set it: the one before, found as a
+    // succession finds it.
+    const EtcdRange found = newestAliveBefore(aliveRevision_);
+    if (!found.kvs.empty()) predecessor = found.kvs.front().key;
+  }
+  const bool oldest = !predecessor;
   {
     std::lock_guard lock(mutex_);
     if (state.kvs.empty()) {
@@ -106,25 +122,30 @@ void EtcdRendezvous::registerNode(const etcd::NodeInfo& me) {
       onState(etcd::stateFromJson(state.kvs.front().value), state.kvs.front().modRevision);
     }
     if (stopping_) throw NetworkError("the rendezvous was shut down");
-    if (predecessor && predecessor->createRevision < aliveRevision_) {
-      predecessorKey_ = predecessor->key;
-      oldest = false;
-    }
-    watch_ = std::make_unique<EtcdWatch>(options_.etcd, watchedRanges(), txn.revision + 1);
+    if (!oldest) predecessorKey_ = *predecessor;
   }
+  // Its deletion (from a past revision: etcd's sync brings it within
+  // 100 ms, soon enough for a succession).
+  if (!oldest) watch_->add(*predecessor, "", watchFrom);
   watcher_ = std::thread([this] { runWatch(); });
   if (oldest) startCoordinator();
   registered_ = true;
 }
 
-std::vector<std::pair<std::string, std::string>> EtcdRendezvous::watchedRanges() const {
+void EtcdRendezvous::openWatch() {
   const etcd::Keys keys{base()};
-  // One stream for all: the state, this node's assign key and, until this
-  // node coordinates, the alive key before its own.
-  std::vector<std::pair<std::string, std::string>> ranges = {{keys.state(), ""},
-                                                             {keys.assign(options_.nodeId), ""}};
-  if (!predecessorKey_.empty()) ranges.emplace_back(predecessorKey_, "");
-  return ranges;
+  auto watch =
+      std::make_unique<EtcdWatch>(options_.etcd,
+                                  std::vector<std::pair<std::string, std::string>>{
+                                      {keys.state(), ""}, {keys.assign(options_.nodeId), ""}},
+                                  0);
+  EtcdWatch* started = watch.get();
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) throw NetworkError("the rendezvous was shut down");
+    watch_ = std::move(watch);
+  }
+  started->start();
 }
 
 void EtcdRendezvous::startCoordinator() {
@@ -141,22 +162,17 @@ void EtcdRendezvous::startCoordinator() {
 void EtcdRendezvous::onPredecessorGone() {
   // etcd's election recipe: the alive key created just before this node's
   // now; none means this node is the oldest and coordinates.
-  const etcd::Keys keys{base()};
-  EtcdRangeRequest older;
-  older.key = keys.alive("");
-  older.rangeEnd = etcdPrefixEnd(older.key);
-  older.maxCreateRevision = aliveRevision_ - 1;
-  older.newestCreatedFirst = true;
-  older.limit = 1;
-  const EtcdRange predecessor = client_.range(older);
+  const EtcdRange predecessor = newestAliveBefore(aliveRevision_);
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
     predecessorKey_ = predecessor.kvs.empty() ? "" : predecessor.kvs.front().key;
-    const std::int64_t from = std::min(watch_->nextRevision(), predecessor.revision + 1);
-    watch_ = std::make_unique<EtcdWatch>(options_.etcd, watchedRanges(), from);
   }
-  if (predecessor.kvs.empty()) startCoordinator();
+  if (predecessor.kvs.empty()) {
+    startCoordinator();
+  } else {
+    watch_->add(predecessor.kvs.front().key, "", predecessor.revision + 1);
+  }
 }
 
 EtcdRendezvous::~EtcdRendezvous() {
@@ -197,29 +213,37 @@ EtcdRendezvousStats EtcdRendezvous::stats() const {
 // --- the state -----------------------------------------------------------------
 
 void EtcdRendezvous::reload() {
-  // After a compaction: what the watch missed, then a new watch from there.
+  // After a compaction: a new watch, then what the old one missed.
+  openWatch();
   const etcd::Keys keys{base()};
-  const EtcdTxnResult read =
-      client_.txn({}, {EtcdOp::read(keys.state()), EtcdOp::read(keys.assign(options_.nodeId))});
   std::string predecessor;
   {
     std::lock_guard lock(mutex_);
-    if (read.ranges.size() == 2) {
-      if (!read.ranges[1].kvs.empty()) {
-        noteAssign(read.ranges[1].kvs.front().value);
-      }
-      if (read.ranges[0].kvs.empty()) {
-        onState(std::nullopt, 0);
-      } else if (auto state = etcd::stateFromJson(read.ranges[0].kvs.front().value)) {
-        onState(std::move(state), read.ranges[0].kvs.front().modRevision);
-      }
-      takeAssignment();
-    }
-    if (stopping_) return;
-    watch_ = std::make_unique<EtcdWatch>(options_.etcd, watchedRanges(), read.revision + 1);
     predecessor = predecessorKey_;
   }
-  if (!predecessor.empty() && client_.get(predecessor).kvs.empty()) onPredecessorGone();
+  std::vector<EtcdOp> reads{EtcdOp::read(keys.state()), EtcdOp::read(keys.assign(options_.nodeId))};
+  if (!predecessor.empty()) reads.push_back(EtcdOp::read(predecessor));
+  const EtcdTxnResult read = client_.txn({}, reads);
+  if (read.ranges.size() != reads.size()) {
+    throw ProtocolError("etcd answered a transaction incompletely");
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (!read.ranges[1].kvs.empty()) noteAssign(read.ranges[1].kvs.front().value);
+    if (read.ranges[0].kvs.empty()) {
+      onState(std::nullopt, 0);
+    } else if (auto state = etcd::stateFromJson(read.ranges[0].kvs.front().value)) {
+      onState(std::move(state), read.ranges[0].kvs.front().modRevision);
+    }
+    takeAssignment();
+    if (stopping_) return;
+  }
+  if (predecessor.empty()) return;
+  if (read.ranges[2].kvs.empty()) {
+    onPredecessorGone();
+  } else {
+    watch_->add(predecessor, "", read.revision + 1);
+  }
 }
 
 void EtcdRendezvous::runWatch() {
@@ -258,7 +282,7 @@ void EtcdRendezvous::runWatch() {
       continue;
     }
     watchEvents_ += events.size();
-    bool predecessorGone = false;
+    std::int64_t predecessorGoneAt = 0;  // the revision of its deletion
     // One response may carry many revisions (a watch catching up): each
     // state in turn, so no round this node is part of goes unseen.
     for (const auto& e : events) {
@@ -281,28 +305,31 @@ void EtcdRendezvous::runWatch() {
         // The stream delivers each watched key's events in order, but not
         // the assign key's before the state's: read it now, before the next
         // state, so that a round that ends at once is still this node's.
-        if (unassigned) readAssignment();
+        if (unassigned) {
+          try {
+            readAssignment();
+          } catch (const Error& err) {
+            // join() reads it too, once per round.
+            DDPRUN_WARN("Reading this node's assignment from etcd failed ({}).", err.what());
+          }
+        }
       } else if (e.kv.key == assignKey) {
         if (e.deleted) continue;
         std::lock_guard lock(mutex_);
         noteAssign(e.kv.value);
         takeAssignment();
       } else if (e.kv.key == predecessor && e.deleted) {
-        predecessorGone = true;
+        predecessorGoneAt = e.kv.modRevision;
       }
     }
-    if (predecessorGone) {
+    if (predecessorGoneAt > 0) {
       try {
         onPredecessorGone();
       } catch (const Error& e) {
         DDPRUN_WARN("Finding the node before {} in etcd failed ({}); trying again.",
                     options_.nodeId, e.what());
-        std::lock_guard lock(mutex_);
-        if (!stopping_) {
-          // Watch the same key again from before its deletion: it comes back.
-          watch_ = std::make_unique<EtcdWatch>(
-              options_.etcd, watchedRanges(), std::max<std::int64_t>(1, watch->nextRevision() - 1));
-        }
+        // The same key again from its deletion: the event comes back.
+        watch->add(predecessor, "", predecessorGoneAt);
       }
     }
   }
@@ -403,6 +430,16 @@ void EtcdRendezvous::waitForChange(std::int64_t stateRevision, Clock::time_point
   changed_.wait_until(lock, until, [&] {
     return stopping_ || stateRevision_ != stateRevision || assigned_.has_value();
   });
+}
+
+EtcdRange EtcdRendezvous::newestAliveBefore(std::int64_t createRevision) {
+  EtcdRangeRequest older;
+  older.key = etcd::Keys{base()}.alive("");
+  older.rangeEnd = etcdPrefixEnd(older.key);
+  older.maxCreateRevision = createRevision - 1;
+  older.newestCreatedFirst = true;
+  older.limit = 1;
+  return client_.range(older);
 }
 
 std::int64_t EtcdRendezvous::aliveBefore(std::int64_t revision) {

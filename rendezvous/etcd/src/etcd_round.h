@@ -113,6 +113,9 @@ struct Keys {
   std::string base;
   std::string state() const { return base + "state"; }
   std::string alive(const std::string& node) const { return base + "alive/" + node; }
+  // The alive key of the node that registered last (on its lease): a new
+  // node's predecessor, read and replaced in its registration.
+  std::string newest() const { return base + "newest"; }
   std::string joining(const std::string& node) const { return base + "joining/" + node; }
   std::string left(const std::string& node) const { return base + "left/" + node; }
   std::string assign(const std::string& node) const { return base + "assign/" + node; }

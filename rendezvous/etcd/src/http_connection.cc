@@ -8,6 +8,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,7 @@ namespace ddprun::rendezvous {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 
 namespace {
@@ -43,28 +46,29 @@ std::string etcdMessage(const std::string& body) {
 }  // namespace
 
 struct HttpConnection::Impl {
-  explicit Impl(const EtcdOptions& o) : options(o), tlsContext(asio::ssl::context::tls_client) {
-    onChunk = [this](std::uint64_t, beast::string_view data, beast::error_code&) {
-      if (lines.size() + data.size() > kBodyLimit) return std::size_t{0};  // stops the parser
-      lines.append(data.data(), data.size());
-      return data.size();
-    };
-  }
+  using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+  explicit Impl(const EtcdOptions& o) : options(o), tlsContext(asio::ssl::context::tls_client) {}
 
   const EtcdOptions& options;
   asio::io_context io;
   asio::ssl::context tlsContext;
+  // Exactly one of these once connected: an HTTP connection (plain, TLS)
+  // or, after openWebSocket(), a WebSocket over it.
   std::unique_ptr<beast::tcp_stream> plain;
-  std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> tls;
+  std::unique_ptr<TlsStream> tls;
+  std::unique_ptr<websocket::stream<beast::tcp_stream>> wsPlain;
+  std::unique_ptr<websocket::stream<TlsStream>> wsTls;
   beast::flat_buffer buffer;
-  std::unique_ptr<http::response_parser<http::string_body>> stream;  // openStream's reply
-  std::string lines;  // the stream's bytes not yet returned
-  // The parser keeps a reference to its chunk callback: it lives here.
-  std::function<std::size_t(std::uint64_t, beast::string_view, beast::error_code&)> onChunk;
   std::atomic<bool> cancelled{false};
 
-  bool connected() const { return plain || tls; }
-  beast::tcp_stream& lowest() { return plain ? *plain : beast::get_lowest_layer(*tls); }
+  bool connected() const { return plain || tls || wsPlain || wsTls; }
+  beast::tcp_stream& lowest() {
+    if (plain) return *plain;
+    if (tls) return beast::get_lowest_layer(*tls);
+    if (wsPlain) return beast::get_lowest_layer(*wsPlain);
+    return beast::get_lowest_layer(*wsTls);
+  }
 
   void close() {
     if (!connected()) return;
@@ -72,9 +76,9 @@ struct HttpConnection::Impl {
     lowest().socket().close(ignored);
     plain.reset();
     tls.reset();
-    stream.reset();
+    wsPlain.reset();
+    wsTls.reset();
     buffer.clear();
-    lines.clear();
   }
 
   // Starts one asynchronous operation and runs it to completion.
@@ -91,6 +95,11 @@ struct HttpConnection::Impl {
     io.run();
     if (cancelled) result = asio::error::operation_aborted;
     return result;
+  }
+
+  template <typename Fn>
+  auto withWebSocket(Fn&& fn) {
+    return wsPlain ? fn(*wsPlain) : fn(*wsTls);
   }
 
   template <typename Fn>
@@ -148,8 +157,8 @@ std::string HttpConnection::localAddress() const {
 void HttpConnection::cancel() {
   impl_->cancelled = true;
   // Only the socket closes here, on the connection's own event loop: the
-  // pending operation completes as aborted while its stream, parser and
-  // buffer still exist; the blocked call then frees them on its own thread.
+  // pending operation completes as aborted while its stream and buffer
+  // still exist; the blocked call then frees them on its own thread.
   asio::post(impl_->io, [impl = impl_.get()] {
     beast::error_code ignored;
     if (impl->connected()) impl->lowest().socket().close(ignored);
@@ -169,70 +178,53 @@ void splitEndpoint(const std::string& endpoint, std::string& host, std::string& 
 
 }  // namespace
 
-std::string HttpConnection::post(const std::string& target, const std::string& body,
-                                 Clock::time_point deadline) {
-  openStream(target, body, deadline);
-  Impl& c = *impl_;
-  const beast::error_code ec = c.run(deadline, [&](auto handler) {
-    c.withStream([&](auto& s) { http::async_read(s, c.buffer, *c.stream, std::move(handler)); });
-  });
-  if (ec) {
-    c.close();
-    if (ec == beast::error::timeout) {
-      throw TimeoutError(fmt::format("etcd at {} did not answer in time", endpoint_));
-    }
-    throw NetworkError(fmt::format("etcd at {}: {}", endpoint_, ec.message()));
+[[noreturn]] void HttpConnection::fail(const beast::error_code& ec, const char* what) {
+  impl_->close();
+  if (ec == beast::error::timeout) {
+    throw TimeoutError(fmt::format("etcd at {}: {} timed out", endpoint_, what));
   }
-  auto response = c.stream->release();
-  c.stream.reset();
-  if (!response.keep_alive()) c.close();
-  if (response.result() != http::status::ok) {
-    throw ServerError(
-        fmt::format("etcd at {} refused {}: {}", endpoint_, target, etcdMessage(response.body())));
-  }
-  return std::move(response.body());
+  throw NetworkError(fmt::format("etcd at {}: {} failed: {}", endpoint_, what, ec.message()));
 }
 
-void HttpConnection::openStream(const std::string& target, const std::string& body,
-                                Clock::time_point deadline) {
+void HttpConnection::connect(Clock::time_point deadline) {
   Impl& c = *impl_;
-  if (c.cancelled)
+  if (c.cancelled) {
     throw NetworkError(fmt::format("the connection to etcd at {} was closed", endpoint_));
-  const auto fail = [&](const beast::error_code& ec, const char* what) {
-    c.close();
-    if (ec == beast::error::timeout) {
-      throw TimeoutError(fmt::format("etcd at {}: {} timed out", endpoint_, what));
-    }
-    throw NetworkError(fmt::format("etcd at {}: {} failed: {}", endpoint_, what, ec.message()));
-  };
+  }
+  if (c.connected()) return;
   std::string host;
   std::string port;
   splitEndpoint(endpoint_, host, port);
-  if (!c.connected()) {
-    tcp::resolver resolver(c.io);
-    beast::error_code ec;
-    const auto addresses = resolver.resolve(host, port, ec);
-    if (ec) fail(ec, "resolving its address");
-    if (c.options.tls) {
-      c.tls = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(c.io, c.tlsContext);
-      if (!SSL_set_tlsext_host_name(c.tls->native_handle(), host.c_str())) {
-        // An IP address: no SNI, the certificate's IP SAN is checked.
-      }
-      c.tls->set_verify_callback(asio::ssl::host_name_verification(host));
-    } else {
-      c.plain = std::make_unique<beast::tcp_stream>(c.io);
+  tcp::resolver resolver(c.io);
+  beast::error_code ec;
+  const auto addresses = resolver.resolve(host, port, ec);
+  if (ec) fail(ec, "resolving its address");
+  if (c.options.tls) {
+    c.tls = std::make_unique<Impl::TlsStream>(c.io, c.tlsContext);
+    if (!SSL_set_tlsext_host_name(c.tls->native_handle(), host.c_str())) {
+      // An IP address: no SNI, the certificate's IP SAN is checked.
     }
-    ec = c.run(deadline,
-               [&](auto handler) { c.lowest().async_connect(addresses, std::move(handler)); });
-    if (ec) fail(ec, "connecting");
-    c.lowest().socket().set_option(tcp::no_delay(true));
-    if (c.tls) {
-      ec = c.run(deadline, [&](auto handler) {
-        c.tls->async_handshake(asio::ssl::stream_base::client, std::move(handler));
-      });
-      if (ec) fail(ec, "the TLS handshake");
-    }
+    c.tls->set_verify_callback(asio::ssl::host_name_verification(host));
+  } else {
+    c.plain = std::make_unique<beast::tcp_stream>(c.io);
   }
+  ec = c.run(deadline,
+             [&](auto handler) { c.lowest().async_connect(addresses, std::move(handler)); });
+  if (ec) fail(ec, "connecting");
+  c.lowest().socket().set_option(tcp::no_delay(true));
+  if (c.tls) {
+    ec = c.run(deadline, [&](auto handler) {
+      c.tls->async_handshake(asio::ssl::stream_base::client, std::move(handler));
+    });
+    if (ec) fail(ec, "the TLS handshake");
+  }
+}
+
+std::string HttpConnection::post(const std::string& target, const std::string& body,
+                                 Clock::time_point deadline) {
+  Impl& c = *impl_;
+  if (c.wsPlain || c.wsTls) throw Error("an etcd WebSocket cannot carry HTTP requests");
+  connect(deadline);
   http::request<http::string_body> request{http::verb::post, target, 11};
   request.set(http::field::host, endpoint_);
   request.set(http::field::content_type, "application/json");
@@ -243,55 +235,83 @@ void HttpConnection::openStream(const std::string& target, const std::string& bo
     c.withStream([&](auto& s) { http::async_write(s, request, std::move(handler)); });
   });
   if (ec) fail(ec, "sending a request");
-  c.stream = std::make_unique<http::response_parser<http::string_body>>();
-  c.stream->body_limit(kBodyLimit);
-  c.lines.clear();
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(kBodyLimit);
+  ec = c.run(deadline, [&](auto handler) {
+    c.withStream([&](auto& s) { http::async_read(s, c.buffer, parser, std::move(handler)); });
+  });
+  if (ec) fail(ec, "reading the reply");
+  auto response = parser.release();
+  if (!response.keep_alive()) c.close();
+  if (response.result() == http::status::service_unavailable ||
+      response.result() == http::status::too_many_requests) {
+    throw EtcdBusyError(
+        fmt::format("etcd at {} is busy: {}", endpoint_, etcdMessage(response.body())));
+  }
+  if (response.result() != http::status::ok) {
+    throw ServerError(
+        fmt::format("etcd at {} refused {}: {}", endpoint_, target, etcdMessage(response.body())));
+  }
+  return std::move(response.body());
 }
 
-std::string HttpConnection::readLine() {
+void HttpConnection::openWebSocket(const std::string& target, Clock::time_point deadline) {
   Impl& c = *impl_;
-  if (!c.stream) throw NetworkError(fmt::format("no stream is open to etcd at {}", endpoint_));
-  auto& parser = *c.stream;
-  // One read of the stream, without a deadline (etcd pushes when it has
-  // news); a failure closes the connection.
-  auto read = [&](auto start) {
-    const beast::error_code ec = c.run(Clock::time_point::max(), [&](auto handler) {
-      c.withStream([&](auto& s) { start(s, std::move(handler)); });
-    });
-    if (ec) {
-      c.close();
-      throw NetworkError(
-          fmt::format("the stream from etcd at {} broke: {}", endpoint_, ec.message()));
-    }
-  };
-  if (!parser.is_header_done()) {
-    read([&](auto& s, auto handler) {
-      http::async_read_header(s, c.buffer, parser, std::move(handler));
-    });
-    if (parser.get().result() != http::status::ok) {
-      c.run(Clock::now() + c.options.requestTimeout, [&](auto handler) {
-        c.withStream([&](auto& s) { http::async_read(s, c.buffer, parser, std::move(handler)); });
-      });
-      const std::string message = etcdMessage(parser.get().body());
-      c.close();
-      throw ServerError(fmt::format("etcd at {} refused a stream: {}", endpoint_, message));
-    }
-    parser.on_chunk_body(c.onChunk);
+  if (c.wsPlain || c.wsTls) return;
+  connect(deadline);
+  // The WebSocket takes the connected stream over.
+  if (c.plain) {
+    c.wsPlain = std::make_unique<websocket::stream<beast::tcp_stream>>(std::move(*c.plain));
+    c.plain.reset();
+  } else {
+    c.wsTls = std::make_unique<websocket::stream<Impl::TlsStream>>(std::move(*c.tls));
+    c.tls.reset();
   }
-  for (;;) {
-    if (const std::size_t end = c.lines.find('\n'); end != std::string::npos) {
-      std::string line = c.lines.substr(0, end);
-      c.lines.erase(0, end + 1);
-      return line;
-    }
-    if (parser.is_done()) {
-      c.close();
-      throw NetworkError(fmt::format("etcd at {} ended the stream", endpoint_));
-    }
-    read([&](auto& s, auto handler) {
-      http::async_read_some(s, c.buffer, parser, std::move(handler));
+  beast::error_code ec = c.run(deadline, [&](auto handler) {
+    c.withWebSocket([&](auto& ws) {
+      ws.read_message_max(kBodyLimit);
+      ws.async_handshake(endpoint_, target, std::move(handler));
     });
+  });
+  if (ec) {
+    // etcd answers a refused upgrade with an HTTP error: say which.
+    if (ec == websocket::error::upgrade_declined) {
+      c.close();
+      throw ServerError(fmt::format("etcd at {} refused a WebSocket on {}", endpoint_, target));
+    }
+    fail(ec, "opening a WebSocket");
   }
+}
+
+void HttpConnection::writeMessage(const std::string& text, Clock::time_point deadline) {
+  Impl& c = *impl_;
+  if (!c.wsPlain && !c.wsTls) throw Error("no WebSocket is open to etcd");
+  const beast::error_code ec = c.run(deadline, [&](auto handler) {
+    c.withWebSocket([&](auto& ws) {
+      ws.text(true);
+      ws.async_write(asio::buffer(text), std::move(handler));
+    });
+  });
+  if (ec) fail(ec, "sending on a WebSocket");
+}
+
+std::string HttpConnection::readMessage() {
+  Impl& c = *impl_;
+  if (!c.wsPlain && !c.wsTls) {
+    throw NetworkError(fmt::format("no WebSocket is open to etcd at {}", endpoint_));
+  }
+  c.buffer.clear();
+  const beast::error_code ec = c.run(Clock::time_point::max(), [&](auto handler) {
+    c.withWebSocket([&](auto& ws) { ws.async_read(c.buffer, std::move(handler)); });
+  });
+  if (ec) {
+    c.close();
+    throw NetworkError(fmt::format("the stream from etcd at {} broke: {}", endpoint_,
+                                   ec == websocket::error::closed ? "it closed" : ec.message()));
+  }
+  std::string message = beast::buffers_to_string(c.buffer.data());
+  c.buffer.clear();
+  return message;
 }
 
 }  // namespace ddprun::rendezvous

@@ -1,8 +1,11 @@
 // EtcdClient: the few calls of etcd's v3 API that ddprun needs, over its
 // JSON gateway (/v3/kv/range, /v3/kv/txn, /v3/lease/..., /v3/watch):
 // reads, compare-and-swap on a key's revision, leases for liveness, and a
-// watch that resumes where it broke. Requests go to one member and fail
-// over to the next when it cannot be reached; each client and each watch
+// watch (a WebSocket on the gateway, so ranges can be added while it runs)
+// that resumes where it broke. Requests go to one member and fail over to
+// the next when it cannot be reached; a busy cluster (no leader, proposals
+// timing out under load) is asked again with a back-off until the request
+// timeout. Each client and each watch
 // starts at a member chosen at random, so the nodes of a job spread over
 // the cluster instead of all loading the first one (docs/architecture.md
 // says why the gateway and not generated gRPC stubs).
@@ -11,8 +14,9 @@
 //   EtcdClient etcd(options);
 //   auto lease = etcd.grantLease(std::chrono::seconds(15));
 //   etcd.put("/ddprun/job/alive/n1", "{}", lease);
-//   auto range = etcd.getPrefix("/ddprun/job/");
-//   EtcdWatch watch(options, "/ddprun/job/", range.revision + 1);
+//   EtcdWatch watch(options, "/ddprun/job/", 0);
+//   watch.start();                            // from now on
+//   auto range = etcd.getPrefix("/ddprun/job/");  // misses nothing
 //   for (;;) for (auto& event : watch.next()) ...
 //
 // Thread-safety: EtcdClient's calls may run on any thread at once (they
@@ -23,10 +27,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -175,6 +181,8 @@ class EtcdClient {
   std::unique_ptr<HttpConnection> connection_;
   std::size_t current_ = 0;  // index into options_.endpoints
   bool shutdown_ = false;
+  std::condition_variable shutdownChanged_;          // ends a busy cluster's back-off
+  std::minstd_rand random_{std::random_device{}()};  // the back-off's jitter
   std::atomic<std::uint64_t> requests_{0};
 };
 
@@ -185,35 +193,55 @@ struct EtcdWatchEvent {
 
 class EtcdWatch {
  public:
-  // Watches every key under `prefix` from `startRevision` on.
+  // Watches every key under `prefix` from `startRevision` on (0: from the
+  // moment etcd creates the watcher).
   EtcdWatch(EtcdOptions options, std::string prefix, std::int64_t startRevision);
-  // Watches the keys in [key, rangeEnd) (rangeEnd empty: `key` alone).
-  EtcdWatch(EtcdOptions options, std::string key, std::string rangeEnd, std::int64_t startRevision);
-  // Watches several [key, rangeEnd) ranges on one stream (one connection
-  // to etcd, whatever their number); events name their keys.
+  // Watches several [key, rangeEnd) ranges (rangeEnd empty: the key alone)
+  // on one stream, one connection to etcd whatever their number; events
+  // name their keys.
   EtcdWatch(EtcdOptions options, std::vector<std::pair<std::string, std::string>> ranges,
             std::int64_t startRevision);
   ~EtcdWatch();
   EtcdWatch(const EtcdWatch&) = delete;
   EtcdWatch& operator=(const EtcdWatch&) = delete;
 
+  // Opens the stream and waits until etcd has created every watcher, and
+  // returns etcd's revision then: a watcher from 0 sees every change after
+  // it. A read made after start() misses nothing between the two. (next()
+  // opens the stream itself when start() was not called.) A watcher that
+  // starts at a past revision catches up within etcd's 100 ms sync, one
+  // from 0 is told of each change at once.
+  std::int64_t start();
+  // Watches one more range, on the running stream, from `startRevision`
+  // (0: from now). Called by the thread that calls next(), or before
+  // next() runs.
+  void add(std::string key, std::string rangeEnd, std::int64_t startRevision);
   // Blocks for the next batch of events (one revision's). When a member
-  // goes away it resumes on the next one after the last revision seen.
-  // Throws EtcdCompactedError, NetworkError when no member answers within
-  // the request timeout each, or Error after cancel().
+  // goes away it resumes on the next one, each range after the last
+  // revision it saw. Throws EtcdCompactedError, NetworkError when no member
+  // answers within the request timeout each, or Error after cancel().
   std::vector<EtcdWatchEvent> next();
   void cancel();
   // Events delivered so far.
   std::uint64_t events() const { return events_.load(); }
-  // The revision a watch that takes over from this one starts at.
-  std::int64_t nextRevision() const { return nextRevision_; }
 
  private:
+  struct Range {
+    std::string key;
+    std::string rangeEnd;
+    std::int64_t nextRevision = 0;  // 0: from when etcd creates it
+    std::int64_t watchId = -1;      // etcd's, once created on this stream
+  };
   void open();
+  void sendCreate(const Range& range);
+  // One message from etcd: the events it carries (none for a creation).
+  std::vector<EtcdWatchEvent> handle(const std::string& message);
 
   EtcdOptions options_;
-  std::vector<std::pair<std::string, std::string>> ranges_;
-  std::int64_t nextRevision_;
+  std::vector<Range> ranges_;
+  std::size_t created_ = 0;              // ranges_[0, created_) have their watch ids
+  std::int64_t revision_ = 0;            // etcd's revision at the newest creation
+  std::vector<EtcdWatchEvent> pending_;  // arrived while start() waited
   std::size_t current_ = 0;
   std::mutex mutex_;  // guards connection_'s replacement against cancel()
   std::unique_ptr<HttpConnection> connection_;

@@ -95,11 +95,14 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::optional<std::chrono::seconds> jobExpiresIn(const std::string& rdzvId);
 
  private:
-  // The first JOIN's transaction: alive and joining keys, the state, the
-  // node before this one; then the watch (and the coordinator if none).
+  // The first JOIN: the watch, then one transaction (alive and joining
+  // keys, the state, the node before this one), then the coordinator if
+  // there is none before this node.
   void registerNode(const etcd::NodeInfo& me);
-  // With mutex_ held: what this node's one watch stream covers.
-  std::vector<std::pair<std::string, std::string>> watchedRanges() const;
+  // A new watch of the state and this node's assign key, from now (so
+  // etcd tells it of each change at once): a read after it misses nothing.
+  // The predecessor's alive key is added once known.
+  void openWatch();
   void runWatch();
   // After a compaction: reads what the watch missed and watches anew.
   void reload();
@@ -120,6 +123,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   void waitForChange(std::int64_t stateRevision, std::chrono::steady_clock::time_point until);
   // Claims --node_rank; ServerError when another live node holds it.
   void claimNodeRank(std::int64_t nodeRank);
+  // The alive key created last before `createRevision` (none: empty).
+  EtcdRange newestAliveBefore(std::int64_t createRevision);
   // Nodes of the job alive since before the state's last change.
   std::int64_t aliveBefore(std::int64_t revision);
   // "<prefix>/<rdzv_id>/": where a rendezvous's keys live.
@@ -133,7 +138,10 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::atomic<bool> registered_{false};  // the first join() put the alive key: the watches run
   std::chrono::steady_clock::time_point lastRenewed_;  // of the lease (keepAlive's thread)
   std::int64_t aliveRevision_ = 0;                     // this node's alive key's create revision
-  std::unique_ptr<EtcdWatch> watch_;                   // guarded by mutex_ (replaced, cancelled)
+  // Replaced and cancelled under mutex_; its other calls come from the
+  // thread that reads it (registerNode() before watcher_ starts, then
+  // watcher_).
+  std::unique_ptr<EtcdWatch> watch_;
   std::string predecessorKey_;  // guarded by mutex_; "" while this node coordinates
   std::unique_ptr<etcd::EtcdCoordinator> coordinator_;  // guarded by mutex_
   std::atomic<std::uint64_t> watchEvents_{0};           // of every watch this node opened
