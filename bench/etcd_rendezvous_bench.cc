@@ -11,45 +11,28 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "ddprun/rendezvous/etcd_rendezvous.h"
 #include "etcd_cluster.h"
+#include "monotonic_clock.h"
+#include "proc_info.h"
 
 namespace ddprun::bench {
-
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
 constexpr rlim_t kDescriptorsPerNode = 6;
 constexpr rlim_t kNodesPerProcess = 1024;
 
-// CPU seconds a process has used (user + system), from /proc/<pid>/stat.
-double cpuSecondsOf(pid_t pid) {
-  std::ifstream file(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  // Fields after the command name (which may hold spaces) in parentheses.
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(text.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-  }
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 double clusterCpuSeconds(const test_support::EtcdCluster& cluster) {
-  double total = 0;
-  for (pid_t pid : cluster.pids()) total += cpuSecondsOf(pid);
-  return total;
+  std::uint64_t ticks = 0;
+  for (pid_t pid : cluster.pids()) {
+    if (const auto stat = agent::readProcStat(pid)) ticks += stat->cpuTicks;
+  }
+  return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 double ownCpuSeconds() {
@@ -82,11 +65,6 @@ struct ShareReport {
   double coordinatorWatchEvents = 0;
   std::string firstError;
 };
-
-std::int64_t monotonicNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
 
 // In a child process: nodes [first, first + count) of `n`, joined at once
 // when `goFd` says go.

@@ -10,7 +10,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -20,17 +19,12 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "monotonic_clock.h"
 #include "server_process.h"
 
 namespace ddprun::bench {
 
 namespace {
-
-std::int64_t monotonicNs() {
-  timespec t{};
-  ::clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
-}
 
 // --- the TCPStore protocol, client side (1.13 or 2.2+ dialect) -------------------
 

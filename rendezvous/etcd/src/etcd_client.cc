@@ -96,27 +96,13 @@ json operationJson(const EtcdOp& op) {
     }
     case EtcdOp::Kind::kDeleteRange:
       return {{"request_delete_range", rangeRequest(op.key, op.rangeEnd)}};
-    case EtcdOp::Kind::kRange: {
-      json range = rangeRequest(op.key, op.rangeEnd);
-      if (op.limit > 0) range["limit"] = std::to_string(op.limit);
-      if (op.newestCreatedFirst) {
-        range["sort_order"] = "DESCEND";
-        range["sort_target"] = "CREATE";
-      }
-      return {{"request_range", range}};
-    }
+    case EtcdOp::Kind::kRange:
+      return {{"request_range", rangeRequest(op.key, op.rangeEnd)}};
   }
   return {};
 }
 
 }  // namespace
-
-EtcdOp EtcdOp::readNewest(const std::string& prefix, std::int64_t limit) {
-  EtcdOp op = read(prefix, etcdPrefixEnd(prefix));
-  op.limit = limit;
-  op.newestCreatedFirst = true;
-  return op;
-}
 
 std::string etcdPrefixEnd(const std::string& prefix) {
   std::string end = prefix;
@@ -383,23 +369,26 @@ void EtcdWatch::open() {
   throw NetworkError(fmt::format("no etcd member accepted a watch ({})", errors));
 }
 
-std::int64_t EtcdWatch::start() {
+void EtcdWatch::dropConnection() {
+  std::lock_guard lock(mutex_);
+  connection_.reset();
+  current_ = (current_ + 1) % options_.endpoints.size();
+}
+
+void EtcdWatch::start() {
   for (;;) {
     {
       std::lock_guard lock(mutex_);
       if (cancelled_) throw Error("the etcd watch was cancelled");
     }
     if (!connection_) open();
-    if (created_ == ranges_.size()) return revision_;
+    if (created_ == ranges_.size()) return;
     try {
       // Events before the last creation are kept: next() returns them.
       auto events = handle(connection_->readMessage());
       pending_.insert(pending_.end(), events.begin(), events.end());
     } catch (const NetworkError&) {
-      std::lock_guard lock(mutex_);
-      if (cancelled_) throw Error("the etcd watch was cancelled");
-      connection_.reset();
-      current_ = (current_ + 1) % options_.endpoints.size();
+      dropConnection();
     }
   }
 }
@@ -410,9 +399,7 @@ void EtcdWatch::add(std::string key, std::string rangeEnd, std::int64_t startRev
   try {
     sendCreate(ranges_.back());
   } catch (const Error&) {
-    // The stream broke: next() opens a new one, this range with it.
-    std::lock_guard lock(mutex_);
-    connection_.reset();
+    dropConnection();  // next() opens a new stream, this range with it
   }
 }
 
@@ -439,7 +426,6 @@ std::vector<EtcdWatchEvent> EtcdWatch::handle(const std::string& message) {
       range.watchId = watchId;
       // A watcher "from now" sees what follows this revision.
       if (range.nextRevision == 0) range.nextRevision = revision + 1;
-      revision_ = std::max(revision_, revision);
     }
     return {};
   }
@@ -475,12 +461,7 @@ std::vector<EtcdWatchEvent> EtcdWatch::next() {
     try {
       message = connection_->readMessage();
     } catch (const Error&) {
-      // The member went away: resume on the next one, each range from
-      // the last revision it saw.
-      std::lock_guard lock(mutex_);
-      if (cancelled_) throw Error("the etcd watch was cancelled");
-      connection_.reset();
-      current_ = (current_ + 1) % options_.endpoints.size();
+      dropConnection();
       continue;
     }
     auto events = handle(message);

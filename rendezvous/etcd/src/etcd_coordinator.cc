@@ -510,11 +510,7 @@ bool EtcdCoordinator::perform(const Action& action) {
       if (!result.succeeded && !ours) {
         client_.revokeLease(lease);
       } else if (action.oldJobLease != 0) {
-        try {
-          client_.revokeLease(action.oldJobLease);
-        } catch (const ServerError&) {
-          // Expired already.
-        }
+        client_.revokeLease(action.oldJobLease);
       }
       break;
     }

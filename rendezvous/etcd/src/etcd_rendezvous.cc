@@ -116,11 +116,7 @@ void EtcdRendezvous::registerNode(const etcd::NodeInfo& me) {
   const bool oldest = !predecessor;
   {
     std::lock_guard lock(mutex_);
-    if (state.kvs.empty()) {
-      onState(std::nullopt, 0);
-    } else {
-      onState(etcd::stateFromJson(state.kvs.front().value), state.kvs.front().modRevision);
-    }
+    onStateRead(state);
     if (stopping_) throw NetworkError("the rendezvous was shut down");
     if (!oldest) predecessorKey_ = *predecessor;
   }
@@ -230,11 +226,7 @@ void EtcdRendezvous::reload() {
   {
     std::lock_guard lock(mutex_);
     if (!read.ranges[1].kvs.empty()) noteAssign(read.ranges[1].kvs.front().value);
-    if (read.ranges[0].kvs.empty()) {
-      onState(std::nullopt, 0);
-    } else if (auto state = etcd::stateFromJson(read.ranges[0].kvs.front().value)) {
-      onState(std::move(state), read.ranges[0].kvs.front().modRevision);
-    }
+    onStateRead(read.ranges[0]);
     takeAssignment();
     if (stopping_) return;
   }
@@ -350,6 +342,14 @@ void EtcdRendezvous::takeAssignment() {
       (!assigned_ || assigned_->round < assignment->round)) {
     assigned_ = assignment;
     changed_.notify_all();
+  }
+}
+
+void EtcdRendezvous::onStateRead(const EtcdRange& state) {
+  if (state.kvs.empty()) {
+    onState(std::nullopt, 0);
+  } else if (auto read = etcd::stateFromJson(state.kvs.front().value)) {
+    onState(std::move(read), state.kvs.front().modRevision);
   }
 }
 
@@ -654,11 +654,7 @@ void EtcdRendezvous::leave(const protocol::NodeReport& report) {
   if (gone >= state->groupWorldSize && waiting == 0 &&
       client_.compareAndDelete(keys.state(), revision)) {
     client_.deletePrefix(keys.base);
-    try {
-      client_.revokeLease(state->jobLease);
-    } catch (const ServerError&) {
-      // Expired already.
-    }
+    client_.revokeLease(state->jobLease);
   }
 }
 

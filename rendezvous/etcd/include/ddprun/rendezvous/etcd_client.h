@@ -82,23 +82,19 @@ struct EtcdOp {
   enum class Kind { kPut, kDeleteRange, kRange };
   Kind kind = Kind::kPut;
   std::string key;
-  std::string value;                // kPut
-  std::int64_t lease = 0;           // kPut; 0: none
-  std::string rangeEnd;             // kDeleteRange, kRange: as in EtcdRangeRequest
-  std::int64_t limit = 0;           // kRange
-  bool newestCreatedFirst = false;  // kRange
+  std::string value;       // kPut
+  std::int64_t lease = 0;  // kPut; 0: none
+  std::string rangeEnd;    // kDeleteRange, kRange: as in EtcdRangeRequest
 
   static EtcdOp put(std::string key, std::string value, std::int64_t lease = 0) {
-    return {Kind::kPut, std::move(key), std::move(value), lease, {}, 0, false};
+    return {Kind::kPut, std::move(key), std::move(value), lease, {}};
   }
   static EtcdOp erase(std::string key, std::string rangeEnd = {}) {
-    return {Kind::kDeleteRange, std::move(key), {}, 0, std::move(rangeEnd), 0, false};
+    return {Kind::kDeleteRange, std::move(key), {}, 0, std::move(rangeEnd)};
   }
   static EtcdOp read(std::string key, std::string rangeEnd = {}) {
-    return {Kind::kRange, std::move(key), {}, 0, std::move(rangeEnd), 0, false};
+    return {Kind::kRange, std::move(key), {}, 0, std::move(rangeEnd)};
   }
-  // The `limit` keys under `prefix` created last, newest first.
-  static EtcdOp readNewest(const std::string& prefix, std::int64_t limit);
 };
 
 // A transaction's outcome: the branch taken, the revision after it, and
@@ -156,6 +152,8 @@ class EtcdClient {
   std::int64_t grantLease(std::chrono::seconds ttl);
   // Renews the lease; its remaining TTL in seconds, 0 when it expired.
   std::int64_t keepAliveLease(std::int64_t lease);
+  // Revokes the lease and deletes its keys; a lease that is gone already
+  // (expired, revoked) is not an error.
   void revokeLease(std::int64_t lease);
   // The lease's remaining TTL in seconds; -1 when it expired (or never was).
   std::int64_t leaseTimeToLive(std::int64_t lease);
@@ -205,13 +203,13 @@ class EtcdWatch {
   EtcdWatch(const EtcdWatch&) = delete;
   EtcdWatch& operator=(const EtcdWatch&) = delete;
 
-  // Opens the stream and waits until etcd has created every watcher, and
-  // returns etcd's revision then: a watcher from 0 sees every change after
-  // it. A read made after start() misses nothing between the two. (next()
-  // opens the stream itself when start() was not called.) A watcher that
-  // starts at a past revision catches up within etcd's 100 ms sync, one
-  // from 0 is told of each change at once.
-  std::int64_t start();
+  // Opens the stream and waits until etcd has created every watcher: a
+  // watcher from 0 sees every change after that, so a read made after
+  // start() misses nothing between the two. (next() opens the stream
+  // itself when start() was not called.) A watcher that starts at a past
+  // revision catches up within etcd's 100 ms sync, one from 0 is told of
+  // each change at once.
+  void start();
   // Watches one more range, on the running stream, from `startRevision`
   // (0: from now). Called by the thread that calls next(), or before
   // next() runs.
@@ -233,6 +231,9 @@ class EtcdWatch {
     std::int64_t watchId = -1;      // etcd's, once created on this stream
   };
   void open();
+  // The member went away: the next call opens a stream on the next
+  // member, each range from the last revision it saw.
+  void dropConnection();
   void sendCreate(const Range& range);
   // One message from etcd: the events it carries (none for a creation).
   std::vector<EtcdWatchEvent> handle(const std::string& message);
@@ -240,7 +241,6 @@ class EtcdWatch {
   EtcdOptions options_;
   std::vector<Range> ranges_;
   std::size_t created_ = 0;              // ranges_[0, created_) have their watch ids
-  std::int64_t revision_ = 0;            // etcd's revision at the newest creation
   std::vector<EtcdWatchEvent> pending_;  // arrived while start() waited
   std::size_t current_ = 0;
   std::mutex mutex_;  // guards connection_'s replacement against cancel()

@@ -112,6 +112,9 @@ class EtcdRendezvous final : public RendezvousBackend {
   void startCoordinator();
   // With mutex_ held: a new state seen (watch or own compare-and-swap).
   void onState(std::optional<etcd::RoundState> state, std::int64_t modRevision);
+  // With mutex_ held: the state key as a read returned it (a state this
+  // ddprun cannot parse is left alone, as from the watch).
+  void onStateRead(const EtcdRange& state);
   // With mutex_ held: this node's assign key's value, as last seen.
   void noteAssign(const std::string& value);
   // With mutex_ held: the JOIN's answer once the state names the round of
