@@ -128,7 +128,7 @@ ShareReport runShare(const test_support::EtcdCluster& cluster, int n, const std:
       lock.unlock();
       for (auto& node : nodes) {
         try {
-          node->keepAlive();
+          node->keepAlive(std::chrono::steady_clock::now() + std::chrono::seconds(20));
         } catch (const std::exception&) {
           // Not started yet, or etcd busy: the next turn.
         }

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "attempt_store.h"
+#include "ddprun/common/env.h"
 #include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
@@ -25,6 +26,7 @@
 #include "free_port.h"
 #include "hang_watchdog.h"
 #include "launcher_error_file.h"
+#include "network_interface.h"
 #include "node_rendezvous.h"
 #include "numa_binding.h"
 #include "orphan_guard.h"
@@ -103,6 +105,7 @@ struct Agent::Impl {
   void onJoined(const JoinResult& result);
   void onEvent(const protocol::Event& event);
   void onStoreLost(const std::string& reason);
+  void findSocketInterface();
   // A round ended (or the store was lost) while its group waited for the
   // zygote: end the round as its group would have.
   void stopWaitingForZygote();
@@ -151,6 +154,9 @@ struct Agent::Impl {
   // What every worker gets as DDPRUN_TOKEN: a credential for this job's keys
   // (made once from the store's token).
   std::string workerToken;
+  // The interface of this node's rendezvous address, for the workers'
+  // sockets (network_interface.h); found at the first join.
+  std::optional<std::string> socketInterface;
   std::uint16_t masterPort = 0;
   // Multi-node: this node's rendezvous and its current assignment.
   std::unique_ptr<NodeRendezvous> rendezvous;
@@ -278,6 +284,7 @@ void Agent::Impl::onJoined(const JoinResult& result) {
   }
   assignment = *result.assignment;
   attempt = static_cast<int>(assignment.restarts);
+  if (!socketInterface) findSocketInterface();
   if (attemptStore && assignment.groupRank == 0) attemptStore->markUsed();
   if (events.enabled()) {
     events.record("torchelastic.agent.RENDEZVOUS", "AGENT",
@@ -296,6 +303,22 @@ void Agent::Impl::onJoined(const JoinResult& result) {
   startAttempt();
   if (earlyEvent && earlyEvent->round == assignment.round) onEvent(*earlyEvent);
   earlyEvent.reset();
+}
+
+void Agent::Impl::findSocketInterface() {
+  const std::string address = rendezvous->address();
+  socketInterface = interfaceWithAddress(address).value_or("");
+  if (socketInterface->empty()) return;
+  std::vector<std::string> chosen;  // the variables the user left to ddprun
+  for (const char* name : {env::kGlooSocketIfname, env::kNcclSocketIfname}) {
+    if (std::getenv(name) == nullptr) chosen.emplace_back(name);
+  }
+  if (!chosen.empty()) {
+    DDPRUN_INFO(
+        "Workers' sockets use {} ({}), the interface of {}, this node's address in the "
+        "rendezvous; set the variable to choose another.",
+        *socketInterface, fmt::join(chosen, ", "), address);
+  }
 }
 
 void Agent::Impl::onEvent(const protocol::Event& event) {
@@ -376,6 +399,7 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
     id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt);
   }
   id.errorFile = errorFile;
+  id.socketInterface = socketInterface.value_or("");
   return id;
 }
 

@@ -103,6 +103,7 @@ void NodeRendezvous::connect() {
     rendezvous::EtcdRendezvousOptions options;
     options.etcd = rdzv_.etcd;
     options.etcd.requestTimeout = std::min(rdzv_.requestTimeout, rdzv_.keepAliveInterval * 2);
+    options.etcd.silenceLimit = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
     options.rdzvId = config_.runId;
     options.nodeId = nodeId_;
     const auto ttl = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
@@ -134,6 +135,7 @@ std::unique_ptr<rendezvous::RendezvousBackend> NodeRendezvous::connectStore() {
   options.name = nodeId_;
   options.connectTimeout = rdzv_.joinTimeout;
   options.requestTimeout = rdzv_.requestTimeout;
+  options.silenceLimit = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
   options.cancelConnect = &cancelled_;
   return std::make_unique<rendezvous::RendezvousClient>(options);
 }
@@ -184,6 +186,12 @@ NodeRendezvous::~NodeRendezvous() {
   server_.reset();
 }
 
+std::string NodeRendezvous::address() {
+  if (!rdzv_.localAddr.empty()) return numericAddress(rdzv_.localAddr);
+  std::lock_guard lock(mutex_);
+  return client_ ? client_->localAddress() : "";
+}
+
 std::string NodeRendezvous::where() const {
   return (rdzv_.backend == RendezvousBackendKind::kEtcd ? "etcd at " : "the rendezvous store at ") +
          endpoint_;
@@ -199,17 +207,34 @@ void NodeRendezvous::start(EventFn onEvent, LostFn onLost) {
 }
 
 void NodeRendezvous::runHeartbeats() {
+  // The others count this node as lost after keep_alive_interval x
+  // keep_alive_max_attempt without a heartbeat; a heartbeat unanswered for
+  // that long means this node is cut off (or the store is gone), whatever
+  // TCP says: the node stops rather than train in a round that has ended.
+  const auto limit = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
+  auto confirmed = std::chrono::steady_clock::now();
   std::unique_lock lock(mutex_);
   while (!stopRequested_.wait_for(lock, rdzv_.keepAliveInterval, [this] { return stopping_; })) {
     lock.unlock();
+    std::string reason;
     try {
-      client_->keepAlive();
+      client_->keepAlive(confirmed + limit);
+      confirmed = std::chrono::steady_clock::now();
+    } catch (const TimeoutError&) {
+      reason = fmt::format(
+          "no heartbeat answered for {:.1f} s (keep_alive_interval {:.1f} s x "
+          "keep_alive_max_attempt {}): this host's network to it is down, or its host is gone",
+          std::chrono::duration<double>(limit).count(),
+          std::chrono::duration<double>(rdzv_.keepAliveInterval).count(),
+          rdzv_.keepAliveMaxAttempts);
     } catch (const Error& e) {
-      lock.lock();
-      if (!stopping_) asio::post(io_, [this, reason = std::string(e.what())] { onLost_(reason); });
-      return;
+      reason = e.what();
     }
     lock.lock();
+    if (!reason.empty()) {
+      if (!stopping_) asio::post(io_, [this, reason] { onLost_(reason); });
+      return;
+    }
   }
 }
 

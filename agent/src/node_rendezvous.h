@@ -77,6 +77,9 @@ class NodeRendezvous {
 
   bool hosting() const { return server_ != nullptr; }
   const std::string& nodeId() const { return nodeId_; }
+  // The address the other nodes reach this node at: --local_addr, else
+  // where its connection to the rendezvous leaves from ("" before).
+  std::string address();
   // "host:port" of the job's store (etcd: "h1:p1,h2:p2"), for messages.
   const std::string& endpoint() const { return endpoint_; }
   // "the rendezvous store at h:p" or "etcd at h1:p1,...", for messages.

@@ -70,6 +70,10 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
   env[env::kStorePrefix] = id.storePrefix;
   env[env::kToken] = id.token;
   env[env::kHostname] = config.hostname;
+  if (!id.socketInterface.empty()) {
+    env.try_emplace(env::kGlooSocketIfname, id.socketInterface);
+    env.try_emplace(env::kNcclSocketIfname, "=" + id.socketInterface);  // "=": exactly this one
+  }
   for (const auto& [name, value] : config.extraEnv) env[name] = value;
 
   std::vector<std::string> entries;

@@ -29,6 +29,9 @@ struct WorkerIdentity {
   std::string storePrefix;
   std::string errorFile;
   std::string token;
+  // The interface of this node's rendezvous address ("": leave Gloo and
+  // NCCL to choose); variables the user set win.
+  std::string socketInterface;
 };
 
 // Returns "KEY=VALUE" entries: `base` (usually the agent's environ) with

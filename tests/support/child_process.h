@@ -26,15 +26,20 @@ namespace ddprun::test_support {
 class ChildProcess {
  public:
   // Starts `argv` with the current environment plus/minus `env` entries
-  // (an empty value removes the variable).
-  ChildProcess(std::vector<std::string> argv, std::map<std::string, std::string> env = {}) {
+  // (an empty value removes the variable); with `pipeStdin`, its stdin is a
+  // pipe that writeStdin() feeds (else it inherits ours).
+  ChildProcess(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
+               bool pipeStdin = false) {
     int out[2];
     int err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    int in[2] = {-1, -1};
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
+        (pipeStdin && ::pipe2(in, O_CLOEXEC) != 0)) {
       throw std::runtime_error("pipe failed");
     }
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
+    if (pipeStdin) posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
     posix_spawn_file_actions_adddup2(&actions, err[1], 2);
     std::vector<std::string> envStrings;
@@ -56,6 +61,8 @@ class ChildProcess {
     posix_spawn_file_actions_destroy(&actions);
     ::close(out[1]);
     ::close(err[1]);
+    if (pipeStdin) ::close(in[0]);
+    stdin_ = in[1];
     stdout_ = out[0];
     stderr_ = err[0];
     if (rc != 0) throw std::runtime_error("posix_spawn failed for " + argv[0]);
@@ -66,6 +73,7 @@ class ChildProcess {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    if (stdin_ >= 0) ::close(stdin_);
     ::close(stdout_);
     ::close(stderr_);
   }
@@ -73,6 +81,11 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // Writes `text` to the child's stdin (constructed with pipeStdin).
+  bool writeStdin(const std::string& text) {
+    return stdin_ >= 0 && ::write(stdin_, text.data(), text.size()) ==
+                              static_cast<ssize_t>(text.size());
+  }
   void signal(int sig) { ::kill(pid_, sig); }
 
   // One line of stdout (without '\n'), or nullopt after `timeout`.
@@ -146,6 +159,7 @@ class ChildProcess {
   }
 
   pid_t pid_ = -1;
+  int stdin_ = -1;
   int stdout_ = -1;
   int stderr_ = -1;
   std::string outBuffer_;

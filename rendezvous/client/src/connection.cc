@@ -1,6 +1,7 @@
 #include "connection.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/parse.h"
+#include "ddprun/common/tcp_liveness.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/tcp_connect.h"
 #include "poll_timeout.h"
@@ -32,6 +34,9 @@ constexpr std::size_t kMaxReplyFrame = std::size_t{1} << 30;
 std::shared_ptr<Connection> Connection::open(const StoreClientOptions& options,
                                              Clock::time_point deadline) {
   const int fd = connectWithBackoff(options.host, options.port, deadline, options.cancelConnect);
+  if (options.silenceLimit.count() > 0) {
+    setTcpSilenceLimit(fd, options.silenceLimit);
+  }
   std::shared_ptr<Connection> connection(new Connection(fd, hostPort(options.host, options.port)));
   connection->sendAll(std::string(protocol::kPreamble), deadline);
   protocol::HelloReply welcome;
@@ -46,6 +51,18 @@ std::shared_ptr<Connection> Connection::open(const StoreClientOptions& options,
                                     connection->endpoint_, refused->message));
   }
   return connection;
+}
+
+std::string Connection::localAddress() const {
+  sockaddr_storage local{};
+  socklen_t length = sizeof(local);
+  char host[NI_MAXHOST] = {};
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&local), length, host, sizeof(host), nullptr, 0,
+                    NI_NUMERICHOST) != 0) {
+    return "";
+  }
+  return host;
 }
 
 void Connection::boundReceive(Clock::time_point deadline) {

@@ -67,6 +67,8 @@ class Connection {
   void shutdown();
   // Reads any frames the server pushed while the connection sat idle.
   void drainPushes();
+  // This end's IP address ("" when the socket cannot say).
+  std::string localAddress() const;
   Clock::time_point lastUse() const { return Clock::time_point(Clock::duration(lastUse_.load())); }
 
  private:

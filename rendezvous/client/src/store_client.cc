@@ -49,9 +49,12 @@ std::shared_ptr<Connection> StoreClient::connection() {
 
 void StoreClient::exchange(const protocol::Request& request, bool waits,
                            std::chrono::milliseconds waitTimeout,
-                           const std::function<bool(std::string_view)>& decodeOk) {
+                           const std::function<bool(std::string_view)>& decodeOk,
+                           std::optional<Clock::time_point> givenDeadline) {
   Clock::time_point deadline;
-  if (waits) {
+  if (givenDeadline) {
+    deadline = *givenDeadline;
+  } else if (waits) {
     deadline = protocol::toTimeoutMs(waitTimeout) == protocol::kNoTimeout
                    ? Clock::time_point::max()
                    : Clock::now() + waitTimeout + kWaitGrace;
@@ -156,6 +159,13 @@ void StoreClient::shutdown() {
   connection_->shutdown();
 }
 
-void StoreClient::ping() { call(protocol::Ping{}); }
+void StoreClient::ping(std::optional<Clock::time_point> deadline) {
+  protocol::Ping::Reply reply;
+  exchange(
+      protocol::Request(protocol::Ping{}), false, {},
+      [&reply](std::string_view body) { return protocol::decodeReply(body, reply); }, deadline);
+}
+
+std::string StoreClient::localAddress() { return connection()->localAddress(); }
 
 }  // namespace ddprun::rendezvous

@@ -147,23 +147,31 @@ void EtcdClient::shutdown() {
   shutdownChanged_.notify_all();
 }
 
-std::string EtcdClient::call(const std::string& target, const std::string& body) {
+std::string EtcdClient::call(const std::string& target, const std::string& body,
+                             std::optional<Clock::time_point> deadline) {
   std::unique_lock lock(mutex_);
   std::string errors;
   // A busy cluster (a leader election, proposals timing out under load) is
   // asked again, member after member, with a growing back-off until the
-  // request timeout; an unreachable member is skipped at once.
-  const auto giveUpAt = Clock::now() + options_.requestTimeout;
+  // request timeout; an unreachable member is skipped at once. A deadline
+  // bounds the whole call, every member tried included.
+  const auto giveUpAt =
+      std::min(Clock::now() + options_.requestTimeout, deadline.value_or(Clock::time_point::max()));
   auto backoff = std::chrono::milliseconds(20);
   std::size_t unreachable = 0;
   while (unreachable < options_.endpoints.size()) {
     if (shutdown_) throw NetworkError("the etcd client was shut down");
+    if (deadline && Clock::now() >= *deadline) {
+      throw TimeoutError(fmt::format("no etcd member answered in time ({})", errors));
+    }
     if (!connection_) {
       connection_ = std::make_unique<HttpConnection>(options_, options_.endpoints[current_]);
     }
     try {
       ++requests_;
-      return connection_->post(target, body, Clock::now() + options_.requestTimeout);
+      return connection_->post(target, body,
+                               std::min(Clock::now() + options_.requestTimeout,
+                                        deadline.value_or(Clock::time_point::max())));
     } catch (const EtcdBusyError& e) {
       if (Clock::now() + backoff >= giveUpAt) {
         throw NetworkError(fmt::format(
@@ -291,9 +299,11 @@ std::int64_t EtcdClient::grantLease(std::chrono::seconds ttl) {
   return id;
 }
 
-std::int64_t EtcdClient::keepAliveLease(std::int64_t lease) {
+std::int64_t EtcdClient::keepAliveLease(std::int64_t lease,
+                                        std::optional<Clock::time_point> deadline) {
   // The gateway answers a one-message stream: {"result": {..., "TTL": "n"}}.
-  const json reply = parse(call("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}.dump()));
+  const json reply =
+      parse(call("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}.dump(), deadline));
   const auto result = reply.find("result");
   return result == reply.end() ? 0 : int64Of(*result, "TTL");
 }

@@ -73,7 +73,6 @@ void EtcdRendezvous::connect() {
   }
   std::lock_guard lock(mutex_);
   lease_ = lease;
-  lastRenewed_ = Clock::now();
   started_ = true;
 }
 
@@ -750,7 +749,7 @@ std::optional<protocol::Event> EtcdRendezvous::waitEvent(std::chrono::millisecon
   throw NetworkError("the rendezvous was shut down");
 }
 
-void EtcdRendezvous::keepAlive() {
+void EtcdRendezvous::keepAlive(Clock::time_point deadline) {
   std::int64_t jobLease = 0;
   {
     std::lock_guard lock(mutex_);
@@ -758,18 +757,25 @@ void EtcdRendezvous::keepAlive() {
     if (state_) jobLease = state_->jobLease;
   }
   std::int64_t ttl = 0;
+  std::string failure;  // no member answered (etcd refusing throws at once)
   try {
-    ttl = client_.keepAliveLease(lease_);
+    ttl = client_.keepAliveLease(lease_, deadline);
     // The job's keys live while any node of it does.
-    if (jobLease != 0) client_.keepAliveLease(jobLease);
+    if (jobLease != 0) client_.keepAliveLease(jobLease, deadline);
   } catch (const NetworkError& e) {
-    // No member answered this time: the lease may still hold until its
-    // TTL has passed since the last renewal; the next renewal tries again.
-    if (Clock::now() - lastRenewed_ < options_.leaseTtl) {
-      DDPRUN_WARN("Renewing this node's etcd lease failed ({}); trying again.", e.what());
+    failure = e.what();
+  } catch (const TimeoutError& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    // The lease may still hold until the deadline (its TTL since the last
+    // renewal); the next renewal tries again.
+    if (Clock::now() < deadline) {
+      DDPRUN_WARN("Renewing this node's etcd lease failed ({}); trying again.", failure);
       return;
     }
-    throw;
+    throw TimeoutError(
+        fmt::format("this node's etcd lease could not be renewed in time: {}", failure));
   }
   if (ttl <= 0) {
     throw NetworkError(fmt::format(
@@ -777,7 +783,6 @@ void EtcdRendezvous::keepAlive() {
         "reach etcd at {} in time)",
         client_.endpointList()));
   }
-  lastRenewed_ = Clock::now();
 }
 
 }  // namespace ddprun::rendezvous

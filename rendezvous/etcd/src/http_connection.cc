@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/tcp_liveness.h"
 
 namespace ddprun::rendezvous {
 
@@ -212,6 +213,9 @@ void HttpConnection::connect(Clock::time_point deadline) {
              [&](auto handler) { c.lowest().async_connect(addresses, std::move(handler)); });
   if (ec) fail(ec, "connecting");
   c.lowest().socket().set_option(tcp::no_delay(true));
+  if (c.options.silenceLimit.count() > 0) {
+    setTcpSilenceLimit(c.lowest().socket().native_handle(), c.options.silenceLimit);
+  }
   if (c.tls) {
     ec = c.run(deadline, [&](auto handler) {
       c.tls->async_handshake(asio::ssl::stream_base::client, std::move(handler));

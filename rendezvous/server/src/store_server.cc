@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/tcp_liveness.h"
 #include "ddprun/common/logging.h"
 #include "metrics_endpoint.h"
 #include "rendezvous_manager.h"
@@ -33,26 +34,12 @@ using asio::ip::tcp;
 
 namespace {
 
-void setIntOption(int fd, int level, int name, int value) {
-  // Best effort: a socket option that is unavailable only weakens detection
-  // of dead peers; it never affects correctness.
-  (void)::setsockopt(fd, level, name, &value, sizeof(value));
-}
-
 void configureAccepted(tcp::socket& socket, const StoreServerOptions& options) {
   boost::system::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  socket.set_option(asio::socket_base::keep_alive(true), ignored);
   const int fd = socket.native_handle();
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // never inherited by spawned workers
-  setIntOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, static_cast<int>(options.keepAliveIdle.count()));
-  setIntOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, static_cast<int>(options.keepAliveInterval.count()));
-  setIntOption(fd, IPPROTO_TCP, TCP_KEEPCNT, options.keepAliveCount);
-  // Unacknowledged writes to a vanished peer fail after the same budget.
-  const auto userTimeout =
-      options.keepAliveIdle + options.keepAliveInterval * options.keepAliveCount;
-  setIntOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT,
-               static_cast<int>(std::chrono::milliseconds(userTimeout).count()));
+  setTcpLiveness(fd, options.keepAliveIdle, options.keepAliveInterval, options.keepAliveCount);
 }
 
 }  // namespace

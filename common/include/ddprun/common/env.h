@@ -37,6 +37,10 @@ inline constexpr char kUninterruptibleStateTimeout[] = "TORCHELASTIC_UNINTERRUPT
 inline constexpr char kPythonExec[] = "PYTHON_EXEC";
 inline constexpr char kLogLinePrefixTemplate[] = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+// The interface Gloo's and NCCL's sockets use: set (when the user has not)
+// in multi-node jobs to the interface of this node's rendezvous address.
+inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
+inline constexpr char kNcclSocketIfname[] = "NCCL_SOCKET_IFNAME";
 
 // --- ddprun's own variables -------------------------------------------------
 // Shared secret that authenticates store clients (never on argv, never logged).

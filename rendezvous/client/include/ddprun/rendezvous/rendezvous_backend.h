@@ -37,8 +37,13 @@ class RendezvousBackend {
   // ddprun::Error when the rendezvous can no longer be reached.
   virtual std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout) = 0;
   // Tells the rendezvous this node is alive (a heartbeat, a lease renewal).
-  // Throws ddprun::Error when that is no longer possible.
-  virtual void keepAlive() = 0;
+  // Throws ddprun::Error when that is no longer possible, TimeoutError when
+  // the rendezvous has not confirmed it by `deadline` (a silent network: the
+  // others are about to count this node as lost).
+  virtual void keepAlive(std::chrono::steady_clock::time_point deadline) = 0;
+  // The address of this host that the rendezvous reaches it at: where its
+  // connection leaves from ("" before the first join).
+  virtual std::string localAddress() = 0;
   // Unblocks every call in progress; later calls fail.
   virtual void shutdown() = 0;
 };

@@ -45,7 +45,8 @@ class RendezvousClient final : public RendezvousBackend {
   // The next event the server pushed, or nullopt after `timeout`.
   std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout) override;
   // A PING: the server counts it as a heartbeat.
-  void keepAlive() override { store_.ping(); }
+  void keepAlive(std::chrono::steady_clock::time_point deadline) override { store_.ping(deadline); }
+  std::string localAddress() override { return store_.localAddress(); }
   void shutdown() override { store_.shutdown(); }
 
   // The key-value calls on the same connection.

@@ -68,6 +68,10 @@ struct StoreClientOptions {
   std::chrono::milliseconds connectTimeout{std::chrono::seconds(60)};
   // Bound on every call that does not wait for keys.
   std::chrono::milliseconds requestTimeout{std::chrono::seconds(60)};
+  // A server that goes silent (its host cut off, frozen) fails the
+  // connection after about this long: TCP keep-alive and TCP_USER_TIMEOUT
+  // (common/tcp_liveness.h). Zero: the kernel's defaults.
+  std::chrono::milliseconds silenceLimit{0};
   // Shown in the server's logs.
   std::string name = "client";
   protocol::Limits limits;
@@ -99,8 +103,12 @@ class StoreClient : public Store {
   void multiSet(const std::vector<std::pair<std::string, std::string>>& items) override;
   void append(const std::string& key, std::string_view value) override;
 
-  // One round trip; throws if the server does not answer in requestTimeout.
-  void ping();
+  // One round trip; throws if the server does not answer in requestTimeout
+  // (TimeoutError), or by `deadline` when one is given.
+  void ping(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+  // The address of this host the connection leaves from: what the server
+  // sees this client as ("" when it cannot be read).
+  std::string localAddress();
 
   // Unblocks every call in progress (they throw NetworkError) and makes
   // later calls fail: for stopping a thread blocked in a call (or in
@@ -123,7 +131,8 @@ class StoreClient : public Store {
   // the error an error reply stands for (TimeoutError, AuthError,
   // RendezvousClosedError, ProtocolError, ServerError).
   void exchange(const protocol::Request& request, bool waits, std::chrono::milliseconds waitTimeout,
-                const std::function<bool(std::string_view)>& decodeOk);
+                const std::function<bool(std::string_view)>& decodeOk,
+                std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   std::shared_ptr<Connection> connection();
 
   StoreClientOptions options_;

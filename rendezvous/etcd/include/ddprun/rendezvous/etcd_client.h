@@ -151,7 +151,9 @@ class EtcdClient {
   // A lease of `ttl` (etcd may round it up to its minimum); its id.
   std::int64_t grantLease(std::chrono::seconds ttl);
   // Renews the lease; its remaining TTL in seconds, 0 when it expired.
-  std::int64_t keepAliveLease(std::int64_t lease);
+  // TimeoutError when no member answered by `deadline`.
+  std::int64_t keepAliveLease(std::int64_t lease,
+                              std::optional<std::chrono::steady_clock::time_point> deadline = {});
   // Revokes the lease and deletes its keys; a lease that is gone already
   // (expired, revoked) is not an error.
   void revokeLease(std::int64_t lease);
@@ -160,8 +162,10 @@ class EtcdClient {
 
   // One gateway call with fail-over; the reply's JSON text. Throws
   // NetworkError naming every member when none answers, ServerError when
-  // etcd refuses the request.
-  std::string call(const std::string& target, const std::string& body);
+  // etcd refuses the request, TimeoutError when `deadline` (if given) passes
+  // first.
+  std::string call(const std::string& target, const std::string& body,
+                   std::optional<std::chrono::steady_clock::time_point> deadline = {});
   // Makes calls in progress fail; later calls fail too.
   void shutdown();
 

@@ -25,6 +25,11 @@ struct EtcdOptions {
   std::string prefix = "/ddprun";
   // One request to one member; past it the next member is tried.
   std::chrono::milliseconds requestTimeout{std::chrono::seconds(5)};
+  // A member that goes silent (its host cut off) fails the connection, a
+  // watch's included, after about this long (TCP keep-alive and user
+  // timeout, common/tcp_liveness.h); the client then moves to the next
+  // member. Zero: the kernel's defaults.
+  std::chrono::milliseconds silenceLimit{0};
 };
 
 }  // namespace ddprun::rendezvous

@@ -87,7 +87,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   protocol::RestartDecision reportFailure(const protocol::NodeReport& report) override;
   protocol::RendezvousStatus status(const std::string& rdzvId, bool details = false) override;
   std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout) override;
-  void keepAlive() override;
+  void keepAlive(std::chrono::steady_clock::time_point deadline) override;
+  std::string localAddress() override { return client_.localAddress(); }
   void shutdown() override;
   EtcdRendezvousStats stats() const;
   // How long the keys of rendezvous `rdzvId` outlive its nodes from now
@@ -139,7 +140,6 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::int64_t lease_ = 0;               // set by connect() under mutex_
   std::atomic<bool> started_{false};     // connect() is done: the lease is there
   std::atomic<bool> registered_{false};  // the first join() put the alive key: the watches run
-  std::chrono::steady_clock::time_point lastRenewed_;  // of the lease (keepAlive's thread)
   std::int64_t aliveRevision_ = 0;                     // this node's alive key's create revision
   // Replaced and cancelled under mutex_; its other calls come from the
   // thread that reads it (registerNode() before watcher_ starts, then
