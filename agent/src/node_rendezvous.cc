@@ -142,11 +142,16 @@ std::unique_ptr<rendezvous::RendezvousBackend> NodeRendezvous::connectStore() {
 
 bool NodeRendezvous::tryToHost(std::string& why) {
   rendezvous::StoreServerOptions options;
-  // Static: listen everywhere (master_addr may be a name); dynamic: on the
-  // endpoint's own address, so several agents of one machine can race for
-  // it and the losers become clients.
-  options.host =
-      rdzv_.mode == RendezvousMode::kStatic ? "0.0.0.0" : numericAddress(rdzv_.endpointHost);
+  // Static: listen everywhere (master_addr may be a name), on IPv6 too when
+  // master_addr is an IPv6 address; dynamic: on the endpoint's own address,
+  // so several agents of one machine can race for it and the losers become
+  // clients.
+  const std::string endpointAddress = numericAddress(rdzv_.endpointHost);
+  if (rdzv_.mode == RendezvousMode::kStatic) {
+    options.host = endpointAddress.find(':') != std::string::npos ? "::" : "0.0.0.0";
+  } else {
+    options.host = endpointAddress;
+  }
   options.port = rdzv_.endpointPort;
   options.token = rdzv_.token;
   options.name = "ddprun-agent-store";

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "etcd_cluster.h"
 #include "host_network.h"
 #include "launcher_support.h"
 #include "node_process.h"
@@ -54,7 +55,7 @@ Node startAgent(const HostNetwork& net, int host, std::vector<std::string> optio
   argv.insert(argv.end(), {"--log_prefix=", kPython, "-c", kTrainScript});
   env.emplace("DDPRUN_TOKEN", kToken);
   env.emplace("OMP_NUM_THREADS", "1");
-  env.emplace("STEPS", "60");
+  env.emplace("STEPS", "60");  // 3 s of training
   return Node{net.start(host, argv, env), "", ""};
 }
 
@@ -139,6 +140,182 @@ TEST(Network, StoreHostCutOffC10d) {
               << node.err;
     EXPECT_TRUE(code.has_value()) << "an agent still runs: " << node.err;
     EXPECT_NE(code.value_or(0), 0);
+  }
+}
+
+// Cut off, frozen, then back: the agent was stopped (SIGSTOP) through the
+// partition, so it could not notice it; healed after the others formed a
+// new round, it must end without touching that round.
+TEST(Network, HealedPartitionDoesNotDisturbTheNewRound) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 3});
+  const std::uint16_t port = 29400;
+  std::vector<Node> nodes;
+  for (int h = 0; h < 3; ++h) {
+    nodes.push_back(startAgent(net, h,
+                               elasticOptions(net, port, 0, "2:3", h == 0 ? ",is_host=1" : ""),
+                               {{"STEPS", "100"}}));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 3", 1, 60s)) << node.out << node.err;
+  nodes[2].process->signal(SIGSTOP);
+  net.cut(2);
+  for (int h = 0; h < 2; ++h) {
+    ASSERT_TRUE(nodes[h].waitFor("world 2", 1, 60s)) << nodes[h].out << nodes[h].err;
+  }
+  net.restore(2);
+  nodes[2].process->signal(SIGCONT);
+  const auto code = nodes[2].finish(30s);
+  ASSERT_TRUE(code.has_value()) << "the returning agent still runs: " << nodes[2].err;
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(nodes[2].err.find("stopping this node's workers"), std::string::npos) << nodes[2].err;
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_EQ(nodes[h].finish(60s), 0) << nodes[h].err;
+    // One new round of two, trained to the end: never a third node again.
+    EXPECT_EQ(test_support::linesWith(nodes[h].out, "training").size(), 2u) << nodes[h].out;
+    EXPECT_NE(nodes[h].out.find("done rank " + std::to_string(h) + " world 2"), std::string::npos)
+        << nodes[h].out;
+  }
+}
+
+// --- etcd: members on hosts 0..2 ---------------------------------------------
+
+std::unique_ptr<test_support::EtcdCluster> etcdOnHosts(const HostNetwork& net) {
+  test_support::EtcdHosts hosts;
+  for (int h = 0; h < 3; ++h) hosts.addresses.push_back(net.address(h));
+  hosts.inHost = [&net](int h, std::vector<std::string> argv) { return net.inHost(h, argv); };
+  return std::make_unique<test_support::EtcdCluster>(3, std::nullopt, test_support::EtcdTiming{},
+                                                     hosts);
+}
+
+std::vector<std::string> etcdOptions(const test_support::EtcdCluster& etcd,
+                                     const std::string& nnodes) {
+  return {"--nnodes=" + nnodes,
+          "--nproc_per_node=1",
+          "--rdzv_backend=etcd",
+          "--rdzv_endpoint=" + etcd.endpoints(),
+          "--rdzv_id=job",
+          "--rdzv_conf=last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=3,"
+          "join_timeout=60",
+          "--max_restarts=0"};
+}
+
+TEST(Network, WorkerHostCutOffEtcd) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 4});
+  auto etcd = etcdOnHosts(net);
+  std::vector<Node> nodes;
+  for (int h = 1; h < 4; ++h) nodes.push_back(startAgent(net, h, etcdOptions(*etcd, "2:3")));
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 3", 1, 60s)) << node.out << node.err;
+  net.cut(3);  // an agent's host, no etcd member there
+  const auto code = nodes[2].finish(30s);
+  ASSERT_TRUE(code.has_value()) << "the cut-off agent still runs: " << nodes[2].err;
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(nodes[2].err.find("stopping this node's workers"), std::string::npos) << nodes[2].err;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
+    EXPECT_NE(nodes[i].out.find("done rank " + std::to_string(i) + " world 2"), std::string::npos)
+        << nodes[i].out;
+  }
+}
+
+// The host of the etcd member every agent talks to first goes dark: the
+// agents move to the other members and the round goes on undisturbed.
+TEST(Network, EtcdMemberHostCutOffJobGoesOn) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 4});
+  auto etcd = etcdOnHosts(net);
+  std::vector<Node> nodes;
+  for (int h = 2; h < 4; ++h) {
+    nodes.push_back(startAgent(net, h, etcdOptions(*etcd, "2"), {{"STEPS", "120"}}));  // 6 s
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 2", 1, 60s)) << node.out << node.err;
+  net.cut(0);
+  for (auto& node : nodes) {
+    EXPECT_EQ(node.finish(60s), 0) << node.err;
+    EXPECT_EQ(test_support::linesWith(node.out, "training").size(), 1u) << node.out;
+    EXPECT_NE(node.out.find("done rank"), std::string::npos) << node.out;
+  }
+}
+
+// --- addresses ------------------------------------------------------------------
+
+// Each host's first interface (eth0) reaches nobody; the hosts share eth1.
+// Without --local_addr the node is known by the address its connection to
+// the store leaves from; with it, by that address; the workers' Gloo uses
+// the same interface either way.
+TEST(Network, TwoInterfacesOnlyOneShared) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 2, .isolatedInterface = true});
+  for (const bool localAddr : {false, true}) {
+    const std::uint16_t port = localAddr ? 29401 : 29400;
+    std::vector<Node> nodes;
+    for (int h = 0; h < 2; ++h) {
+      auto options = elasticOptions(net, port, 0, "2", h == 0 ? ",is_host=1" : "");
+      if (localAddr) options.push_back("--local_addr=" + net.address(h));
+      nodes.push_back(startAgent(net, h, options));
+    }
+    for (int h = 0; h < 2; ++h) {
+      ASSERT_EQ(nodes[h].finish(60s), 0) << nodes[h].out << nodes[h].err;
+      EXPECT_NE(nodes[h].out.find("world 2 master " + net.address(0)), std::string::npos)
+          << nodes[h].out;
+      EXPECT_NE(nodes[h].err.find("use eth1"), std::string::npos) << nodes[h].err;
+    }
+  }
+}
+
+TEST(Network, Ipv6Only) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 2, .ipv4 = false});
+  // Static, then elastic (c10d), over IPv6 addresses only.
+  std::vector<Node> nodes;
+  for (int h = 0; h < 2; ++h) {
+    nodes.push_back(startAgent(
+        net, h,
+        {"--nnodes=2", fmt::format("--node_rank={}", h), "--master_addr=" + net.address(0),
+         "--master_port=29500", "--nproc_per_node=1"}));
+  }
+  for (auto& node : nodes) {
+    ASSERT_EQ(node.finish(60s), 0) << node.out << node.err;
+    EXPECT_NE(node.out.find("world 2 master " + net.address(0)), std::string::npos) << node.out;
+  }
+  nodes.clear();
+  for (int h = 0; h < 2; ++h) {
+    nodes.push_back(
+        startAgent(net, h, elasticOptions(net, 29400, 0, "2", h == 0 ? ",is_host=1" : "")));
+  }
+  for (auto& node : nodes) {
+    ASSERT_EQ(node.finish(60s), 0) << node.out << node.err;
+    EXPECT_NE(node.out.find("done rank"), std::string::npos) << node.out;
+  }
+}
+
+// --- a slow, lossy network -----------------------------------------------------
+
+TEST(Network, FourNodesOverADelayedLossyNetwork) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 4});
+  net.impair(100, 20, 2);  // every frame: 100 +- 20 ms, 2 % lost
+  std::vector<Node> nodes;
+  const auto started = Clock::now();
+  for (int h = 0; h < 4; ++h) {
+    // Heartbeats every second, lost after 5 s: a slow network is not a dead one.
+    nodes.push_back(startAgent(
+        net, h,
+        {"--nnodes=4", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         "--rdzv_endpoint=" + net.endpoint(0, 29400), "--rdzv_id=job",
+         std::string(
+             "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=5,join_timeout=120") +
+             (h == 0 ? ",is_host=1" : ""),
+         "--max_restarts=0"},
+        {{"STEPS", "10"}}));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("training", 1, 120s)) << node.out << node.err;
+  std::cerr << "4 nodes formed and trained a step over 100 +- 20 ms, 2 % loss after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count()
+            << " ms\n";
+  for (auto& node : nodes) {
+    EXPECT_EQ(node.finish(120s), 0) << node.err;
+    EXPECT_NE(node.out.find("done rank"), std::string::npos) << node.out;
   }
 }
 

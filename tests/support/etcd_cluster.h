@@ -4,6 +4,8 @@
 // its data in a fresh directory (on /dev/shm when there is one: etcd syncs
 // every write). The constructor returns once the cluster has a leader and
 // accepts writes; the destructor kills every member and removes the data.
+// With EtcdHosts, member i runs inside host i of a HostNetwork instead,
+// listening on that host's address (ports 2379 and 2380).
 #pragma once
 
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -69,22 +72,33 @@ struct EtcdTiming {
   int electionMs = 500;
 };
 
+// Members on separate hosts: member i listens on addresses[i] and runs the
+// command inHost(i, argv) (HostNetwork::inHost).
+struct EtcdHosts {
+  std::vector<std::string> addresses;
+  std::function<std::vector<std::string>(int, std::vector<std::string>)> inHost;
+};
+
 class EtcdCluster {
  public:
   explicit EtcdCluster(int members = 3, std::optional<EtcdTls> tls = std::nullopt,
-                       EtcdTiming timing = EtcdTiming{})
-      : tls_(std::move(tls)) {
+                       EtcdTiming timing = EtcdTiming{},
+                       std::optional<EtcdHosts> hosts = std::nullopt)
+      : tls_(std::move(tls)), hosts_(std::move(hosts)) {
     const std::filesystem::path shm = "/dev/shm";
     dir_ = (std::filesystem::is_directory(shm) ? shm : std::filesystem::temp_directory_path()) /
            fmt::format("ddprun-etcd-{}-{}", ::getpid(), counter()++);
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    const auto ports = freePorts(static_cast<std::size_t>(2 * members));
+    const auto ports =
+        hosts_ ? std::vector<std::uint16_t>{} : freePorts(static_cast<std::size_t>(2 * members));
     std::string initial;
     for (int i = 0; i < members; ++i) {
-      clientPorts_.push_back(ports[2 * i]);
-      peerPorts_.push_back(ports[2 * i + 1]);
-      initial += fmt::format("{}m{}=http://127.0.0.1:{}", i == 0 ? "" : ",", i, ports[2 * i + 1]);
+      addresses_.push_back(hosts_ ? hosts_->addresses.at(i) : "127.0.0.1");
+      clientPorts_.push_back(hosts_ ? 2379 : ports[2 * i]);
+      peerPorts_.push_back(hosts_ ? 2380 : ports[2 * i + 1]);
+      initial +=
+          fmt::format("{}m{}=http://{}:{}", i == 0 ? "" : ",", i, addresses_[i], peerPorts_[i]);
     }
     const std::string scheme = tls_ ? "https" : "http";
     const std::string tlsFlags =
@@ -93,15 +107,16 @@ class EtcdCluster {
              : "";
     for (int i = 0; i < members; ++i) {
       const std::string command = fmt::format(
-          "exec etcd --name m{0} --data-dir {1}/m{0} --listen-client-urls {6}://127.0.0.1:{2} "
-          "--advertise-client-urls {6}://127.0.0.1:{2} --listen-peer-urls http://127.0.0.1:{3} "
-          "--initial-advertise-peer-urls http://127.0.0.1:{3} --initial-cluster {4} "
+          "exec etcd --name m{0} --data-dir {1}/m{0} --listen-client-urls {6}://{10}:{2} "
+          "--advertise-client-urls {6}://{10}:{2} --listen-peer-urls http://{10}:{3} "
+          "--initial-advertise-peer-urls http://{10}:{3} --initial-cluster {4} "
           "--initial-cluster-state new --initial-cluster-token ddprun-test-{5} "
           "--heartbeat-interval {8} --election-timeout {9}{7} > {1}/m{0}.log 2>&1",
           i, dir_.string(), clientPorts_[i], peerPorts_[i], initial, dir_.filename().string(),
-          scheme, tlsFlags, timing.heartbeatMs, timing.electionMs);
-      members_.push_back(
-          std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", command}));
+          scheme, tlsFlags, timing.heartbeatMs, timing.electionMs, addresses_[i]);
+      std::vector<std::string> argv = {"/bin/sh", "-c", command};
+      if (hosts_) argv = hosts_->inHost(i, argv);
+      members_.push_back(std::make_unique<ChildProcess>(argv));
     }
     waitUntilWritable(std::chrono::seconds(30));
   }
@@ -114,7 +129,7 @@ class EtcdCluster {
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
 
-  std::string endpoint(int i) const { return fmt::format("127.0.0.1:{}", clientPorts_[i]); }
+  std::string endpoint(int i) const { return fmt::format("{}:{}", addresses_[i], clientPorts_[i]); }
   // Every member: "127.0.0.1:p0,127.0.0.1:p1,...".
   std::string endpoints() const {
     std::string list;
@@ -155,6 +170,17 @@ class EtcdCluster {
 
   void waitUntilWritable(std::chrono::seconds limit) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
+    if (hosts_) {
+      // Asked from inside member 0's host (this process is on no host's network).
+      while (std::chrono::steady_clock::now() < deadline) {
+        ChildProcess put(
+            hosts_->inHost(0, {"/usr/bin/etcdctl", "--endpoints", endpoints(),
+                               "--command-timeout=2s", "put", "/ddprun-test/ready", "1"}));
+        if (put.wait(std::chrono::seconds(10)) == 0) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      throw std::runtime_error("the etcd cluster on the test hosts did not start");
+    }
     auto o = options();
     o.requestTimeout = std::chrono::seconds(2);
     std::string last;
@@ -172,7 +198,9 @@ class EtcdCluster {
   }
 
   std::optional<EtcdTls> tls_;
+  std::optional<EtcdHosts> hosts_;
   std::filesystem::path dir_;
+  std::vector<std::string> addresses_;
   std::vector<std::uint16_t> clientPorts_;
   std::vector<std::uint16_t> peerPorts_;
   std::vector<std::unique_ptr<ChildProcess>> members_;

@@ -169,9 +169,15 @@ std::string EtcdClient::call(const std::string& target, const std::string& body,
     }
     try {
       ++requests_;
-      return connection_->post(target, body,
-                               std::min(Clock::now() + options_.requestTimeout,
-                                        deadline.value_or(Clock::time_point::max())));
+      // Under a deadline, a member that does not answer may take at most
+      // half of what is left, so that the next member still has time.
+      auto attemptEnds = Clock::now() + options_.requestTimeout;
+      if (deadline) {
+        const bool othersLeft = unreachable + 1 < options_.endpoints.size();
+        attemptEnds = std::min(
+            attemptEnds, othersLeft ? Clock::now() + (*deadline - Clock::now()) / 2 : *deadline);
+      }
+      return connection_->post(target, body, attemptEnds);
     } catch (const EtcdBusyError& e) {
       if (Clock::now() + backoff >= giveUpAt) {
         throw NetworkError(fmt::format(
