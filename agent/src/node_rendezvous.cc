@@ -137,6 +137,17 @@ std::unique_ptr<rendezvous::RendezvousBackend> NodeRendezvous::connectStore() {
   options.requestTimeout = rdzv_.requestTimeout;
   options.silenceLimit = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
   options.cancelConnect = &cancelled_;
+  if (!rdzv_.localAddr.empty()) {
+    if (isLocalAddress(rdzv_.localAddr)) {
+      // The store sees this node at --local_addr, or says it cannot.
+      options.sourceAddress = numericAddress(rdzv_.localAddr);
+    } else {
+      DDPRUN_WARN(
+          "--local_addr {} is not an address of this host; the other nodes are told to reach "
+          "this node there (right only behind NAT or a proxy).",
+          rdzv_.localAddr);
+    }
+  }
   return std::make_unique<rendezvous::RendezvousClient>(options);
 }
 
@@ -237,10 +248,20 @@ void NodeRendezvous::runHeartbeats() {
     }
     lock.lock();
     if (!reason.empty()) {
-      if (!stopping_) asio::post(io_, [this, reason] { onLost_(reason); });
+      reportLost(reason);
       return;
     }
   }
+}
+
+void NodeRendezvous::reportLost(const std::string& reason) {
+  if (stopping_ || lost_) return;
+  // Nothing more is asked of a store that is gone or cut off: calls in
+  // progress (a join, an event wait) end now, leave() and reportFailure()
+  // return at once instead of waiting out the request timeout.
+  lost_ = true;
+  client_->shutdown();
+  asio::post(io_, [this, reason] { onLost_(reason); });
 }
 
 void NodeRendezvous::runEvents() {
@@ -250,7 +271,7 @@ void NodeRendezvous::runEvents() {
       if (event) asio::post(io_, [this, e = *event] { onEvent_(e); });
     } catch (const Error& e) {
       std::lock_guard lock(mutex_);
-      if (!stopping_) asio::post(io_, [this, reason = std::string(e.what())] { onLost_(reason); });
+      reportLost(e.what());
       return;
     }
   }
@@ -332,7 +353,7 @@ rendezvous::protocol::RestartDecision NodeRendezvous::reportFailure(
 }
 
 void NodeRendezvous::leave(std::int64_t round) {
-  if (!client_) return;
+  if (!client_ || lost_) return;
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;

@@ -90,6 +90,8 @@ class NodeRendezvous {
   void connect();
   std::unique_ptr<rendezvous::RendezvousBackend> connectStore();
   void runHeartbeats();
+  // Under mutex_: the store is lost (`reason`); tells the agent, once.
+  void reportLost(const std::string& reason);
   void runEvents();
   void joinThread(std::thread& thread);
 
@@ -110,6 +112,7 @@ class NodeRendezvous {
   std::mutex mutex_;
   std::condition_variable stopRequested_;
   bool stopping_ = false;
+  std::atomic<bool> lost_{false};
   std::atomic<bool> cancelled_{false};
 };
 

@@ -122,5 +122,22 @@ TEST(WorkerEnv, LocalRankMacro) {
       (std::vector<std::string>{"prog", "--out=log12.txt", "1212"}));
 }
 
+TEST(WorkerEnv, SocketInterfaceUnlessTheUserChoseOne) {
+  AgentConfig config;
+  WorkerIdentity id;
+  id.socketInterface = "eth1";
+  auto env = asMap(buildWorkerEnv({}, config, id));
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "=eth1");  // exactly that interface
+  env = asMap(buildWorkerEnv({{"GLOO_SOCKET_IFNAME", "ib0"}, {"NCCL_SOCKET_IFNAME", "^docker"}},
+                             config, id));
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "ib0");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "^docker");
+  id.socketInterface.clear();  // single node, or a loopback address
+  env = asMap(buildWorkerEnv({}, config, id));
+  EXPECT_FALSE(env.contains("GLOO_SOCKET_IFNAME"));
+  EXPECT_FALSE(env.contains("NCCL_SOCKET_IFNAME"));
+}
+
 }  // namespace
 }  // namespace ddprun::agent

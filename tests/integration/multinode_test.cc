@@ -38,6 +38,12 @@ std::uint16_t daemonPort(ChildProcess& daemon) {
   return static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
 }
 
+// ddprun-rendezvous on 127.0.0.1, on a port it picks (daemonPort() reads it).
+ChildProcess startLoopbackDaemon() {
+  return ChildProcess({kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0"},
+                      {{"DDPRUN_TOKEN", kToken}});
+}
+
 std::vector<std::string> dynamicOptions(std::uint16_t port, int index, const std::string& nnodes,
                                         const std::string& extraConf = "") {
   return {"--nnodes=" + nnodes,
@@ -139,6 +145,32 @@ TEST(MultiNode, StoppedAgentMissesHeartbeatsAndIsRemoved) {
   nodes[2].process->signal(SIGCONT);
 }
 
+// A frozen store (SIGSTOP: its kernel still acknowledges every byte, so TCP
+// sees nothing wrong) ends every node within the keep-alive bound, as a dead
+// one would: the heartbeat carries its own deadline.
+TEST(MultiNode, FrozenStoreEndsEveryNode) {
+  ChildProcess daemon = startLoopbackDaemon();
+  const std::uint16_t port = daemonPort(daemon);
+  ASSERT_NE(port, 0);
+  std::vector<Node> nodes;
+  for (int i = 1; i <= 2; ++i) {
+    nodes.push_back(startNode(
+        dynamicOptions(port, i, "2", ",is_host=0,keep_alive_interval=0.5,keep_alive_max_attempt=2"),
+        "echo world $WORLD_SIZE; sleep 60"));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 4", 2)) << node.err;
+  daemon.signal(SIGSTOP);
+  for (auto& node : nodes) {
+    EXPECT_EQ(node.finish(30s), 1) << node.err;
+    EXPECT_NE(node.err.find("no heartbeat answered for 1.0 s (keep_alive_interval 0.5 s x "
+                            "keep_alive_max_attempt 2)"),
+              std::string::npos)
+        << node.err;
+  }
+  daemon.signal(SIGKILL);
+  daemon.signal(SIGCONT);
+}
+
 TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
   const std::uint16_t port = freePort();
   const std::string flag =
@@ -174,8 +206,7 @@ TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
 // log the exclusion and its end, re-form without it and finish within the
 // restart budget.
 TEST(MultiNode, AHostThatKeepsFailingIsExcludedAndTheOthersFinish) {
-  ChildProcess daemon({kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0"},
-                      {{"DDPRUN_TOKEN", kToken}});
+  ChildProcess daemon = startLoopbackDaemon();
   const std::uint16_t port = daemonPort(daemon);
   ASSERT_NE(port, 0);
   std::vector<Node> nodes;
@@ -263,8 +294,7 @@ TEST(MultiNode, ProgressLinesCanBeTurnedOffAndABadIntervalIsRefused) {
 }
 
 TEST(MultiNode, EveryNodePointsAtTheStandaloneDaemon) {
-  ChildProcess daemon({kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0"},
-                      {{"DDPRUN_TOKEN", kToken}});
+  ChildProcess daemon = startLoopbackDaemon();
   const std::uint16_t port = daemonPort(daemon);
   ASSERT_NE(port, 0);
   std::vector<Node> nodes;

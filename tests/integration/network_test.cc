@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,11 @@ Node startAgent(const HostNetwork& net, int host, std::vector<std::string> optio
   env.emplace("OMP_NUM_THREADS", "1");
   env.emplace("STEPS", "60");  // 3 s of training
   return Node{net.start(host, argv, env), "", ""};
+}
+
+// The node's worker trained to the end in a world of `world` ranks.
+bool finishedInWorld(const Node& node, int world) {
+  return std::regex_search(node.out, std::regex(fmt::format(R"(done rank \d+ world {}\b)", world)));
 }
 
 // keep_alive 0.5 s x 3: a node silent for 1.5 s is lost.
@@ -114,7 +120,7 @@ TEST(Network, WorkerHostCutOffC10d) {
   for (int h = 0; h < 2; ++h) {
     ASSERT_TRUE(nodes[h].waitFor("done rank", 1, 60s)) << nodes[h].out << nodes[h].err;
     EXPECT_EQ(nodes[h].finish(60s), 0) << nodes[h].err;
-    EXPECT_NE(nodes[h].out.find("world 2"), std::string::npos) << nodes[h].out;
+    EXPECT_TRUE(finishedInWorld(nodes[h], 2)) << nodes[h].out;
   }
 }
 
@@ -140,6 +146,40 @@ TEST(Network, StoreHostCutOffC10d) {
               << node.err;
     EXPECT_TRUE(code.has_value()) << "an agent still runs: " << node.err;
     EXPECT_NE(code.value_or(0), 0);
+    EXPECT_NE(node.err.find("lost the rendezvous store at " + net.endpoint(0, port) +
+                            " (no heartbeat answered for 1.5 s"),
+              std::string::npos)
+        << node.err;
+  }
+}
+
+// A static job cannot re-form without its node: the cut-off node's agent
+// ends within the bound, the others wait for it until join_timeout, then
+// end with that error.
+TEST(Network, StaticJobHostCutOff) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 3});
+  std::vector<Node> nodes;
+  for (int h = 0; h < 3; ++h) {
+    nodes.push_back(
+        startAgent(net, h,
+                   {"--nnodes=3", fmt::format("--node_rank={}", h),
+                    "--master_addr=" + net.address(0), "--master_port=29500", "--nproc_per_node=1",
+                    "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=5"},
+                   {{"STEPS", "1000"}, {"DDPRUN_PROGRESS_INTERVAL", "1"}}));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 3", 1, 60s)) << node.out << node.err;
+  net.cut(2);
+  const auto code = nodes[2].finish(30s);
+  ASSERT_TRUE(code.has_value()) << "the cut-off agent still runs: " << nodes[2].err;
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(nodes[2].err.find("no heartbeat answered"), std::string::npos) << nodes[2].err;
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_NE(nodes[h].finish(60s).value_or(0), 0) << nodes[h].err;
+    // Node 0 hosts the store: when its join times out first, node 1 loses the store.
+    EXPECT_TRUE(nodes[h].err.find("did not complete") != std::string::npos ||
+                nodes[h].err.find("lost the rendezvous store") != std::string::npos)
+        << nodes[h].err;
   }
 }
 
@@ -172,8 +212,7 @@ TEST(Network, HealedPartitionDoesNotDisturbTheNewRound) {
     EXPECT_EQ(nodes[h].finish(60s), 0) << nodes[h].err;
     // One new round of two, trained to the end: never a third node again.
     EXPECT_EQ(test_support::linesWith(nodes[h].out, "training").size(), 2u) << nodes[h].out;
-    EXPECT_NE(nodes[h].out.find("done rank " + std::to_string(h) + " world 2"), std::string::npos)
-        << nodes[h].out;
+    EXPECT_TRUE(finishedInWorld(nodes[h], 2)) << nodes[h].out;
   }
 }
 
@@ -213,8 +252,7 @@ TEST(Network, WorkerHostCutOffEtcd) {
   EXPECT_NE(nodes[2].err.find("stopping this node's workers"), std::string::npos) << nodes[2].err;
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
-    EXPECT_NE(nodes[i].out.find("done rank " + std::to_string(i) + " world 2"), std::string::npos)
-        << nodes[i].out;
+    EXPECT_TRUE(finishedInWorld(nodes[i], 2)) << nodes[i].out;
   }
 }
 
@@ -256,11 +294,49 @@ TEST(Network, TwoInterfacesOnlyOneShared) {
     }
     for (int h = 0; h < 2; ++h) {
       ASSERT_EQ(nodes[h].finish(60s), 0) << nodes[h].out << nodes[h].err;
-      EXPECT_NE(nodes[h].out.find("world 2 master " + net.address(0)), std::string::npos)
+      // Group rank 0 is whichever host joined first: its shared address.
+      EXPECT_TRUE(nodes[h].out.find("world 2 master " + net.address(0)) != std::string::npos ||
+                  nodes[h].out.find("world 2 master " + net.address(1)) != std::string::npos)
           << nodes[h].out;
       EXPECT_NE(nodes[h].err.find("use eth1"), std::string::npos) << nodes[h].err;
     }
   }
+}
+
+// --local_addr on the interface the hosts do not share: one clear error, at
+// once, not a join_timeout of silence.
+TEST(Network, LocalAddrTheStoreCannotReach) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 2, .isolatedInterface = true});
+  Node host = startAgent(net, 0, elasticOptions(net, 29400, 0, "2", ",is_host=1"));
+  auto options = elasticOptions(net, 29400, 0, "2");
+  options.push_back("--local_addr=" + net.isolatedIpv4(1));
+  Node stray = startAgent(net, 1, options);
+  EXPECT_EQ(stray.finish(30s), 1) << stray.err;
+  EXPECT_NE(stray.err.find("the store at " + net.endpoint(0, 29400) + " cannot be reached from " +
+                           net.isolatedIpv4(1)),
+            std::string::npos)
+      << stray.err;
+}
+
+// Node 0 known by a loopback address: the store says so, naming the fix.
+TEST(Network, LoopbackMasterAddressIsReported) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 2});
+  std::vector<Node> nodes;
+  for (int h = 0; h < 2; ++h) {
+    std::vector<std::string> argv = {kDdprun};
+    for (auto& o : elasticOptions(net, 29400, 0, "2", h == 0 ? ",is_host=1" : ""))
+      argv.push_back(o);
+    if (h == 0) argv.push_back("--local_addr=127.0.0.1");
+    argv.insert(argv.end(), {"/bin/sh", "-c", "echo master $MASTER_ADDR"});
+    nodes.push_back(Node{net.start(h, argv, {{"DDPRUN_TOKEN", kToken}}), "", ""});
+  }
+  for (auto& node : nodes) EXPECT_EQ(node.finish(30s), 0) << node.err;
+  EXPECT_NE(nodes[0].err.find("is known by the loopback address 127.0.0.1, which the nodes on "
+                              "other hosts cannot reach"),
+            std::string::npos)
+      << nodes[0].err;
 }
 
 TEST(Network, Ipv6Only) {

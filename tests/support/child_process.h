@@ -83,8 +83,8 @@ class ChildProcess {
   pid_t pid() const { return pid_; }
   // Writes `text` to the child's stdin (constructed with pipeStdin).
   bool writeStdin(const std::string& text) {
-    return stdin_ >= 0 && ::write(stdin_, text.data(), text.size()) ==
-                              static_cast<ssize_t>(text.size());
+    return stdin_ >= 0 &&
+           ::write(stdin_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   }
   void signal(int sig) { ::kill(pid_, sig); }
 

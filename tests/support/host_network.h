@@ -135,6 +135,9 @@ class HostNetwork {
     command(*switch_, fmt::format("impair {} {} {}", delayMs, jitterMs, lossPercent));
   }
 
+  // Every process on `host` dies at once (SIGKILL): the host crashed.
+  void crash(int host) { killAll(namespaceName(host)); }
+
   // Runs `shellCommand` inside `host`; its exit code and output.
   struct Result {
     int code = -1;
@@ -210,11 +213,12 @@ class HostNetwork {
     }
   }
 
+  static void killAll(const std::string& ns) {
+    run(fmt::format("pids=$({} netns pids {}); [ -z \"$pids\" ] || kill -KILL $pids", ip(), ns));
+  }
   static void removeNamespace(const std::string& ns) {
-    run(
-        fmt::format("pids=$({0} netns pids {1}); [ -z \"$pids\" ] || kill -KILL $pids; "
-                    "{0} netns del {1}",
-                    ip(), ns));
+    killAll(ns);
+    run(fmt::format("{} netns del {}", ip(), ns));
   }
   // Namespaces of test processes that no longer exist (killed mid-test).
   static void removeStaleNamespaces() {

@@ -33,7 +33,8 @@ constexpr std::size_t kMaxReplyFrame = std::size_t{1} << 30;
 
 std::shared_ptr<Connection> Connection::open(const StoreClientOptions& options,
                                              Clock::time_point deadline) {
-  const int fd = connectWithBackoff(options.host, options.port, deadline, options.cancelConnect);
+  const int fd = connectWithBackoff(options.host, options.port, deadline, options.cancelConnect,
+                                    options.sourceAddress);
   if (options.silenceLimit.count() > 0) {
     setTcpSilenceLimit(fd, options.silenceLimit);
   }

@@ -32,12 +32,34 @@ struct AddrInfoDelete {
 };
 using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDelete>;
 
-// One non-blocking connect attempt to one address; returns fd or -1 (errno).
-int tryConnect(const addrinfo& addr, Clock::time_point deadline, int& error) {
+// Binds `fd` to numeric address `source` (port 0); false (errno) if it cannot.
+bool bindSource(int fd, int family, const std::string& source) {
+  addrinfo hints{};
+  hints.ai_family = family;
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* raw = nullptr;
+  if (::getaddrinfo(source.c_str(), "0", &hints, &raw) != 0) {
+    errno = EAFNOSUPPORT;
+    return false;
+  }
+  AddrInfoPtr address(raw);
+  return ::bind(fd, address->ai_addr, address->ai_addrlen) == 0;
+}
+
+// One non-blocking connect attempt to one address, from `source` when not
+// empty; returns fd or -1 (errno).
+int tryConnect(const addrinfo& addr, Clock::time_point deadline, int& error,
+               const std::string& source = "") {
   const int fd =
       ::socket(addr.ai_family, addr.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, addr.ai_protocol);
   if (fd < 0) {
     error = errno;
+    return -1;
+  }
+  if (!source.empty() && !bindSource(fd, addr.ai_family, source)) {
+    error = errno;
+    ::close(fd);
     return -1;
   }
   if (::connect(fd, addr.ai_addr, addr.ai_addrlen) != 0) {
@@ -70,7 +92,7 @@ int tryConnect(const addrinfo& addr, Clock::time_point deadline, int& error) {
 }  // namespace
 
 int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_point deadline,
-                       const std::atomic<bool>* cancel) {
+                       const std::atomic<bool>* cancel, const std::string& source) {
   constexpr auto kMaxAttempt = std::chrono::seconds(1);
   std::set<std::string> failures;  // distinct reasons, for the final message
   auto backoff = std::chrono::milliseconds(10);
@@ -92,9 +114,27 @@ int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_
           throw NetworkError(
               fmt::format("connecting to the store at {}:{} was cancelled", host, port));
         }
-        const int fd = tryConnect(*a, std::min(deadline, Clock::now() + kMaxAttempt), error);
+        const int fd =
+            tryConnect(*a, std::min(deadline, Clock::now() + kMaxAttempt), error, source);
         if (fd >= 0) return fd;
         failures.insert(std::strerror(error));
+      }
+      // Not from `source`: if the server answers from anywhere else, it is
+      // up and reachable, just not from (or back to) that address -- unless
+      // it only just came up, which one more try from `source` tells.
+      for (addrinfo* a = addresses.get(); a != nullptr && !source.empty(); a = a->ai_next) {
+        int error = 0;
+        const int probe = tryConnect(*a, std::min(deadline, Clock::now() + kMaxAttempt), error);
+        if (probe < 0) continue;
+        ::close(probe);
+        const int fd =
+            tryConnect(*a, std::min(deadline, Clock::now() + kMaxAttempt), error, source);
+        if (fd >= 0) return fd;
+        throw ConfigError(fmt::format(
+            "the store at {}:{} cannot be reached from {} (this host reaches it from another "
+            "address): the other nodes could not reach this node there either; give "
+            "--local_addr an address on the network the nodes share, or leave it out",
+            host, port, source));
       }
     }
     const auto now = Clock::now();

@@ -36,7 +36,7 @@ EtcdRangeRequest countOf(const std::string& prefix) {
 }  // namespace
 
 EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options)
-    : options_(std::move(options)), client_(options_.etcd) {
+    : options_(std::move(options)), client_(options_.etcd), renewals_(options_.etcd) {
   options_.jobTtl = std::max(options_.jobTtl, 4 * std::max(1s, options_.leaseTtl));
 }
 
@@ -202,7 +202,8 @@ void EtcdRendezvous::shutdown() {
 }
 
 EtcdRendezvousStats EtcdRendezvous::stats() const {
-  return EtcdRendezvousStats{client_.requests(), watchEvents_.load(), coordinated_.load()};
+  return EtcdRendezvousStats{client_.requests() + renewals_.requests(), watchEvents_.load(),
+                             coordinated_.load()};
 }
 
 // --- the state -----------------------------------------------------------------
@@ -759,9 +760,9 @@ void EtcdRendezvous::keepAlive(Clock::time_point deadline) {
   std::int64_t ttl = 0;
   std::string failure;  // no member answered (etcd refusing throws at once)
   try {
-    ttl = client_.keepAliveLease(lease_, deadline);
+    ttl = renewals_.keepAliveLease(lease_, deadline);
     // The job's keys live while any node of it does.
-    if (jobLease != 0) client_.keepAliveLease(jobLease, deadline);
+    if (jobLease != 0) renewals_.keepAliveLease(jobLease, deadline);
   } catch (const NetworkError& e) {
     failure = e.what();
   } catch (const TimeoutError& e) {

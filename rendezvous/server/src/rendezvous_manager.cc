@@ -1,6 +1,7 @@
 #include "rendezvous_manager.h"
 
 #include <fmt/format.h>
+#include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
 #include <limits>
@@ -9,6 +10,16 @@
 #include "ddprun/common/logging.h"
 
 namespace ddprun::rendezvous {
+
+namespace {
+
+bool isLoopback(const std::string& address) {
+  boost::system::error_code ec;
+  const auto parsed = boost::asio::ip::make_address(address, ec);
+  return !ec && parsed.is_loopback();
+}
+
+}  // namespace
 
 using protocol::Assignment;
 using protocol::Event;
@@ -255,6 +266,20 @@ void RendezvousManager::complete(Rendezvous& r) {
   a.restarts = r.restarts;
   a.masterAddr = order.front()->address;
   a.masterPort = order.front()->masterPort;
+  // Workers reach group rank 0 at its node's address: a loopback one (an
+  // endpoint named by a host name that /etc/hosts maps to 127.0.1.1 on that
+  // machine) reaches nobody on another host.
+  const auto onAnotherHost = [](const Node* node) { return !isLoopback(node->address); };
+  if (std::any_of(order.begin(), order.end(), onAnotherHost)) {
+    for (const Node* node : order) {
+      if (!isLoopback(node->address)) continue;
+      DDPRUN_WARN(
+          "Round {} of rendezvous '{}': node {} is known by the loopback address {}, which the "
+          "nodes on other hosts cannot reach (as their workers' MASTER_ADDR when it is group "
+          "rank 0); give that node --local_addr.",
+          r.round, printable(r.id), printable(node->id), printable(node->address));
+    }
+  }
   std::uint32_t offset = 0;
   std::vector<std::pair<Peer*, std::pair<std::uint32_t, Assignment>>> answers;
   for (std::uint32_t rank = 0; rank < order.size(); ++rank) {

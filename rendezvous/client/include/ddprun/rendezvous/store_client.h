@@ -72,6 +72,10 @@ struct StoreClientOptions {
   // connection after about this long: TCP keep-alive and TCP_USER_TIMEOUT
   // (common/tcp_liveness.h). Zero: the kernel's defaults.
   std::chrono::milliseconds silenceLimit{0};
+  // A numeric address of this host to connect from (--local_addr): the
+  // server then sees the client there, or connecting fails with a
+  // ConfigError saying that address cannot reach it. Empty: any.
+  std::string sourceAddress;
   // Shown in the server's logs.
   std::string name = "client";
   protocol::Limits limits;

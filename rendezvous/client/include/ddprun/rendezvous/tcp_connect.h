@@ -19,8 +19,11 @@ namespace ddprun::rendezvous {
 // Returns the connected socket. Throws TimeoutError (with every distinct
 // failure seen) when the deadline passes first, and NetworkError soon after
 // `*cancel` becomes true (each attempt and each pause is at most 1 s).
+// With `source` (a numeric address of this host), connections leave from
+// it; when they fail but one from any address of this host succeeds, it
+// throws ConfigError at once: the server cannot reach `source`.
 int connectWithBackoff(const std::string& host, std::uint16_t port,
                        std::chrono::steady_clock::time_point deadline,
-                       const std::atomic<bool>* cancel = nullptr);
+                       const std::atomic<bool>* cancel = nullptr, const std::string& source = "");
 
 }  // namespace ddprun::rendezvous

@@ -137,10 +137,14 @@ class EtcdRendezvous final : public RendezvousBackend {
 
   EtcdRendezvousOptions options_;
   EtcdClient client_;
+  // Lease renewals (keepAlive()) on a connection of their own: under a
+  // deadline they must never wait behind another request to a member that
+  // went silent.
+  EtcdClient renewals_;
   std::int64_t lease_ = 0;               // set by connect() under mutex_
   std::atomic<bool> started_{false};     // connect() is done: the lease is there
   std::atomic<bool> registered_{false};  // the first join() put the alive key: the watches run
-  std::int64_t aliveRevision_ = 0;                     // this node's alive key's create revision
+  std::int64_t aliveRevision_ = 0;       // this node's alive key's create revision
   // Replaced and cancelled under mutex_; its other calls come from the
   // thread that reads it (registerNode() before watcher_ starts, then
   // watcher_).
