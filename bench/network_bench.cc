@@ -57,26 +57,26 @@ struct Options {
 struct Agent {
   std::unique_ptr<ChildProcess> process;
   std::string out;
-  // Waits until `text` has been printed `count` times; false at `deadline`.
-  bool waitFor(const std::string& text, int count, Clock::time_point deadline) {
-    for (;;) {
-      out += process->drainStdout();
-      (void)process->drainStderr();
-      int seen = 0;
-      for (auto p = out.find(text); p != std::string::npos; p = out.find(text, p + 1)) ++seen;
-      if (seen >= count) return true;
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(5ms);
-    }
+  bool exited = false;
+
+  // Reads what is there; true once `text` has been printed.
+  bool printed(const std::string& text) {
+    out += process->drainStdout();
+    (void)process->drainStderr();
+    return out.find(text) != std::string::npos;
   }
-  bool waitForExit(Clock::time_point deadline) {
-    for (;;) {
-      (void)process->drainStdout();
-      (void)process->drainStderr();
-      if (process->wait(0ms)) return true;
+  bool hasExited() {
+    (void)printed("");
+    exited = exited || process->wait(0ms).has_value();
+    return exited;
+  }
+  // Waits until `text` has been printed; false at `deadline`.
+  bool waitFor(const std::string& text, Clock::time_point deadline) {
+    while (!printed(text)) {
       if (Clock::now() >= deadline) return false;
       std::this_thread::sleep_for(5ms);
     }
+    return true;
   }
 };
 
@@ -126,7 +126,7 @@ DetectionRun detectOnce(const Options& o, bool torchrun, bool silent) {
   }
   const auto formDeadline = Clock::now() + 120s;
   for (auto& a : agents) {
-    if (!a.waitFor("training world 3", 1, formDeadline)) {
+    if (!a.waitFor("training world 3", formDeadline)) {
       throw std::runtime_error("the 3-node job did not form");
     }
   }
@@ -141,11 +141,16 @@ DetectionRun detectOnce(const Options& o, bool torchrun, bool silent) {
   const auto seconds = [fault] {
     return std::chrono::duration<double>(Clock::now() - fault).count();
   };
+  // Both events are watched together, each timed when first seen.
   DetectionRun run;
-  bool both = true;
-  for (int h = 0; h < 2; ++h) both = agents[h].waitFor("training world 2", 1, giveUp) && both;
-  if (both) run.reformed = seconds();
-  if (silent && agents[2].waitForExit(giveUp)) run.agentEnded = seconds();
+  while (Clock::now() < giveUp && (!run.reformed || (silent && !run.agentEnded))) {
+    if (!run.reformed && agents[0].printed("training world 2") &&
+        agents[1].printed("training world 2")) {
+      run.reformed = seconds();
+    }
+    if (silent && !run.agentEnded && agents[2].hasExited()) run.agentEnded = seconds();
+    std::this_thread::sleep_for(5ms);
+  }
   return run;
 }
 
@@ -164,10 +169,12 @@ std::optional<double> rendezvousOnce(const Options& o, bool torchrun, bool impai
   const auto deadline =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.giveUp));
   for (auto& a : agents) {
-    if (!a.waitFor("worker started", 1, deadline)) return std::nullopt;
+    if (!a.waitFor("worker started", deadline)) return std::nullopt;
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  for (auto& a : agents) a.waitForExit(deadline);
+  for (auto& a : agents) {
+    while (!a.hasExited() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  }
   return elapsed;
 }
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "ddprun/common/error.h"
-#include "ddprun/common/tcp_liveness.h"
 #include "ddprun/common/logging.h"
+#include "ddprun/common/tcp_liveness.h"
 #include "metrics_endpoint.h"
 #include "rendezvous_manager.h"
 #include "server_context.h"
