@@ -234,7 +234,12 @@ void NodeRendezvous::runHeartbeats() {
     lock.unlock();
     std::string reason;
     try {
-      client_->keepAlive(confirmed + limit);
+      // Each heartbeat gets at least one interval: after this process was
+      // paused (SIGSTOP, a starved machine), the store, not the clock, says
+      // whether this node is still a member. Under a silent network the
+      // first unanswered heartbeat still fails at confirmed + limit.
+      client_->keepAlive(
+          std::max(confirmed + limit, std::chrono::steady_clock::now() + rdzv_.keepAliveInterval));
       confirmed = std::chrono::steady_clock::now();
     } catch (const TimeoutError&) {
       reason = fmt::format(
