@@ -490,7 +490,15 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
   if (!registered_) {
     registerNode(me);
   } else {
-    client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
+    try {
+      client_.put(keys.joining(me.id), etcd::toJson(me), lease_);
+    } catch (const ServerError& e) {
+      // Paused past its TTL (or cut off): the others have counted it lost.
+      if (std::string(e.what()).find("lease not found") != std::string::npos) {
+        throw leaseExpired();
+      }
+      throw;
+    }
   }
   std::int64_t readFor = 0;      // the running round whose assign key this JOIN read
   std::int64_t rejoinedFor = 0;  // the running round this node put its key back for
@@ -750,6 +758,13 @@ std::optional<protocol::Event> EtcdRendezvous::waitEvent(std::chrono::millisecon
   throw NetworkError("the rendezvous was shut down");
 }
 
+NetworkError EtcdRendezvous::leaseExpired() const {
+  return NetworkError(fmt::format(
+      "this node's etcd lease expired: the other nodes count it as lost (its renewals did not "
+      "reach etcd at {} in time)",
+      client_.endpointList()));
+}
+
 void EtcdRendezvous::keepAlive(Clock::time_point deadline) {
   std::int64_t jobLease = 0;
   {
@@ -778,12 +793,7 @@ void EtcdRendezvous::keepAlive(Clock::time_point deadline) {
     throw TimeoutError(
         fmt::format("this node's etcd lease could not be renewed in time: {}", failure));
   }
-  if (ttl <= 0) {
-    throw NetworkError(fmt::format(
-        "this node's etcd lease expired: the other nodes count it as lost (its renewals did not "
-        "reach etcd at {} in time)",
-        client_.endpointList()));
-  }
+  if (ttl <= 0) throw leaseExpired();
 }
 
 }  // namespace ddprun::rendezvous

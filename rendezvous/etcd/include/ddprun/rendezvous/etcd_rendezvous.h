@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddprun/common/error.h"
 #include "ddprun/rendezvous/etcd_client.h"
 #include "ddprun/rendezvous/rendezvous_backend.h"
 
@@ -131,6 +132,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   EtcdRange newestAliveBefore(std::int64_t createRevision);
   // Nodes of the job alive since before the state's last change.
   std::int64_t aliveBefore(std::int64_t revision);
+  // The error of a node whose lease etcd no longer has.
+  NetworkError leaseExpired() const;
   // "<prefix>/<rdzv_id>/": where a rendezvous's keys live.
   std::string base(const std::string& rdzvId) const;
   std::string base() const { return base(options_.rdzvId); }
