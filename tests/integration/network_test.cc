@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "etcd_cluster.h"
@@ -78,6 +80,37 @@ std::vector<std::string> elasticOptions(const HostNetwork& net, std::uint16_t po
           "join_timeout=60" +
               extraConf,
           "--max_restarts=0"};
+}
+
+// A test process killed mid-test (SIGKILL: no destructor runs) leaves its
+// namespaces and processes behind; the next HostNetwork removes them, and
+// its switch (with its TAP devices) dies with it.
+TEST(Network, WhatAKilledTestLeftIsRemoved) {
+  SKIP_WITHOUT_NAMESPACES();
+  test_support::ChildProcess victim({"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                     "--gtest_filter=Network.DISABLED_HoldHosts"});
+  std::optional<std::string> line;
+  while ((line = victim.readStdoutLine(30s)) && *line != "hosts ready") {
+  }
+  ASSERT_TRUE(line.has_value()) << victim.stderrText();
+  const std::string prefix = fmt::format("ddprun-{}-", victim.pid());
+  const auto listed = [&prefix] {
+    test_support::ChildProcess ip({"/bin/sh", "-c", "ip netns list; ip link show"});
+    ip.wait(10s);
+    return ip.stdoutText().find(prefix) != std::string::npos;
+  };
+  ASSERT_TRUE(listed());
+  victim.signal(SIGKILL);
+  ASSERT_TRUE(victim.wait(10s).has_value());
+  HostNetwork next({.hosts = 1});
+  EXPECT_FALSE(listed());
+}
+
+TEST(Network, DISABLED_HoldHosts) {
+  HostNetwork net({.hosts = 2});
+  auto sleeper = net.start(0, {"/bin/sleep", "600"});
+  std::cout << "hosts ready" << std::endl;
+  std::this_thread::sleep_for(600s);
 }
 
 TEST(Network, StaticJobAcrossHosts) {
