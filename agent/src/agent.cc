@@ -154,6 +154,10 @@ struct Agent::Impl {
   // What every worker gets as DDPRUN_TOKEN: a credential for this job's keys
   // (made once from the store's token).
   std::string workerToken;
+  // What ended this node when no worker's failure did (a signal, a failed
+  // rendezvous, a lost store), for the launcher's error file.
+  std::string endReason;
+  bool launcherErrorWritten = false;
   // The interface of this node's rendezvous address, for the workers'
   // sockets (network_interface.h); found at the first join.
   std::optional<std::string> socketInterface;
@@ -268,6 +272,7 @@ void Agent::Impl::onJoined(const JoinResult& result) {
     // without it. It exits with its last failure's code.
     std::cerr << "ddprun: this node is left out of the job: " << result.error
               << "; the other nodes continue without it\n";
+    endReason = "this node is left out of the job: " + result.error;
     const int code = lastFailureCode != 0 ? lastFailureCode : 1;
     if (rendezvous->hosting()) {
       DDPRUN_INFO("This node hosts the job's store: keeping it up until every node left.");
@@ -279,6 +284,7 @@ void Agent::Impl::onJoined(const JoinResult& result) {
   }
   if (!result.assignment) {
     std::cerr << "ddprun: error: the rendezvous failed: " << result.error << "\n";
+    endReason = "the rendezvous failed: " + result.error;
     finish(1);
     return;
   }
@@ -360,6 +366,7 @@ void Agent::Impl::onStoreLost(const std::string& reason) {
   std::cerr << "ddprun: error: lost " << rendezvous->where() << " (" << reason
             << "); stopping this node's workers\n";
   stopCode = 1;
+  endReason = fmt::format("lost {} ({})", rendezvous->where(), reason);
   if (group) {
     group->stop(SIGTERM);
   } else if (waitingForZygote) {
@@ -510,7 +517,10 @@ void Agent::Impl::onGroupDone(GroupOutcome outcome) {
     return;
   }
   if (!outcome.rootCause) failedRoundsInARow = 0;  // this node's workers did not fail
-  if (stoppedFor && !outcome.rootCause) {
+  // Success first (as torchelastic checks SUCCEEDED first): workers that all
+  // finished are done, even if the round ended elsewhere while their last
+  // output drained.
+  if (!outcome.succeeded && stoppedFor && !outcome.rootCause) {
     if (stoppedFor->type == protocol::EventType::kJobFailed) {
       rendezvous->leave(assignment.round);
       failJob(stoppedFor->message, nullptr, static_cast<int>(stoppedFor->exitCode));
@@ -632,6 +642,7 @@ void Agent::Impl::failJob(const std::string& report, const WorkerFailure* rootCa
   std::cerr << report << std::flush;
   if (config.launcherErrorFile) {
     writeLauncherErrorFile(*config.launcherErrorFile, rootCause, code, report);
+    launcherErrorWritten = true;
   }
   finish(code);
 }
@@ -767,6 +778,8 @@ void Agent::Impl::waitForSignal() {
     router.endOpenLine();  // a progress bar's row is not ddprun's
     if (!stopCode) {
       stopCode = 128 + sig;
+      endReason = fmt::format("ddprun (pid {}) received {} and stopped its workers", ::getpid(),
+                              signalName(sig));
       DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
                   signalName(sig), config.shutdownTimeout.count());
     } else {
@@ -785,6 +798,14 @@ void Agent::Impl::waitForSignal() {
 
 void Agent::Impl::finish(int code) {
   exitCode = code;
+  if (code != 0 && config.launcherErrorFile && !launcherErrorWritten) {
+    // Every failing exit names its cause there, not only a worker's failure
+    // (torchrun's @record writes its exception: a signal, a rendezvous timeout).
+    const std::string what =
+        endReason.empty() ? fmt::format("ddprun exited with code {}", code) : endReason;
+    writeLauncherErrorFile(*config.launcherErrorFile, nullptr, code, what, what);
+    launcherErrorWritten = true;
+  }
   if (events.enabled()) {
     events.record(
         code == 0 ? "torchelastic.agent.status.SUCCEEDED" : "torchelastic.agent.status.FAILED",

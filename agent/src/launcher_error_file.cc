@@ -31,7 +31,7 @@ json workerJson(const fs::path& path) {
 }  // namespace
 
 bool writeLauncherErrorFile(const fs::path& path, const WorkerFailure* rootCause, int exitCode,
-                            const std::string& report) {
+                            const std::string& report, const std::string& summary) {
   json content = rootCause ? workerJson(rootCause->errorFile) : json(nullptr);
   if (!content.is_null()) {
     if (content["message"].is_object() && !content["message"].contains("errorCode")) {
@@ -48,7 +48,7 @@ bool writeLauncherErrorFile(const fs::path& path, const WorkerFailure* rootCause
     if (callstack.empty()) callstack = report;
     content = {
         {"message",
-         {{"message", rootCause ? describeExit(*rootCause) : std::string("ddprun failed")},
+         {{"message", rootCause ? describeExit(*rootCause) : summary},
           {"errorCode", exitCode},
           {"extraInfo", {{"py_callstack", callstack}, {"timestamp", std::to_string(now)}}}}}};
   }

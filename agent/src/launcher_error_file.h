@@ -19,8 +19,11 @@
 
 namespace ddprun::agent {
 
-// Returns false (after logging a warning) when the file cannot be written.
+// Without a root-cause worker, `summary` is the message (what ended ddprun:
+// a signal, a rendezvous that failed, a lost store). Returns false (after
+// logging a warning) when the file cannot be written.
 bool writeLauncherErrorFile(const std::filesystem::path& path, const WorkerFailure* rootCause,
-                            int exitCode, const std::string& report);
+                            int exitCode, const std::string& report,
+                            const std::string& summary = "ddprun failed");
 
 }  // namespace ddprun::agent

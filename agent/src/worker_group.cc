@@ -262,6 +262,15 @@ void WorkerGroup::onExit(int localRank, ExitStatus status) {
 }
 
 void WorkerGroup::stop(int sig) {
+  const bool allExited = std::all_of(slots_.begin(), slots_.end(), [](const Slot& slot) {
+    return slot.process != nullptr && slot.exited;
+  });
+  if (!slots_.empty() && allExited) {
+    // Every worker started and has exited (their output may still be
+    // draining): the outcome is how they exited, not a stop asked for
+    // afterwards.
+    return;
+  }
   if (stopping_) {
     if (sig == SIGKILL || stopSignal_) {
       // Asked twice: no more grace.

@@ -278,6 +278,34 @@ TEST(TorchrunCompat, LauncherErrorFileHoldsTheRootCause) {
   EXPECT_NE(json.find(R"("errorCode":3)"), std::string::npos) << json;
 }
 
+// Not only a worker's failure: every failing exit of ddprun names its cause
+// in the launcher's error file, as torchrun's @record writes its exception
+// (a rendezvous that timed out, a signal).
+TEST(TorchrunCompat, LauncherErrorFileOnAJoinTimeoutAndASignal) {
+  const fs::path file = scratch() / "launcher-error.json";
+  const auto r = runDdprun({"--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1",
+                            fmt::format("--master_port={}", freePort()),
+                            "--rdzv_conf=join_timeout=1", "/bin/true"},
+                           {{"TORCHELASTIC_ERROR_FILE", file.string()}}, 30s);
+  EXPECT_EQ(r.code, 1) << r.err;
+  std::string json = readFile(file);
+  EXPECT_NE(json.find(R"("errorCode":1)"), std::string::npos) << json;
+  EXPECT_NE(json.find("the rendezvous failed"), std::string::npos) << json;
+
+  fs::remove(file);
+  ChildProcess ddprun({kDdprun, "/bin/sh", "-c", "echo started; exec sleep 60"},
+                      {{"TORCHELASTIC_ERROR_FILE", file.string()}});
+  std::optional<std::string> line;
+  while ((line = ddprun.readStdoutLine(20s)) && line->find("started") == std::string::npos) {
+  }
+  ASSERT_TRUE(line.has_value());
+  ddprun.signal(SIGTERM);
+  EXPECT_EQ(ddprun.wait(30s), 128 + SIGTERM);
+  json = readFile(file);
+  EXPECT_NE(json.find(R"("errorCode":143)"), std::string::npos) << json;
+  EXPECT_NE(json.find("received SIGTERM"), std::string::npos) << json;
+}
+
 TEST(TorchrunCompat, StaticNodeZeroWithATakenPortFailsAtOnce) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
