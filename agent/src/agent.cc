@@ -114,6 +114,10 @@ struct Agent::Impl {
   // Drops what belongs to the current attempt: its watchdog, its file
   // timers and its (finished) worker group.
   void endAttempt();
+  // Stops the group with `sig`, and what watches it for hangs and timers.
+  void stopGroup(int sig);
+  // Ends the hang watchdog and drops the file timers of this attempt.
+  void stopWatching();
   void onGroupDone(GroupOutcome outcome);
   // Python workers of a job of several that all succeeded without one of
   // them connecting to the workers' store formed no process group: each
@@ -346,7 +350,7 @@ void Agent::Impl::onEvent(const protocol::Event& event) {
                 event.message);
   }
   if (group) {
-    group->stop(SIGTERM);
+    stopGroup(SIGTERM);
   } else if (waitingForZygote) {
     stopWaitingForZygote();
   } else if (event.type == protocol::EventType::kJobFailed) {
@@ -368,7 +372,7 @@ void Agent::Impl::onStoreLost(const std::string& reason) {
   stopCode = 1;
   endReason = fmt::format("lost {} ({})", rendezvous->where(), reason);
   if (group) {
-    group->stop(SIGTERM);
+    stopGroup(SIGTERM);
   } else if (waitingForZygote) {
     stopWaitingForZygote();
   }  // a join in progress fails on its own
@@ -410,10 +414,21 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
   return id;
 }
 
-void Agent::Impl::endAttempt() {
+void Agent::Impl::stopWatching() {
   watchdog.reset();
-  uninterruptibleWatch.reset();
   if (fileTimer) fileTimer->clear();
+}
+
+void Agent::Impl::stopGroup(int sig) {
+  // The hang watchdog and the file timers would only kill a worker that is
+  // being stopped already (during --shutdown_timeout), and blame it.
+  stopWatching();
+  group->stop(sig);
+}
+
+void Agent::Impl::endAttempt() {
+  stopWatching();
+  uninterruptibleWatch.reset();
   group.reset();
 }
 
@@ -786,7 +801,7 @@ void Agent::Impl::waitForSignal() {
       DDPRUN_WARN("ddprun received {} again; killing the workers now.", signalName(sig));
     }
     if (group && !group->finished()) {
-      group->stop(sig);
+      stopGroup(sig);
     } else if (waitingForZygote) {
       stopWaitingForZygote();  // leaves the round this node joined
     } else {

@@ -247,6 +247,23 @@ TEST(Launcher, TheWatchdogFailsANodeWhoseWorkersAllStopped) {
   EXPECT_NE(r.err.find("    state S (sleeping)"), std::string::npos) << r.err;
 }
 
+// While ddprun stops its workers (--shutdown_timeout), the watchdog is off:
+// a worker that ignores SIGTERM and sits quiet is killed by the shutdown's
+// SIGKILL, not reported as hung.
+TEST(Launcher, TheWatchdogLeavesWorkersBeingStoppedAlone) {
+  ChildProcess ddprun(
+      args({kDdprun, "--nproc_per_node=1", "--watchdog_timeout=1", "--shutdown_timeout=4"},
+           sh("trap '' TERM; echo started; sleep 30")));
+  std::optional<std::string> line;
+  while ((line = ddprun.readStdoutLine(20s)) && line->find("started") == std::string::npos) {
+  }
+  ASSERT_TRUE(line.has_value());
+  ddprun.signal(SIGTERM);
+  EXPECT_EQ(ddprun.wait(30s), 128 + SIGTERM);
+  const std::string err = ddprun.stderrText();
+  EXPECT_EQ(err.find("hung"), std::string::npos) << err;
+}
+
 TEST(Launcher, TheWatchdogLeavesAQuietButHealthyJobAlone) {
   // Rank 0 computes for 4-5 s while rank 1 waits 3 s without CPU or I/O,
   // as at a barrier during rank 0's evaluation.

@@ -283,10 +283,10 @@ TEST(TorchrunCompat, LauncherErrorFileHoldsTheRootCause) {
 // (a rendezvous that timed out, a signal).
 TEST(TorchrunCompat, LauncherErrorFileOnAJoinTimeoutAndASignal) {
   const fs::path file = scratch() / "launcher-error.json";
-  const auto r = runDdprun({"--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1",
-                            fmt::format("--master_port={}", freePort()),
-                            "--rdzv_conf=join_timeout=1", "/bin/true"},
-                           {{"TORCHELASTIC_ERROR_FILE", file.string()}}, 30s);
+  const auto r = runDdprun(
+      {"--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1",
+       fmt::format("--master_port={}", freePort()), "--rdzv_conf=join_timeout=1", "/bin/true"},
+      {{"TORCHELASTIC_ERROR_FILE", file.string()}}, 30s);
   EXPECT_EQ(r.code, 1) << r.err;
   std::string json = readFile(file);
   EXPECT_NE(json.find(R"("errorCode":1)"), std::string::npos) << json;
