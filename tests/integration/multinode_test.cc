@@ -128,7 +128,9 @@ TEST(MultiNode, KilledAgentTakesItsWorkersAndTheOthersGoOn) {
 TEST(MultiNode, StoppedAgentMissesHeartbeatsAndIsRemoved) {
   const std::uint16_t port = freePort();
   const std::string script = "echo world $WORLD_SIZE; sleep 3";
-  const std::string conf = ",keep_alive_interval=0.2,keep_alive_max_attempt=2";
+  // 1 s of silence is death: far above a loaded machine's scheduling delays,
+  // which would otherwise make a healthy agent miss its own deadline.
+  const std::string conf = ",keep_alive_interval=0.5,keep_alive_max_attempt=2";
   std::vector<Node> nodes;
   for (int i = 0; i < 3; ++i) {
     const std::string host = i == 0 ? ",is_host=1" : ",is_host=0";
