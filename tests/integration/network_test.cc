@@ -259,15 +259,13 @@ std::unique_ptr<test_support::EtcdCluster> etcdOnHosts(const HostNetwork& net) {
                                                      hosts);
 }
 
-std::vector<std::string> etcdOptions(const test_support::EtcdCluster& etcd,
-                                     const std::string& nnodes) {
-  return {"--nnodes=" + nnodes,
-          "--nproc_per_node=1",
-          "--rdzv_backend=etcd",
-          "--rdzv_endpoint=" + etcd.endpoints(),
-          "--rdzv_id=job",
-          "--rdzv_conf=last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=3,"
-          "join_timeout=60",
+// keepAlive: "keep_alive_interval=I,keep_alive_max_attempt=A".
+std::vector<std::string> etcdOptions(
+    const test_support::EtcdCluster& etcd, const std::string& nnodes,
+    const std::string& keepAlive = "keep_alive_interval=0.5,keep_alive_max_attempt=3") {
+  return {"--nnodes=" + nnodes,  "--nproc_per_node=1",
+          "--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.endpoints(),
+          "--rdzv_id=job",       "--rdzv_conf=last_call_timeout=0.5,join_timeout=60," + keepAlive,
           "--max_restarts=0"};
 }
 
@@ -276,7 +274,12 @@ TEST(Network, WorkerHostCutOffEtcd) {
   HostNetwork net({.hosts = 4});
   auto etcd = etcdOnHosts(net);
   std::vector<Node> nodes;
-  for (int h = 1; h < 4; ++h) nodes.push_back(startAgent(net, h, etcdOptions(*etcd, "2:3")));
+  for (int h = 1; h < 4; ++h) {
+    // Hosts 1 and 2 also run etcd members: a 3 s bound leaves their renewals
+    // room on a loaded machine.
+    nodes.push_back(startAgent(
+        net, h, etcdOptions(*etcd, "2:3", "keep_alive_interval=1,keep_alive_max_attempt=3")));
+  }
   for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 3", 1, 60s)) << node.out << node.err;
   net.cut(3);  // an agent's host, no etcd member there
   const auto code = nodes[2].finish(30s);
@@ -297,7 +300,11 @@ TEST(Network, EtcdMemberHostCutOffJobGoesOn) {
   auto etcd = etcdOnHosts(net);
   std::vector<Node> nodes;
   for (int h = 2; h < 4; ++h) {
-    nodes.push_back(startAgent(net, h, etcdOptions(*etcd, "2"), {{"STEPS", "120"}}));  // 6 s
+    // A lease renewal needs etcd's leader: when the cut member led, the
+    // bound must cover an election (500 ms here, more on a loaded machine).
+    nodes.push_back(startAgent(
+        net, h, etcdOptions(*etcd, "2", "keep_alive_interval=1,keep_alive_max_attempt=4"),
+        {{"STEPS", "160"}}));  // 8 s
   }
   for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 2", 1, 60s)) << node.out << node.err;
   net.cut(0);
