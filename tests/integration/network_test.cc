@@ -405,6 +405,25 @@ TEST(Network, Ipv6Only) {
   }
 }
 
+// etcd over IPv6 only: members on IPv6 addresses, endpoints in brackets.
+TEST(Network, Ipv6OnlyEtcd) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 3, .ipv4 = false});
+  test_support::EtcdHosts hosts;
+  for (int h = 0; h < 3; ++h) hosts.addresses.push_back("[" + net.ipv6(h) + "]");
+  hosts.inHost = [&net](int h, std::vector<std::string> argv) { return net.inHost(h, argv); };
+  test_support::EtcdCluster etcd(3, std::nullopt, test_support::EtcdTiming{}, hosts);
+  std::vector<Node> nodes;
+  for (int h = 1; h < 3; ++h) {
+    nodes.push_back(startAgent(
+        net, h, etcdOptions(etcd, "2", "keep_alive_interval=1,keep_alive_max_attempt=3")));
+  }
+  for (auto& node : nodes) {
+    EXPECT_EQ(node.finish(60s), 0) << node.out << node.err;
+    EXPECT_TRUE(finishedInWorld(node, 2)) << node.out;
+  }
+}
+
 // --- a slow, lossy network -----------------------------------------------------
 
 TEST(Network, FourNodesOverADelayedLossyNetwork) {
