@@ -171,13 +171,15 @@ class EtcdCluster {
   void waitUntilWritable(std::chrono::seconds limit) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     if (hosts_) {
-      // Asked from inside member 0's host (this process is on no host's network).
+      // Asked from inside member 0's host (this process is on no host's
+      // network). etcdctl's dial waits until a member listens, its command
+      // until the cluster commits (a put before the first leader fails and
+      // is asked again).
       while (std::chrono::steady_clock::now() < deadline) {
         ChildProcess put(
-            hosts_->inHost(0, {"/usr/bin/etcdctl", "--endpoints", endpoints(),
-                               "--command-timeout=2s", "put", "/ddprun-test/ready", "1"}));
-        if (put.wait(std::chrono::seconds(10)) == 0) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            hosts_->inHost(0, {"/usr/bin/etcdctl", "--endpoints", endpoints(), "--dial-timeout=10s",
+                               "--command-timeout=10s", "put", "/ddprun-test/ready", "1"}));
+        if (put.wait(std::chrono::seconds(30)) == 0) return;
       }
       throw std::runtime_error("the etcd cluster on the test hosts did not start");
     }
