@@ -229,19 +229,6 @@ void Agent::Impl::startLocalStore() {
 
 // --- several nodes ----------------------------------------------------------
 
-namespace {
-
-// True when the address the job is configured with (--local_addr, the
-// store's endpoint, etcd's first member) is an IPv6 one: the workers' store
-// then listens on :: (IPv4 too), since their MASTER_ADDR may be IPv6.
-bool jobUsesIpv6(const RendezvousConfig& r) {
-  std::string host = !r.localAddr.empty() ? r.localAddr : r.endpointHost;
-  if (host.empty() && !r.etcd.endpoints.empty()) host = r.etcd.endpoints.front();  // "[h]:p"
-  return host.starts_with('[') || std::count(host.begin(), host.end(), ':') > 1;
-}
-
-}  // namespace
-
 void Agent::Impl::startRendezvous() {
   rendezvous = std::make_unique<NodeRendezvous>(io, config);
   // Never the agents' token for workers: a credential for this job's keys.
@@ -251,7 +238,7 @@ void Agent::Impl::startRendezvous() {
     // others reach it at the address the rendezvous knows that node by).
     // With etcd this is the only store the workers have.
     rendezvous::StoreServerOptions options;
-    options.host = jobUsesIpv6(config.rendezvous) ? "::" : "0.0.0.0";
+    options.host = anyAddressOfTheJobsFamily(config.rendezvous);
     // Only PyTorch's TCPStore clients (which cannot send a token) use it,
     // so it is open like torchrun's own store; the limits still hold.
     options.name = "ddprun-worker-store";

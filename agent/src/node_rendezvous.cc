@@ -60,6 +60,17 @@ std::string numericAddress(const std::string& host) {
 
 }  // namespace
 
+std::string anyAddressOfTheJobsFamily(const RendezvousConfig& r) {
+  std::string host = !r.localAddr.empty() ? r.localAddr : r.endpointHost;
+  if (host.empty() && !r.etcd.endpoints.empty()) {
+    host = r.etcd.endpoints.front();  // "[h]:p" or "h:p"
+  } else {
+    host = numericAddress(host);  // a name may resolve to IPv6
+  }
+  const bool v6 = host.starts_with('[') || std::count(host.begin(), host.end(), ':') > 1;
+  return v6 ? "::" : "0.0.0.0";
+}
+
 NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
     : io_(io),
       config_(config),
@@ -157,12 +168,8 @@ bool NodeRendezvous::tryToHost(std::string& why) {
   // master_addr is an IPv6 address; dynamic: on the endpoint's own address,
   // so several agents of one machine can race for it and the losers become
   // clients.
-  const std::string endpointAddress = numericAddress(rdzv_.endpointHost);
-  if (rdzv_.mode == RendezvousMode::kStatic) {
-    options.host = endpointAddress.find(':') != std::string::npos ? "::" : "0.0.0.0";
-  } else {
-    options.host = endpointAddress;
-  }
+  options.host = rdzv_.mode == RendezvousMode::kStatic ? anyAddressOfTheJobsFamily(rdzv_)
+                                                       : numericAddress(rdzv_.endpointHost);
   options.port = rdzv_.endpointPort;
   options.token = rdzv_.token;
   options.name = "ddprun-agent-store";

@@ -47,6 +47,11 @@ struct JoinResult {
   std::string error;  // why the join failed (timeout, network)
 };
 
+// "::" (IPv6, and IPv4 too) when the address the job is configured with
+// (--local_addr, the store's endpoint, etcd's first member) is an IPv6 one,
+// else "0.0.0.0": where a store that every node's workers reach listens.
+std::string anyAddressOfTheJobsFamily(const RendezvousConfig& r);
+
 class NodeRendezvous {
  public:
   using EventFn = std::function<void(const rendezvous::protocol::Event&)>;
