@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,17 @@ std::vector<int> membersUsedBy(pid_t pid, const EtcdCluster& cluster) {
     }
   }
   return used;
+}
+
+// Polls membersUsedBy(pid) until `ready` accepts it (false after 30 s).
+bool waitForMembers(pid_t pid, const EtcdCluster& cluster,
+                    const std::function<bool(const std::vector<int>&)>& ready) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!ready(membersUsedBy(pid, cluster))) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
 }
 
 class EtcdRendezvousTest : public ::testing::Test {
@@ -513,17 +525,30 @@ TEST_F(EtcdRendezvousTest, AnEtcdMemberKilledMidJobChangesNothing) {
       dir_.string());
   std::vector<Node> nodes;
   for (int i = 0; i < 2; ++i) {
-    nodes.push_back(node({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=etcd",
-                          "--rdzv_endpoint=" + cluster.endpoints(), "--rdzv_id=" + rdzvId_,
-                          "--max_restarts=1", "--rdzv_conf=keep_alive_interval=0.5"},
-                         script));
+    nodes.push_back(
+        node({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=etcd",
+              "--rdzv_endpoint=" + cluster.endpoints(), "--rdzv_id=" + rdzvId_, "--max_restarts=1",
+              // A bound (4 s) above an election (500 ms timeout,
+              // randomised up to twice that, slower under load): a
+              // renewal needs a leader, and the killed member may
+              // have been it.
+              "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=4"},
+             script));
   }
   for (auto& n : nodes) ASSERT_TRUE(n.waitFor("Round 1:", 1, 30s, true)) << n.err;
   // The member the first node talks to (each node starts at a random one).
   const auto used = membersUsedBy(nodes[0].process->pid(), cluster);
   ASSERT_FALSE(used.empty()) << "node 0 has no connection to etcd";
-  cluster.kill(used.front());
-  std::this_thread::sleep_for(1500ms);  // keep-alives and the watch move on
+  const int killed = used.front();
+  cluster.kill(killed);
+  // The job goes on only once the two members left have a leader, and each
+  // node talks to them (its watch and its renewals moved on).
+  cluster.waitUntilWritable(30s);
+  for (auto& n : nodes) {
+    ASSERT_TRUE(waitForMembers(n.process->pid(), cluster, [&](const std::vector<int>& now) {
+      return !now.empty() && std::ranges::find(now, killed) == now.end();
+    })) << "a node still talks to the killed member, or to none";
+  }
   std::ofstream(dir_ / "go").put('1');
   for (auto& n : nodes) {
     ASSERT_EQ(n.finish(60s), 0) << n.err;

@@ -161,13 +161,7 @@ class EtcdCluster {
     for (const auto& m : members_) all.push_back(m->pid());
     return all;
   }
-
- private:
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-
+  // Returns once a put commits (the cluster has a leader); throws after `limit`.
   void waitUntilWritable(std::chrono::seconds limit) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     if (hosts_) {
@@ -197,6 +191,12 @@ class EtcdCluster {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     throw std::runtime_error("the etcd cluster did not start: " + last);
+  }
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
   }
 
   std::optional<EtcdTls> tls_;
