@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include <iostream>
+#include <random>
 
 #include "attempt_store.h"
 #include "ddprun/common/env.h"
@@ -25,14 +26,16 @@
 #include "file_timer_server.h"
 #include "free_port.h"
 #include "hang_watchdog.h"
-#include "launcher_error_file.h"
+#include "lifecycle_hooks.h"
+#include "local_rounds.h"
 #include "network_interface.h"
+#include "node_lifecycle.h"
 #include "node_rendezvous.h"
 #include "numa_binding.h"
 #include "orphan_guard.h"
 #include "output_router.h"
 #include "python_zygote.h"
-#include "restart_backoff.h"
+#include "rendezvous_rounds.h"
 #include "run_directory.h"
 #include "uninterruptible_watch.h"
 #include "worker_env.h"
@@ -43,7 +46,41 @@ namespace ddprun::agent {
 namespace asio = boost::asio;
 namespace protocol = rendezvous::protocol;
 
-struct Agent::Impl {
+namespace {
+
+// The lifecycle's clock: the loop's steady clock and one timer.
+class LoopClock : public LifecycleClock {
+ public:
+  explicit LoopClock(asio::io_context& io) : timer_(io) {}
+  std::chrono::steady_clock::time_point now() const override {
+    return std::chrono::steady_clock::now();
+  }
+  void after(std::chrono::milliseconds wait, std::function<void()> then) override {
+    timer_.expires_after(wait);
+    timer_.async_wait([then = std::move(then)](boost::system::error_code ec) {
+      if (!ec) then();
+    });
+  }
+  void cancel() override { timer_.cancel(); }
+
+ private:
+  asio::steady_timer timer_;
+};
+
+// --preload's zygote as the lifecycle's start gate.
+class ZygoteGate : public StartGate {
+ public:
+  explicit ZygoteGate(PythonZygote& zygote) : zygote_(zygote) {}
+  bool ready() const override { return !zygote_.starting(); }
+  void whenReady(std::function<void()> then) override { zygote_.whenReady(std::move(then)); }
+
+ private:
+  PythonZygote& zygote_;
+};
+
+}  // namespace
+
+struct Agent::Impl : GroupRunner {
   explicit Impl(AgentConfig c)
       : config(std::move(c)),
         signals(io),
@@ -87,54 +124,38 @@ struct Agent::Impl {
   void startFileTimer();
   void onTimerExpired(const ExpiredTimer& timer);
   void onHang(const HangReport& report);
+  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT passed for `worker`.
+  void onUninterruptible(const WatchedWorker& worker, std::chrono::milliseconds inD);
 
   void planNuma();
   // --preload: the zygote starts importing now, while the rendezvous runs.
   void startZygote();
-  // Prints the final report, writes the launcher's error file and exits.
-  void failJob(const std::string& report, const WorkerFailure* rootCause, int code);
 
   bool multiNode() const { return config.rendezvous.mode != RendezvousMode::kStandalone; }
   bool etcdBackend() const { return config.rendezvous.backend == RendezvousBackendKind::kEtcd; }
 
-  // One node: a private store, restarts counted here.
+  // The parts, in order: the round source (one node: a private store, the
+  // budget counted here; several: the job's rendezvous), then the
+  // lifecycle and the features it carries.
   void startLocalStore();
-  // Several nodes: rounds from the job's store.
   void startRendezvous();
-  void join();
-  void onJoined(const JoinResult& result);
-  void onEvent(const protocol::Event& event);
-  void onStoreLost(const std::string& reason);
+  void onAssigned(const protocol::Assignment& assigned);
   void findSocketInterface();
-  // A round ended (or the store was lost) while its group waited for the
-  // zygote: end the round as its group would have.
-  void stopWaitingForZygote();
+  void buildLifecycle();
 
-  void startAttempt();
-  // Drops what belongs to the current attempt: its watchdog, its file
-  // timers and its (finished) worker group.
-  void endAttempt();
-  // Stops the group with `sig`, and what watches it for hangs and timers.
-  void stopGroup(int sig);
-  // Ends the hang watchdog and drops the file timers of this attempt.
-  void stopWatching();
-  void onGroupDone(GroupOutcome outcome);
+  // GroupRunner: one attempt's WorkerGroup.
+  void start(const Attempt& next, std::function<void(GroupOutcome)> done) override;
+  void stop(int sig) override {
+    if (group && !group->finished()) group->stop(sig);
+  }
+
   // Python workers of a job of several that all succeeded without one of
   // them connecting to the workers' store formed no process group: each
   // trained alone (Lightning on CPU with devices="auto"). Says so.
   void noteWorkersThatTrainedAlone() const;
-  void onFailure(const GroupOutcome& outcome);
-  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT passed for `worker`.
-  void onUninterruptible(const WatchedWorker& worker, std::chrono::milliseconds inD);
-  // Runs `restart` now, or after the back-off when failures came in a row.
-  // --event_log_handler: the job restarts (restart N of the budget) after a
-  // failure with `failedCode`.
-  // restarts -1: the round ended elsewhere (`reason`), this node rejoins.
-  void recordRestart(std::int64_t restarts, int failedCode, const std::string& reason = "");
-  void restartAfterBackoff(std::function<void()> restart);
-  void waitForSignal();
+  std::string reportFor(const GroupOutcome& outcome, const FailureContext& context) const;
   WorkerIdentity identityFor(int localRank, const std::string& errorFile) const;
-  std::string reportFor(const GroupOutcome& outcome) const;
+  void waitForSignal();
   void finish(int code);
 
   const AgentConfig config;
@@ -158,40 +179,32 @@ struct Agent::Impl {
   // What every worker gets as DDPRUN_TOKEN: a credential for this job's keys
   // (made once from the store's token).
   std::string workerToken;
-  // What ended this node when no worker's failure did (a signal, a failed
-  // rendezvous, a lost store), for the launcher's error file.
-  std::string endReason;
-  bool launcherErrorWritten = false;
   // The interface of this node's rendezvous address, for the workers'
   // sockets (network_interface.h); found at the first join.
   std::optional<std::string> socketInterface;
-  std::uint16_t masterPort = 0;
-  // Multi-node: this node's rendezvous and its current assignment.
+  // Multi-node: this node's rendezvous.
   std::unique_ptr<NodeRendezvous> rendezvous;
-  protocol::Assignment assignment;
+  std::unique_ptr<RoundSource> rounds;
 
-  std::unique_ptr<WorkerGroup> group;
-  int attempt = 0;  // failure restarts so far (TORCHELASTIC_RESTART_COUNT)
-  // Once ddprun must stop (a signal, or the store is lost): its exit code.
-  std::optional<int> stopCode;
-  std::optional<protocol::Event> stoppedFor;  // a pushed event ended the round
-  std::optional<protocol::Event> earlyEvent;  // arrived before its round's join answer
-  FailureHistory history;
-  int lastFailureCode = 0;
-  // Several nodes: rounds in a row in which this node's workers failed.
-  int failedRoundsInARow = 0;
-  RestartBackoff backoff{config.restartBackoff};
-  asio::steady_timer backoffTimer{io};
-  std::chrono::steady_clock::time_point attemptStarted;
   std::unique_ptr<FileTimerServer> fileTimer;
-  std::unique_ptr<HangWatchdog> watchdog;  // --watchdog_timeout, per attempt
-  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT, per attempt; once it fired
-  // the node is unhealthy and its workers are not restarted.
-  std::unique_ptr<UninterruptibleWatch> uninterruptibleWatch;
-  bool unhealthy = false;
   std::unique_ptr<PythonZygote> zygote;  // --preload
-  bool waitingForZygote = false;         // a round's group waits for its import
+  std::unique_ptr<ZygoteGate> gate;
+  LoopClock clock{io};
+  std::unique_ptr<NodeLifecycle> lifecycle;
+  std::vector<std::unique_ptr<LifecycleHook>> hooks;
+  // The running (or last) attempt and its group.
+  Attempt attempt;
+  std::unique_ptr<WorkerGroup> group;
   int exitCode = 0;
+
+  // Python workers trained alone (noteWorkersThatTrainedAlone) after success.
+  struct TrainedAloneNote : LifecycleHook {
+    explicit TrainedAloneNote(const Impl& impl) : owner(impl) {}
+    void attemptEnded(const Attempt&, const GroupOutcome& outcome) override {
+      if (outcome.succeeded) owner.noteWorkersThatTrainedAlone();
+    }
+    const Impl& owner;
+  };
 };
 
 // --- one node ---------------------------------------------------------------
@@ -215,16 +228,18 @@ void Agent::Impl::startLocalStore() {
   options.trustedAddresses = {"127.0.0.1"};
   attemptStore = std::make_unique<AttemptStore>(options);
   attemptStore->fresh();  // binds now: a taken --master_port fails before any worker starts
+  protocol::Assignment base;
   if (config.useAgentStore) {
     // Workers' init_process_group uses the agent's store: no second port.
-    assignment.masterAddr = "127.0.0.1";
+    base.masterAddr = "127.0.0.1";
   } else {
-    masterPort =
+    base.masterAddr = config.masterAddr;
+    base.masterPort =
         config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
-    assignment.masterAddr = config.masterAddr;
-    assignment.masterPort = masterPort;
   }
-  assignment.worldSize = static_cast<std::uint32_t>(config.nprocPerNode);
+  base.worldSize = static_cast<std::uint32_t>(config.nprocPerNode);
+  rounds = std::make_unique<LocalRounds>(io, *attemptStore, base, config.useAgentStore,
+                                         config.maxRestarts);
 }
 
 // --- several nodes ----------------------------------------------------------
@@ -245,71 +260,22 @@ void Agent::Impl::startRendezvous() {
     options.quiet = true;
     attemptStore = std::make_unique<AttemptStore>(options);
   }
-  rendezvous->start([this](const protocol::Event& e) { onEvent(e); },
-                    [this](const std::string& reason) { onStoreLost(reason); });
-  join();
+  rounds = std::make_unique<RendezvousRounds>(
+      *rendezvous, attemptStore.get(), config,
+      [this](const protocol::Assignment& assigned) { onAssigned(assigned); });
 }
 
-void Agent::Impl::join() {
-  DDPRUN_INFO("Node {} is joining rendezvous '{}' ({} to {} nodes).", rendezvous->nodeId(),
-              config.runId, config.rendezvous.minNodes, config.rendezvous.maxNodes);
-  // This node's offer of a store for the round's workers, used if it
-  // becomes group rank 0.
-  if (attemptStore) rendezvous->setMasterPort(attemptStore->fresh());
-  rendezvous->asyncJoin([this](const JoinResult& result) { onJoined(result); });
-}
-
-void Agent::Impl::onJoined(const JoinResult& result) {
-  if (stopCode) {
-    finish(*stopCode);
-    return;
-  }
-  if (result.closed) {
-    failJob(result.report, nullptr, result.exitCode);
-    return;
-  }
-  if (result.excluded) {
-    // This host failed in too many rounds in a row: the others go on
-    // without it. It exits with its last failure's code.
-    std::cerr << "ddprun: this node is left out of the job: " << result.error
-              << "; the other nodes continue without it\n";
-    endReason = "this node is left out of the job: " + result.error;
-    const int code = lastFailureCode != 0 ? lastFailureCode : 1;
-    if (rendezvous->hosting()) {
-      DDPRUN_INFO("This node hosts the job's store: keeping it up until every node left.");
-      rendezvous->asyncWaitUntilAllLeft([this, code] { finish(code); });
-    } else {
-      finish(code);
-    }
-    return;
-  }
-  if (!result.assignment) {
-    std::cerr << "ddprun: error: the rendezvous failed: " << result.error << "\n";
-    endReason = "the rendezvous failed: " + result.error;
-    finish(1);
-    return;
-  }
-  assignment = *result.assignment;
-  attempt = static_cast<int>(assignment.restarts);
+void Agent::Impl::onAssigned(const protocol::Assignment& assigned) {
   if (!socketInterface) findSocketInterface();
-  if (attemptStore && assignment.groupRank == 0) attemptStore->markUsed();
   if (events.enabled()) {
     events.record("torchelastic.agent.RENDEZVOUS", "AGENT",
                   {{"run_id", config.runId},
                    {"hostname", config.hostname},
-                   {"round", std::to_string(assignment.round)},
-                   {"group_rank", std::to_string(assignment.groupRank)},
-                   {"group_world_size", std::to_string(assignment.groupWorldSize)},
-                   {"world_size", std::to_string(assignment.worldSize)}});
+                   {"round", std::to_string(assigned.round)},
+                   {"group_rank", std::to_string(assigned.groupRank)},
+                   {"group_world_size", std::to_string(assigned.groupWorldSize)},
+                   {"world_size", std::to_string(assigned.worldSize)}});
   }
-  DDPRUN_INFO("Round {}: this node is group rank {} of {}; workers are ranks {} to {} of {}.",
-              assignment.round, assignment.groupRank, assignment.groupWorldSize,
-              assignment.rankOffset, assignment.rankOffset + config.nprocPerNode - 1,
-              assignment.worldSize);
-  stoppedFor.reset();
-  startAttempt();
-  if (earlyEvent && earlyEvent->round == assignment.round) onEvent(*earlyEvent);
-  earlyEvent.reset();
 }
 
 void Agent::Impl::findSocketInterface() {
@@ -328,335 +294,135 @@ void Agent::Impl::findSocketInterface() {
   }
 }
 
-void Agent::Impl::onEvent(const protocol::Event& event) {
-  if (event.type == protocol::EventType::kNodeExcluded ||
-      event.type == protocol::EventType::kNodeReadmitted) {
-    DDPRUN_WARN("Rendezvous: {}.", event.message);  // news, not a change of this round
-    return;
+// --- the lifecycle ----------------------------------------------------------
+
+void Agent::Impl::buildLifecycle() {
+  LifecycleSettings settings;
+  settings.maxRestarts = config.maxRestarts;
+  settings.workersPerNode = config.nprocPerNode;
+  settings.shutdownTimeout = config.shutdownTimeout;
+  settings.backoff = config.restartBackoff;
+  settings.backoffSeed = std::random_device{}();
+  settings.describeFailure = [this](const GroupOutcome& outcome, const FailureContext& context) {
+    return reportFor(outcome, context);
+  };
+  settings.exit = [this](int code) { finish(code); };
+  if (zygote) gate = std::make_unique<ZygoteGate>(*zygote);
+  lifecycle = std::make_unique<NodeLifecycle>(std::move(settings),
+                                              LifecyclePorts{*this, *rounds, clock, gate.get()});
+  // The features, in the order they see each step: the exit's report comes
+  // before the launcher's error file and the event log's status.
+  auto workers = [this] { return group ? group->watchedWorkers() : std::vector<WatchedWorker>{}; };
+  hooks.push_back(std::make_unique<AttemptWatchers>(
+      io, config, fileTimer.get(),
+      AttemptWatchers::Callbacks{
+          .workers = workers,
+          .onHang = [this](const HangReport& report) { onHang(report); },
+          .onEnteredD =
+              [this](const WatchedWorker& worker) {
+                DDPRUN_WARN(
+                    "Worker rank {} (pid {}) entered uninterruptible sleep (D state); the node is "
+                    "unhealthy if it stays there {:g} s "
+                    "(TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT).",
+                    static_cast<int>(attempt.assignment.rankOffset) + worker.localRank, worker.pid,
+                    config.uninterruptibleStateTimeout.count() / 1000.0);
+              },
+          .onStuckInD = [this](const WatchedWorker& worker,
+                               std::chrono::milliseconds inD) { onUninterruptible(worker, inD); },
+      }));
+  hooks.push_back(std::make_unique<TrainedAloneNote>(*this));
+  hooks.push_back(std::make_unique<FailureReportPrinter>(router));
+  if (config.launcherErrorFile) {
+    hooks.push_back(std::make_unique<LauncherErrorFileWriter>(*config.launcherErrorFile));
   }
-  if (event.round > assignment.round) {
-    // The join's answer and the event travel through different threads:
-    // keep an event for a round this node has not started yet.
-    earlyEvent = event;
-    return;
-  }
-  if (event.round != assignment.round || stoppedFor) return;  // stale, or already stopping
-  stoppedFor = event;
-  if (event.type == protocol::EventType::kRoundEnded) {
-    DDPRUN_WARN("Round {} ended ({}); stopping the workers to join again.", event.round,
-                event.message);
-  }
-  if (group) {
-    stopGroup(SIGTERM);
-  } else if (waitingForZygote) {
-    stopWaitingForZygote();
-  } else if (event.type == protocol::EventType::kJobFailed) {
-    failJob(event.message, nullptr, static_cast<int>(event.exitCode));
-  }
+  hooks.push_back(std::make_unique<EventLogHook>(events, config));
+  for (auto& hook : hooks) lifecycle->addHook(*hook);
 }
 
-void Agent::Impl::stopWaitingForZygote() {
-  // As if this round's group had ended without a failure: leave, rejoin or
-  // fail as the stop code or the event says.
-  waitingForZygote = false;
-  onGroupDone(GroupOutcome{});
+void Agent::Impl::start(const Attempt& next, std::function<void(GroupOutcome)> done) {
+  attempt = next;
+  group.reset();
+  const WorkerGroup::Shared shared{
+      config, baseEnv, guard,      router,
+      runDir, events,  placements, zygote ? &zygote->forker() : nullptr};
+  group = std::make_unique<WorkerGroup>(
+      io, shared, attempt.runIndex, attempt.restartCount,
+      [this](int localRank, const std::string& errorFile) {
+        return identityFor(localRank, errorFile);
+      },
+      std::move(done));
+  group->start();
 }
-
-void Agent::Impl::onStoreLost(const std::string& reason) {
-  if (stopCode || !rendezvous) return;
-  std::cerr << "ddprun: error: lost " << rendezvous->where() << " (" << reason
-            << "); stopping this node's workers\n";
-  stopCode = 1;
-  endReason = fmt::format("lost {} ({})", rendezvous->where(), reason);
-  if (group) {
-    stopGroup(SIGTERM);
-  } else if (waitingForZygote) {
-    stopWaitingForZygote();
-  }  // a join in progress fails on its own
-}
-
-// --- attempts ---------------------------------------------------------------
 
 WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorFile) const {
   WorkerIdentity id;
   id.localRank = localRank;
-  id.rank = static_cast<int>(assignment.rankOffset) + localRank;
-  id.worldSize = static_cast<int>(assignment.worldSize);
-  id.groupRank = static_cast<int>(assignment.groupRank);
-  id.groupWorldSize = static_cast<int>(assignment.groupWorldSize);
-  id.restartCount = attempt;
-  id.masterAddr = assignment.masterAddr;
-  id.masterPort = static_cast<int>(assignment.masterPort);
+  id.rank = static_cast<int>(attempt.assignment.rankOffset) + localRank;
+  id.worldSize = static_cast<int>(attempt.assignment.worldSize);
+  id.groupRank = static_cast<int>(attempt.assignment.groupRank);
+  id.groupWorldSize = static_cast<int>(attempt.assignment.groupWorldSize);
+  id.restartCount = attempt.restartCount;
+  id.masterAddr = attempt.assignment.masterAddr;
+  id.masterPort = static_cast<int>(attempt.assignment.masterPort);
   id.useAgentStore = config.useAgentStore;
   if (multiNode() && etcdBackend()) {
     // No ddprun store holds the rounds: the workers' store is group rank
     // 0's (MASTER_ADDR:MASTER_PORT), per round.
-    id.storeHost = assignment.masterAddr;
-    id.storePort = static_cast<int>(assignment.masterPort);
+    id.storeHost = attempt.assignment.masterAddr;
+    id.storePort = static_cast<int>(attempt.assignment.masterPort);
     id.token = workerToken;
-    id.storePrefix = fmt::format("{}/round_{}/", config.runId, assignment.round);
+    id.storePrefix = fmt::format("{}/round_{}/", config.runId, attempt.assignment.round);
   } else if (multiNode()) {
     id.storeHost = config.rendezvous.endpointHost;
     id.storePort = config.rendezvous.endpointPort;
     id.token = workerToken;
-    id.storePrefix = fmt::format("{}/round_{}/", config.runId, assignment.round);
+    id.storePrefix = fmt::format("{}/round_{}/", config.runId, attempt.assignment.round);
   } else {
     id.storeHost = "127.0.0.1";
     id.storePort = attemptStore->port();
     id.token = workerToken;
-    id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt);
+    id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt.restartCount);
   }
   id.errorFile = errorFile;
   id.socketInterface = socketInterface.value_or("");
   return id;
 }
 
-void Agent::Impl::stopWatching() {
-  watchdog.reset();
-  if (fileTimer) fileTimer->clear();
-}
-
-void Agent::Impl::stopGroup(int sig) {
-  // The hang watchdog and the file timers would only kill a worker that is
-  // being stopped already (during --shutdown_timeout), and blame it.
-  stopWatching();
-  group->stop(sig);
-}
-
-void Agent::Impl::endAttempt() {
-  stopWatching();
-  uninterruptibleWatch.reset();
-  group.reset();
-}
-
-void Agent::Impl::startAttempt() {
-  endAttempt();
-  if (zygote && zygote->starting()) {
-    // The first group (or one after the zygote died) waits for its import;
-    // what ends the round meanwhile is handled by stopWaitingForZygote().
-    waitingForZygote = true;
-    zygote->whenReady([this] {
-      if (!waitingForZygote) return;
-      waitingForZygote = false;
-      startAttempt();
-    });
-    return;
-  }
-  attemptStarted = std::chrono::steady_clock::now();
-  if (!multiNode()) {
-    // Every attempt's workers start on an empty store (the previous
-    // attempt's workers have all exited by now).
-    const std::uint16_t port = attemptStore->fresh();
-    attemptStore->markUsed();
-    if (config.useAgentStore) assignment.masterPort = port;
-  }
-  const int directory = multiNode() ? static_cast<int>(assignment.round) - 1 : attempt;
-  const WorkerGroup::Shared shared{
-      config, baseEnv, guard,      router,
-      runDir, events,  placements, zygote ? &zygote->forker() : nullptr};
-  group = std::make_unique<WorkerGroup>(
-      io, shared, directory,
-      [this](int localRank, const std::string& errorFile) {
-        return identityFor(localRank, errorFile);
-      },
-      [this](GroupOutcome outcome) { onGroupDone(std::move(outcome)); });
-  group->start();
-  if (config.watchdogTimeout.count() > 0) {
-    watchdog = std::make_unique<HangWatchdog>(
-        io, config.watchdogTimeout,
-        [this] { return group ? group->watchedWorkers() : std::vector<WatchedWorker>{}; },
-        [this](const HangReport& report) { onHang(report); });
-  }
-  if (config.uninterruptibleStateTimeout.count() > 0) {
-    uninterruptibleWatch = std::make_unique<UninterruptibleWatch>(
-        io, config.uninterruptibleStateTimeout,
-        [this] { return group ? group->watchedWorkers() : std::vector<WatchedWorker>{}; },
-        [this](const WatchedWorker& worker) {
-          DDPRUN_WARN(
-              "Worker rank {} (pid {}) entered uninterruptible sleep (D state); the node is "
-              "unhealthy if it stays there {:g} s (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT).",
-              static_cast<int>(assignment.rankOffset) + worker.localRank, worker.pid,
-              config.uninterruptibleStateTimeout.count() / 1000.0);
-        },
-        [this](const WatchedWorker& worker, std::chrono::milliseconds inD) {
-          onUninterruptible(worker, inD);
-        });
-  }
-}
-
-std::string Agent::Impl::reportFor(const GroupOutcome& outcome) const {
+std::string Agent::Impl::reportFor(const GroupOutcome& outcome,
+                                   const FailureContext& context) const {
   FailureSummary summary;
   summary.programName = config.programName;
-  summary.attempts = attempt + 1;
+  summary.attempts = context.attempt.restartCount + 1;
   summary.maxRestarts = config.maxRestarts;
   summary.rootCause = *outcome.rootCause;
   summary.otherFailures = outcome.otherFailures;
   summary.stoppedRanks = outcome.stoppedRanks;
-  summary.history = history;
-  if (multiNode() && failedRoundsInARow >= 2) {
+  summary.history = context.history;
+  if (multiNode() && context.failedRunsInARow >= 2) {
     // In a static job this host cannot be left out: name it.
     summary.repeatedFailure = fmt::format(
         "workers on this node ({}, {}) failed in {} rounds in a row; if they failed first (see "
         "the root cause), check this host",
         config.hostname,
-        config.rendezvous.localAddr.empty() ? assignment.masterAddr : config.rendezvous.localAddr,
-        failedRoundsInARow);
+        config.rendezvous.localAddr.empty() ? context.attempt.assignment.masterAddr
+                                            : config.rendezvous.localAddr,
+        context.failedRunsInARow);
   }
   summary.filesKept = !runDir.temporary();
   return formatFailureReport(summary);
 }
 
 void Agent::Impl::noteWorkersThatTrainedAlone() const {
-  if (!config.pythonProgram || !config.useAgentStore || assignment.worldSize < 2) return;
-  if (!attemptStore || assignment.groupRank != 0 || attemptStore->connectionsAccepted() > 0) return;
+  if (!config.pythonProgram || !config.useAgentStore || attempt.assignment.worldSize < 2) return;
+  if (!attemptStore || attempt.assignment.groupRank != 0 || attemptStore->connectionsAccepted() > 0)
+    return;
   DDPRUN_WARN(
       "The {} workers finished without any of them connecting to the store at MASTER_ADDR:"
       "MASTER_PORT, so they formed no process group: each ran alone, as a world of one. If they "
       "were meant to train together: PyTorch Lightning does this on CPU with devices=\"auto\" "
       "(one device per process, silently): give Trainer(devices={}, num_nodes={}) "
       "(docs/frameworks.md).",
-      assignment.worldSize, config.nprocPerNode, assignment.groupWorldSize);
-}
-
-void Agent::Impl::onGroupDone(GroupOutcome outcome) {
-  if (stopCode) {
-    if (*stopCode > 128) {
-      DDPRUN_WARN("ddprun stopped {} workers after receiving {}.", config.nprocPerNode,
-                  signalName(*stopCode - 128));
-    }
-    if (rendezvous) rendezvous->leave(assignment.round);
-    finish(*stopCode);
-    return;
-  }
-  if (!outcome.rootCause) failedRoundsInARow = 0;  // this node's workers did not fail
-  // Success first (as torchelastic checks SUCCEEDED first): workers that all
-  // finished are done, even if the round ended elsewhere while their last
-  // output drained.
-  if (!outcome.succeeded && stoppedFor && !outcome.rootCause) {
-    if (stoppedFor->type == protocol::EventType::kJobFailed) {
-      rendezvous->leave(assignment.round);
-      failJob(stoppedFor->message, nullptr, static_cast<int>(stoppedFor->exitCode));
-    } else {
-      recordRestart(-1, 0, stoppedFor->message);
-      join();
-    }
-    return;
-  }
-  if (outcome.succeeded) {
-    noteWorkersThatTrainedAlone();
-    if (!rendezvous) {
-      finish(0);
-      return;
-    }
-    rendezvous->leave(assignment.round);
-    if (rendezvous->hosting()) {
-      DDPRUN_INFO("This node's workers are done; keeping the store up until every node left.");
-      rendezvous->asyncWaitUntilAllLeft([this] { finish(0); });
-    } else {
-      finish(0);
-    }
-    return;
-  }
-  onFailure(outcome);
-}
-
-void Agent::Impl::onFailure(const GroupOutcome& outcome) {
-  const WorkerFailure& root = *outcome.rootCause;
-  lastFailureCode = root.status.shellCode();
-  ++failedRoundsInARow;
-  if (unhealthy) {
-    // A worker wedged in the kernel: a new one would meet the same device.
-    // Unlike torchrun 2.14 (which exits 0 here), the job fails.
-    DDPRUN_WARN("This node is unhealthy (a worker stayed in D state); no restart.");
-    if (rendezvous) rendezvous->leave(assignment.round);
-    failJob(reportFor(outcome), &root, root.status.shellCode());
-    return;
-  }
-  if (rendezvous) {
-    // The budget is the job's, kept by the store: one restart per failed round.
-    const std::string report = reportFor(outcome);
-    rendezvous::protocol::RestartDecision decision;
-    try {
-      decision =
-          rendezvous->reportFailure(assignment.round, root.status.shellCode(), report, root.time);
-    } catch (const Error& e) {
-      failJob(report + "ddprun: error: could not reach the rendezvous store: " + e.what() + "\n",
-              &root, root.status.shellCode());
-      return;
-    }
-    if (decision.restartAllowed) {
-      history.add(attempt, root);
-      const auto restarts = decision.restarts;
-      restartAfterBackoff([this, restarts, failedCode = root.status.shellCode()] {
-        DDPRUN_WARN("Restarting the job (restart {} of {}, counted for the whole job).", restarts,
-                    config.maxRestarts);
-        recordRestart(restarts, failedCode);
-        join();
-      });
-      return;
-    }
-    rendezvous->leave(assignment.round);
-    failJob(report, &root, root.status.shellCode());
-    return;
-  }
-  if (attempt < config.maxRestarts) {
-    history.add(attempt, root);
-    restartAfterBackoff([this, failedCode = root.status.shellCode()] {
-      ++attempt;
-      DDPRUN_WARN("Restarting the worker group (restart {} of {}).", attempt, config.maxRestarts);
-      recordRestart(attempt, failedCode);
-      startAttempt();
-    });
-    return;
-  }
-  failJob(reportFor(outcome), &root, root.status.shellCode());
-}
-
-void Agent::Impl::recordRestart(std::int64_t restarts, int failedCode, const std::string& reason) {
-  if (!events.enabled()) return;
-  events.record("torchelastic.agent.RESTART", "AGENT",
-                {{"run_id", config.runId},
-                 {"hostname", config.hostname},
-                 {"round", std::to_string(assignment.round)},
-                 {"restart", restarts >= 0 ? std::to_string(restarts) : std::string()},
-                 {"max_restarts", std::to_string(config.maxRestarts)},
-                 {"exit_code", restarts >= 0 ? std::to_string(failedCode) : std::string()},
-                 {"reason", reason.empty() ? "a worker of this node failed" : reason}});
-}
-
-void Agent::Impl::restartAfterBackoff(std::function<void()> restart) {
-  using std::chrono::milliseconds;
-  const auto ranFor =
-      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - attemptStarted);
-  const milliseconds wait = backoff.next(ranFor);
-  endAttempt();  // a signal now ends ddprun at once (waitForSignal)
-  if (wait == milliseconds(0)) {
-    restart();
-    return;
-  }
-  DDPRUN_WARN(
-      "The workers failed {} times in a row; restarting in {:.2f} s (back-off doubling up to "
-      "--restart_backoff_max={} s).",
-      backoff.failuresInARow(), wait.count() / 1000.0, config.restartBackoff.max.count() / 1000.0);
-  backoffTimer.expires_after(wait);
-  backoffTimer.async_wait([this, restart = std::move(restart)](boost::system::error_code ec) {
-    if (ec) return;
-    if (stopCode) {
-      finish(*stopCode);  // the store was lost while waiting
-      return;
-    }
-    restart();
-  });
-}
-
-void Agent::Impl::failJob(const std::string& report, const WorkerFailure* rootCause, int code) {
-  router.flushConsole();  // the workers' last lines come before the report
-  std::cerr << report << std::flush;
-  if (config.launcherErrorFile) {
-    writeLauncherErrorFile(*config.launcherErrorFile, rootCause, code, report);
-    launcherErrorWritten = true;
-  }
-  finish(code);
+      attempt.assignment.worldSize, config.nprocPerNode, attempt.assignment.groupWorldSize);
 }
 
 void Agent::Impl::planNuma() {
@@ -707,9 +473,9 @@ void Agent::Impl::startZygote() {
   settings.scriptPath = runDir.root() / "preload_zygote.py";
   zygote = std::make_unique<PythonZygote>(
       io, guard, std::move(settings), [this](const std::string& why) {
-        failJob(
+        lifecycle->fail(
             fmt::format("ddprun: error: --preload {}: {}\n", fmt::join(config.preload, ","), why),
-            nullptr, 2);
+            2);
       });
 }
 
@@ -739,7 +505,8 @@ void Agent::Impl::onTimerExpired(const ExpiredTimer& timer) {
       fmt::format("file timer '{}' (pid {}) expired {:.2f} s past its deadline; {}", timer.scope,
                   timer.pid, late, action);
   if (localRank) {
-    DDPRUN_WARN("Worker rank {}: {}.", static_cast<int>(assignment.rankOffset) + *localRank, cause);
+    DDPRUN_WARN("Worker rank {}: {}.", static_cast<int>(attempt.assignment.rankOffset) + *localRank,
+                cause);
     group->noteCause(*localRank, cause);
   } else {
     DDPRUN_WARN("A {}.", cause);
@@ -748,7 +515,7 @@ void Agent::Impl::onTimerExpired(const ExpiredTimer& timer) {
 
 void Agent::Impl::onHang(const HangReport& report) {
   if (!group) return;
-  const int rank = static_cast<int>(assignment.rankOffset) + report.localRank;
+  const int rank = static_cast<int>(attempt.assignment.rankOffset) + report.localRank;
   const std::string cause = fmt::format(
       "hung: no worker of this node made progress (CPU or I/O) for {:.1f} s "
       "(--watchdog_timeout={:g}); this one stopped first ({:.1f} s ago{}); ddprun sent it "
@@ -761,8 +528,8 @@ void Agent::Impl::onHang(const HangReport& report) {
   for (const auto& line : report.details) DDPRUN_WARN("  worker rank {}: {}", rank, line);
   for (const auto& peer : report.peers) {
     DDPRUN_WARN("  other worker rank {}: last progress {:.1f} s ago{}{}",
-                static_cast<int>(assignment.rankOffset) + peer.localRank, peer.stalledSeconds,
-                peer.where.empty() ? "" : "; ", peer.where);
+                static_cast<int>(attempt.assignment.rankOffset) + peer.localRank,
+                peer.stalledSeconds, peer.where.empty() ? "" : "; ", peer.where);
   }
   group->noteCause(report.localRank, cause, report.details);
   ::kill(report.pid, SIGKILL);
@@ -770,8 +537,7 @@ void Agent::Impl::onHang(const HangReport& report) {
 
 void Agent::Impl::onUninterruptible(const WatchedWorker& worker, std::chrono::milliseconds inD) {
   if (!group) return;
-  unhealthy = true;
-  const int rank = static_cast<int>(assignment.rankOffset) + worker.localRank;
+  const int rank = static_cast<int>(attempt.assignment.rankOffset) + worker.localRank;
   const std::string where = describeWait(worker.pid);
   const std::string cause = fmt::format(
       "stuck in uninterruptible sleep (D state) for {:.1f} s "
@@ -780,6 +546,7 @@ void Agent::Impl::onUninterruptible(const WatchedWorker& worker, std::chrono::mi
       inD.count() / 1000.0, config.uninterruptibleStateTimeout.count() / 1000.0,
       where.empty() ? "" : "; " + where);
   DDPRUN_WARN("Worker rank {} (pid {}) is {}.", rank, worker.pid, cause);
+  lifecycle->markUnhealthy();
   group->noteCause(worker.localRank, cause);
   ::kill(worker.pid, SIGKILL);
 }
@@ -788,46 +555,14 @@ void Agent::Impl::waitForSignal() {
   signals.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
     router.endOpenLine();  // a progress bar's row is not ddprun's
-    if (!stopCode) {
-      stopCode = 128 + sig;
-      endReason = fmt::format("ddprun (pid {}) received {} and stopped its workers", ::getpid(),
-                              signalName(sig));
-      DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
-                  signalName(sig), config.shutdownTimeout.count());
-    } else {
-      DDPRUN_WARN("ddprun received {} again; killing the workers now.", signalName(sig));
-    }
-    if (group && !group->finished()) {
-      stopGroup(sig);
-    } else if (waitingForZygote) {
-      stopWaitingForZygote();  // leaves the round this node joined
-    } else {
-      finish(*stopCode);  // between rounds (or joining again): nothing to stop
-    }
+    lifecycle->onSignal(sig);
     waitForSignal();
   });
 }
 
 void Agent::Impl::finish(int code) {
   exitCode = code;
-  if (code != 0 && config.launcherErrorFile && !launcherErrorWritten) {
-    // Every failing exit names its cause there, not only a worker's failure
-    // (torchrun's @record writes its exception: a signal, a rendezvous timeout).
-    const std::string what =
-        endReason.empty() ? fmt::format("ddprun exited with code {}", code) : endReason;
-    writeLauncherErrorFile(*config.launcherErrorFile, nullptr, code, what, what);
-    launcherErrorWritten = true;
-  }
-  if (events.enabled()) {
-    events.record(
-        code == 0 ? "torchelastic.agent.status.SUCCEEDED" : "torchelastic.agent.status.FAILED",
-        "AGENT",
-        {{"run_id", config.runId},
-         {"hostname", config.hostname},
-         {"exit_code", std::to_string(code)},
-         {"agent_restarts", std::to_string(attempt)}});
-  }
-  endAttempt();
+  group.reset();
   signals.cancel();
   childSignals.cancel();
   windowSignals.cancel();
@@ -839,13 +574,22 @@ Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config
 Agent::~Agent() = default;
 
 int Agent::run() {
-  impl_->waitForSignal();
   if (impl_->multiNode()) {
     impl_->startRendezvous();
   } else {
     impl_->startLocalStore();
-    impl_->startAttempt();
   }
+  impl_->buildLifecycle();
+  if (impl_->rendezvous) {
+    impl_->rendezvous->start(
+        [this](const protocol::Event& e) { impl_->lifecycle->onRoundEvent(e); },
+        [this](const std::string& reason) {
+          impl_->lifecycle->onStoreLost(
+              fmt::format("lost {} ({})", impl_->rendezvous->where(), reason));
+        });
+  }
+  impl_->waitForSignal();
+  impl_->lifecycle->start();
   impl_->io.run();
   // Stop the rendezvous threads before anything they post to is destroyed.
   impl_->rendezvous.reset();

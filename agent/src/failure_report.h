@@ -28,7 +28,7 @@ struct WorkerFailure {
   int nodeRank = 0;
   std::string host;
   int pid = 0;
-  int attempt = 0;
+  int attempt = 0;  // the restart count of its attempt (TORCHELASTIC_RESTART_COUNT)
   ExitStatus status;
   std::chrono::system_clock::time_point time;
   std::filesystem::path errorFile;      // where the worker could write one

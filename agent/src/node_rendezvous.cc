@@ -349,9 +349,10 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   });
 }
 
-rendezvous::protocol::RestartDecision NodeRendezvous::reportFailure(
-    std::int64_t round, int exitCode, const std::string& report,
-    std::chrono::system_clock::time_point failedAt) {
+void NodeRendezvous::asyncReportFailure(std::int64_t round, int exitCode, const std::string& report,
+                                        std::chrono::system_clock::time_point failedAt,
+                                        std::function<void(FailureAnswer)> done) {
+  joinThread(joiner_);  // the join before it answered already
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;
@@ -361,20 +362,35 @@ rendezvous::protocol::RestartDecision NodeRendezvous::reportFailure(
   r.report = report;
   r.failedAtMs =
       std::chrono::duration_cast<std::chrono::milliseconds>(failedAt.time_since_epoch()).count();
-  return client_->reportFailure(r);
+  joiner_ = std::thread([this, r, done = std::move(done)] {
+    FailureAnswer answer;
+    try {
+      answer.decision = client_->reportFailure(r);
+    } catch (const Error& e) {
+      answer.error = e.what();
+    }
+    asio::post(io_, [done, answer] { done(answer); });
+  });
 }
 
-void NodeRendezvous::leave(std::int64_t round) {
-  if (!client_ || lost_) return;
+void NodeRendezvous::asyncLeave(std::int64_t round, std::function<void()> done) {
+  joinThread(joiner_);
+  if (!client_ || lost_) {
+    asio::post(io_, std::move(done));
+    return;
+  }
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;
   r.round = round;
-  try {
-    client_->leave(r);
-  } catch (const Error& e) {
-    DDPRUN_WARN("Node {} could not leave the rendezvous cleanly: {}", nodeId_, e.what());
-  }
+  joiner_ = std::thread([this, r, done = std::move(done)] {
+    try {
+      client_->leave(r);
+    } catch (const Error& e) {
+      DDPRUN_WARN("Node {} could not leave the rendezvous cleanly: {}", nodeId_, e.what());
+    }
+    asio::post(io_, done);
+  });
 }
 
 void NodeRendezvous::asyncWaitUntilAllLeft(std::function<void()> done) {

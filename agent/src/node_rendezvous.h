@@ -9,8 +9,8 @@
 //   - sends a heartbeat every keep_alive_interval from another thread,
 //   - waits for pushed events (round ended, job failed) in a third thread,
 //     posting each to the agent's io_context,
-//   - reports failures and leaves (one round trip each, on the caller's
-//     thread).
+//   - reports failures and leaves (one round trip each, in the joining
+//     thread, the answer posted to the loop).
 // The agent stays single-threaded: every result comes back as a handler
 // on its loop.
 //
@@ -35,17 +35,9 @@
 #include "ddprun/rendezvous/protocol.h"
 #include "ddprun/rendezvous/rendezvous_backend.h"
 #include "ddprun/rendezvous/store_server.h"
+#include "round_source.h"
 
 namespace ddprun::agent {
-
-struct JoinResult {
-  std::optional<rendezvous::protocol::Assignment> assignment;
-  bool closed = false;    // the job already failed: exitCode and report say how
-  bool excluded = false;  // this host is left out for a cooldown: error says why
-  int exitCode = 1;
-  std::string report;
-  std::string error;  // why the join failed (timeout, network)
-};
 
 // "::" (IPv6, and IPv4 too) when the address the job is configured with
 // (--local_addr, the store's endpoint, etcd's first member) is an IPv6 one,
@@ -71,11 +63,14 @@ class NodeRendezvous {
   // it becomes group rank 0). Default: a free port found at construction,
   // for worker rank 0's own TCPStore.
   void setMasterPort(std::uint16_t port) { masterPort_ = port; }
+  // Join, report and leave run one at a time on a helper thread; each
+  // answer is posted to the agent's loop (never called inside the call).
   void asyncJoin(std::function<void(JoinResult)> done);
-  rendezvous::protocol::RestartDecision reportFailure(
-      std::int64_t round, int exitCode, const std::string& report,
-      std::chrono::system_clock::time_point failedAt);
-  void leave(std::int64_t round);
+  void asyncReportFailure(std::int64_t round, int exitCode, const std::string& report,
+                          std::chrono::system_clock::time_point failedAt,
+                          std::function<void(FailureAnswer)> done);
+  // A lost store is not asked: `done` comes at once.
+  void asyncLeave(std::int64_t round, std::function<void()> done);
   // Host only: calls `done` once every node has left or the close timeout
   // passed, whichever comes first.
   void asyncWaitUntilAllLeft(std::function<void()> done);

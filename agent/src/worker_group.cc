@@ -32,11 +32,12 @@ std::string substitutePrefix(std::string text, const AgentConfig& config, int ra
 
 }  // namespace
 
-WorkerGroup::WorkerGroup(boost::asio::io_context& io, const Shared& shared, int attempt,
-                         IdentityFn identity, DoneFn onDone)
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, const Shared& shared, int runIndex,
+                         int restartCount, IdentityFn identity, DoneFn onDone)
     : io_(io),
       shared_(shared),
-      attempt_(attempt),
+      runIndex_(runIndex),
+      restartCount_(restartCount),
       identity_(std::move(identity)),
       onDone_(std::move(onDone)),
       graceTimer_(io),
@@ -59,7 +60,7 @@ void WorkerGroup::start() {
     slots_[static_cast<std::size_t>(localRank)].localRank = localRank;
   }
   try {
-    const auto dir = shared_.runDir.attemptDir(attempt_);
+    const auto dir = shared_.runDir.attemptDir(runIndex_);
     shared_.router.setDuplicateFilter(Stream::kStdout, shared_.config.duplicateStdoutFilters,
                                       dir / "filtered_stdout.log");
     shared_.router.setDuplicateFilter(Stream::kStderr, shared_.config.duplicateStderrFilters,
@@ -70,7 +71,7 @@ void WorkerGroup::start() {
     error.message = e.what();
     auto failure = failureOf(first, ExitStatus{127, 0, false});
     failure.error = error;
-    DDPRUN_ERROR("Attempt {} could not start: {}", attempt_, e.what());
+    DDPRUN_ERROR("Attempt {} could not start: {}", runIndex_, e.what());
     outcome_.rootCause = failure;
     stop(SIGTERM);
     return;
@@ -79,7 +80,7 @@ void WorkerGroup::start() {
     if (stopping_) break;  // an earlier worker could not start
     spawn(slot);
   }
-  DDPRUN_DEBUG("Attempt {} started {} workers.", attempt_, live_);
+  DDPRUN_DEBUG("Attempt {} started {} workers.", runIndex_, live_);
 }
 
 void WorkerGroup::spawn(Slot& slot) {
@@ -101,7 +102,7 @@ void WorkerGroup::spawn(Slot& slot) {
 
 void WorkerGroup::startProcess(Slot& slot) {
   const int localRank = slot.localRank;
-  const auto dir = shared_.runDir.workerDir(attempt_, localRank);
+  const auto dir = shared_.runDir.workerDir(runIndex_, localRank);
   slot.errorFile = dir / "error.json";
   const WorkerIdentity id = identity_(localRank, slot.errorFile.string());
   slot.rank = id.rank;
@@ -186,7 +187,7 @@ void WorkerGroup::recordEvent(const Slot& slot, const std::string& state,
        {"rdzv_backend", backend},
        {"raw_error", rawError},
        {"exit_code", state == "START" ? std::string() : std::to_string(slot.status.shellCode())},
-       {"agent_restarts", std::to_string(attempt_)}});
+       {"agent_restarts", std::to_string(restartCount_)}});
 }
 
 std::optional<int> WorkerGroup::localRankOf(int pid) const {
@@ -225,7 +226,7 @@ WorkerFailure WorkerGroup::failureOf(const Slot& slot, ExitStatus status) const 
   f.nodeRank = slot.groupRank;
   f.host = shared_.config.hostname;
   f.pid = slot.process ? slot.process->pid() : 0;
-  f.attempt = attempt_;
+  f.attempt = restartCount_;
   f.status = status;
   f.time = std::chrono::system_clock::now();
   f.errorFile = slot.errorFile;

@@ -22,6 +22,7 @@
 #include "ddprun/agent/agent_config.h"
 #include "event_log.h"
 #include "failure_report.h"
+#include "group_outcome.h"
 #include "hang_watchdog.h"
 #include "log_pump.h"
 #include "orphan_guard.h"
@@ -31,13 +32,6 @@
 #include "worker_process.h"
 
 namespace ddprun::agent {
-
-struct GroupOutcome {
-  bool succeeded = false;
-  std::optional<WorkerFailure> rootCause;
-  std::vector<WorkerFailure> otherFailures;
-  std::vector<int> stoppedRanks;  // ranks the group stopped (not failures)
-};
 
 class WorkerGroup {
  public:
@@ -56,8 +50,11 @@ class WorkerGroup {
     const Forker* forker = nullptr;               // --preload's zygote, or exec
   };
 
-  WorkerGroup(boost::asio::io_context& io, const Shared& shared, int attempt, IdentityFn identity,
-              DoneFn onDone);
+  // `runIndex` names the attempt's folder (attempt_<runIndex>);
+  // `restartCount` is its TORCHELASTIC_RESTART_COUNT (in its events and
+  // failures).
+  WorkerGroup(boost::asio::io_context& io, const Shared& shared, int runIndex, int restartCount,
+              IdentityFn identity, DoneFn onDone);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -113,7 +110,8 @@ class WorkerGroup {
 
   boost::asio::io_context& io_;
   Shared shared_;
-  const int attempt_;
+  const int runIndex_;
+  const int restartCount_;
   IdentityFn identity_;
   DoneFn onDone_;
 

@@ -1,0 +1,381 @@
+#include "node_lifecycle.h"
+
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <stdexcept>
+
+#include "ddprun/common/logging.h"
+#include "ddprun/common/signal_names.h"
+
+namespace ddprun::agent {
+
+namespace protocol = rendezvous::protocol;
+using S = NodeState;
+
+namespace {
+
+NodeExit exitOf(int code, std::string reason, std::string report = "",
+                const WorkerFailure* rootCause = nullptr) {
+  NodeExit exit;
+  exit.code = code;
+  exit.reason = std::move(reason);
+  exit.report = std::move(report);
+  exit.rootCause = rootCause;
+  return exit;
+}
+
+RestartNote noteOf(std::int64_t round, std::int64_t restarts, int failedCode, std::string reason) {
+  RestartNote note;
+  note.round = round;
+  note.restarts = restarts;
+  note.failedCode = failedCode;
+  note.reason = std::move(reason);
+  return note;
+}
+
+}  // namespace
+
+const char* stateName(NodeState state) {
+  switch (state) {
+    case S::kIdle:
+      return "idle";
+    case S::kJoining:
+      return "joining";
+    case S::kWaitingForGate:
+      return "waiting-for-gate";
+    case S::kRunning:
+      return "running";
+    case S::kStopping:
+      return "stopping";
+    case S::kDeciding:
+      return "deciding";
+    case S::kBackoff:
+      return "backoff";
+    case S::kLeaving:
+      return "leaving";
+    case S::kDraining:
+      return "draining";
+    case S::kDone:
+      return "done";
+  }
+  return "?";
+}
+
+bool transitionAllowed(NodeState from, NodeState to) {
+  if (to == S::kDone) return from != S::kDone;  // every state can end
+  switch (from) {
+    case S::kIdle:
+      return to == S::kJoining;
+    case S::kJoining:
+      return to == S::kWaitingForGate || to == S::kRunning || to == S::kDraining;
+    case S::kWaitingForGate:
+      return to == S::kRunning || to == S::kJoining || to == S::kLeaving;
+    case S::kRunning:
+      return to == S::kStopping || to == S::kDeciding || to == S::kLeaving;
+    case S::kStopping:
+      return to == S::kJoining || to == S::kDeciding || to == S::kLeaving;
+    case S::kDeciding:
+      return to == S::kBackoff || to == S::kJoining || to == S::kLeaving;
+    case S::kBackoff:
+      return to == S::kJoining;
+    case S::kLeaving:
+      return to == S::kDraining;
+    case S::kDraining:
+    case S::kDone:
+      return false;
+  }
+  return false;
+}
+
+NodeLifecycle::NodeLifecycle(LifecycleSettings settings, LifecyclePorts ports)
+    : settings_(std::move(settings)),
+      ports_(ports),
+      backoff_(settings_.backoff, settings_.backoffSeed) {}
+
+void NodeLifecycle::moveTo(NodeState next) {
+  if (!transitionAllowed(state_, next)) {
+    throw std::logic_error(fmt::format("node lifecycle: no transition from {} to {}",
+                                       stateName(state_), stateName(next)));
+  }
+  DDPRUN_DEBUG("Node: {} -> {}.", stateName(state_), stateName(next));
+  state_ = next;
+}
+
+void NodeLifecycle::drop(const char* input) const {
+  DDPRUN_DEBUG("Node: {} while {}: nothing to do.", input, stateName(state_));
+}
+
+void NodeLifecycle::start() { join(); }
+
+void NodeLifecycle::join() {
+  moveTo(S::kJoining);
+  ports_.rounds.join([this](JoinResult result) { onJoined(std::move(result)); });
+}
+
+void NodeLifecycle::onJoined(JoinResult result) {
+  if (state_ != S::kJoining) return drop("a join's answer");
+  if (pendingExitCode_) return exitWith(pendingExit());  // the store was lost meanwhile
+  if (result.closed) {
+    return exitWith(exitOf(result.exitCode, "", result.report));
+  }
+  if (result.excluded) {
+    // This host failed in too many rounds in a row: the others go on
+    // without it. It exits with its last failure's code.
+    std::cerr << "ddprun: this node is left out of the job: " << result.error
+              << "; the other nodes continue without it\n";
+    return drainThenExit(exitOf(lastFailureCode_ != 0 ? lastFailureCode_ : 1,
+                                "this node is left out of the job: " + result.error));
+  }
+  if (!result.assignment) {
+    std::cerr << "ddprun: error: the rendezvous failed: " << result.error << "\n";
+    return exitWith(exitOf(1, "the rendezvous failed: " + result.error));
+  }
+  attempt_.assignment = *result.assignment;
+  attempt_.restartCount = static_cast<int>(attempt_.assignment.restarts);
+  attempt_.runIndex = static_cast<int>(attempt_.assignment.round) - 1;
+  stopCause_ = StopCause::kNone;
+  stopEvent_.reset();
+  startWhenOpen();
+  // The join's answer and an event travel by different paths: an event for
+  // this round that came first applies now.
+  if (earlyEvent_ && earlyEvent_->round == attempt_.assignment.round) {
+    const auto event = *earlyEvent_;
+    earlyEvent_.reset();
+    onRoundEvent(event);
+  }
+  earlyEvent_.reset();
+}
+
+void NodeLifecycle::startWhenOpen() {
+  if (ports_.gate == nullptr || ports_.gate->ready()) return startGroup();
+  moveTo(S::kWaitingForGate);
+  const std::uint64_t wait = ++gateWaits_;
+  ports_.gate->whenReady([this, wait] {
+    if (state_ != S::kWaitingForGate || wait != gateWaits_) return drop("the gate opening");
+    startGroup();
+  });
+}
+
+void NodeLifecycle::startGroup() {
+  moveTo(S::kRunning);
+  attemptStarted_ = ports_.clock.now();
+  const std::uint64_t run = ++runs_;
+  for (auto* hook : hooks_) hook->attemptStarted(attempt_);
+  ports_.runner.start(attempt_,
+                      [this, run](GroupOutcome outcome) { onGroupDone(run, std::move(outcome)); });
+}
+
+void NodeLifecycle::stopGroup(int signal) {
+  if (state_ == S::kRunning) {
+    moveTo(S::kStopping);
+    // The hooks first: a watchdog or a file timer would only kill a worker
+    // that is being stopped already, and blame it.
+    for (auto* hook : hooks_) hook->attemptStopping(attempt_, signal);
+  }
+  ports_.runner.stop(signal);
+}
+
+void NodeLifecycle::onRoundEvent(const protocol::Event& event) {
+  if (event.type == protocol::EventType::kNodeExcluded ||
+      event.type == protocol::EventType::kNodeReadmitted) {
+    DDPRUN_WARN("Rendezvous: {}.", event.message);  // news, not a change of this round
+    return;
+  }
+  if (state_ == S::kDone) return drop("a round event");
+  if (event.round > attempt_.assignment.round) {
+    earlyEvent_ = event;  // kept until this node has joined that round
+    return;
+  }
+  if (event.round != attempt_.assignment.round) return drop("a stale round event");
+  if (state_ != S::kRunning && state_ != S::kWaitingForGate) return drop("a round event");
+  stopEvent_ = event;
+  stopCause_ = event.type == protocol::EventType::kJobFailed ? StopCause::kJobFailed
+                                                             : StopCause::kRoundEnded;
+  if (event.type == protocol::EventType::kRoundEnded) {
+    DDPRUN_WARN("Round {} ended ({}); stopping the workers to join again.", event.round,
+                event.message);
+  }
+  if (state_ == S::kRunning) return stopGroup(SIGTERM);
+  // Waiting for the gate: as if the group had ended without a failure.
+  if (stopCause_ == StopCause::kRoundEnded) return rejoin(event.message);
+  leaveThenExit(exitOf(static_cast<int>(event.exitCode), "", event.message), false);
+}
+
+void NodeLifecycle::onStoreLost(const std::string& what) {
+  if (pendingExitCode_ || state_ == S::kDone || state_ == S::kLeaving || state_ == S::kDraining) {
+    return drop("the store lost");
+  }
+  std::cerr << "ddprun: error: " << what << "; stopping this node's workers\n";
+  pendingExitCode_ = 1;
+  pendingReason_ = what;
+  stopCause_ = StopCause::kStoreLost;
+  switch (state_) {
+    case S::kRunning:
+    case S::kStopping:
+      return stopGroup(SIGTERM);
+    case S::kWaitingForGate:
+    case S::kBackoff:
+      return exitWith(pendingExit());
+    default:
+      return;  // joining, deciding: the call in flight fails on its own
+  }
+}
+
+void NodeLifecycle::onSignal(int signal) {
+  if (state_ == S::kDone) return drop("a signal");
+  if (!pendingExitCode_) {
+    pendingExitCode_ = 128 + signal;
+    pendingReason_ = fmt::format("ddprun (pid {}) received {} and stopped its workers", ::getpid(),
+                                 signalName(signal));
+    stopCause_ = StopCause::kSignal;
+    DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
+                signalName(signal), settings_.shutdownTimeout.count());
+  } else {
+    DDPRUN_WARN("ddprun received {} again; killing the workers now.", signalName(signal));
+  }
+  switch (state_) {
+    case S::kRunning:
+    case S::kStopping:
+      return stopGroup(signal);
+    case S::kWaitingForGate:
+      return leaveThenExit(pendingExit(), false);
+    default:
+      return exitWith(pendingExit());  // nothing runs: joining, deciding, backoff, leaving
+  }
+}
+
+void NodeLifecycle::fail(const std::string& report, int code) {
+  if (state_ == S::kDone) return drop("a fatal error");
+  exitWith(exitOf(code, "", report));
+}
+
+NodeExit NodeLifecycle::pendingExit() const {
+  return exitOf(pendingExitCode_.value_or(1), pendingReason_);
+}
+
+void NodeLifecycle::onGroupDone(std::uint64_t run, GroupOutcome outcome) {
+  if (run != runs_ || (state_ != S::kRunning && state_ != S::kStopping)) {
+    return drop("a group's outcome");
+  }
+  for (auto* hook : hooks_) hook->attemptEnded(attempt_, outcome);
+  if (pendingExitCode_) {
+    if (stopCause_ == StopCause::kSignal) {
+      DDPRUN_WARN("ddprun stopped {} workers after receiving {}.", settings_.workersPerNode,
+                  signalName(*pendingExitCode_ - 128));
+    }
+    return leaveThenExit(pendingExit(), false);
+  }
+  if (!outcome.rootCause) failedRunsInARow_ = 0;  // this node's workers did not fail
+  // Success first (as torchelastic checks SUCCEEDED first): workers that all
+  // finished are done, even if the round ended elsewhere while their last
+  // output drained.
+  if (outcome.succeeded) return leaveThenExit(exitOf(0, ""), true);
+  if (outcome.rootCause) return onFailure(outcome);
+  if (stopCause_ == StopCause::kJobFailed) {
+    return leaveThenExit(exitOf(static_cast<int>(stopEvent_->exitCode), "", stopEvent_->message),
+                         false);
+  }
+  rejoin(stopEvent_ ? stopEvent_->message : std::string("the workers ended without a failure"));
+}
+
+void NodeLifecycle::onFailure(const GroupOutcome& outcome) {
+  const WorkerFailure& root = *outcome.rootCause;
+  lastFailureCode_ = root.status.shellCode();
+  ++failedRunsInARow_;
+  const std::string report =
+      settings_.describeFailure(outcome, {attempt_, history_, failedRunsInARow_});
+  if (unhealthy_) {
+    // A worker wedged in the kernel: a new one would meet the same device.
+    // Unlike torchrun 2.14 (which exits 0 here), the job fails.
+    DDPRUN_WARN("This node is unhealthy (a worker stayed in D state); no restart.");
+    deciding_ = std::make_unique<GroupOutcome>(outcome);
+    return leaveThenExit(exitOf(lastFailureCode_, "", report, &*deciding_->rootCause), false);
+  }
+  moveTo(S::kDeciding);
+  deciding_ = std::make_unique<GroupOutcome>(outcome);
+  ports_.rounds.reportFailure(
+      attempt_.assignment.round, root, report,
+      [this, report](FailureAnswer answer) { onDecision(std::move(answer), *deciding_, report); });
+}
+
+void NodeLifecycle::onDecision(FailureAnswer answer, const GroupOutcome& outcome,
+                               const std::string& report) {
+  if (state_ != S::kDeciding) return drop("a restart decision");
+  const WorkerFailure& root = *outcome.rootCause;
+  const int code = root.status.shellCode();
+  if (!answer.decision) {
+    return exitWith(exitOf(
+        code, "",
+        report + "ddprun: error: could not reach the rendezvous store: " + answer.error + "\n",
+        &root));
+  }
+  if (!answer.decision->restartAllowed) {
+    return leaveThenExit(exitOf(code, "", report, &root), false);
+  }
+  history_.add(attempt_.restartCount, root);
+  restartAfterBackoff(answer.decision->restarts, code);
+}
+
+void NodeLifecycle::restartAfterBackoff(std::int64_t restarts, int failedCode) {
+  using std::chrono::milliseconds;
+  const auto ranFor =
+      std::chrono::duration_cast<milliseconds>(ports_.clock.now() - attemptStarted_);
+  const milliseconds wait = backoff_.next(ranFor);
+  if (wait == milliseconds(0)) return restart(restarts, failedCode);
+  moveTo(S::kBackoff);
+  DDPRUN_WARN(
+      "The workers failed {} times in a row; restarting in {:.2f} s (back-off doubling up to "
+      "--restart_backoff_max={} s).",
+      backoff_.failuresInARow(), wait.count() / 1000.0, settings_.backoff.max.count() / 1000.0);
+  ports_.clock.after(wait, [this, restarts, failedCode] {
+    if (state_ != S::kBackoff) return drop("the back-off's end");
+    restart(restarts, failedCode);
+  });
+}
+
+void NodeLifecycle::restart(std::int64_t restarts, int failedCode) {
+  DDPRUN_WARN("{}", ports_.rounds.restartMessage(restarts, settings_.maxRestarts));
+  const RestartNote note = noteOf(attempt_.assignment.round, restarts, failedCode, "");
+  for (auto* hook : hooks_) hook->restarting(note);
+  join();
+}
+
+void NodeLifecycle::rejoin(const std::string& reason) {
+  const RestartNote note = noteOf(attempt_.assignment.round, -1, 0, reason);
+  for (auto* hook : hooks_) hook->restarting(note);
+  join();
+}
+
+void NodeLifecycle::leaveThenExit(NodeExit exit, bool drain) {
+  moveTo(S::kLeaving);
+  ports_.rounds.leave(attempt_.assignment.round, [this, exit = std::move(exit), drain] {
+    if (state_ != S::kLeaving) return drop("the round left");
+    if (drain) return drainThenExit(exit);
+    exitWith(exit);
+  });
+}
+
+void NodeLifecycle::drainThenExit(NodeExit exit) {
+  if (!ports_.rounds.hosting()) return exitWith(std::move(exit));
+  moveTo(S::kDraining);
+  DDPRUN_INFO("This node {}; keeping the store up until every node left.",
+              exit.code == 0 ? "'s workers are done" : "is left out");
+  ports_.rounds.waitUntilAllLeft([this, exit = std::move(exit)] {
+    if (state_ != S::kDraining) return drop("every node gone");
+    exitWith(exit);
+  });
+}
+
+void NodeLifecycle::exitWith(NodeExit exit) {
+  ports_.clock.cancel();
+  moveTo(S::kDone);
+  exitCode_ = exit.code;
+  exit.restartCount = attempt_.restartCount;
+  for (auto* hook : hooks_) hook->exiting(exit);
+  if (settings_.exit) settings_.exit(exit.code);
+}
+
+}  // namespace ddprun::agent

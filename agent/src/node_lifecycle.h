@@ -1,0 +1,223 @@
+// NodeLifecycle: the one owner of a node's state (docs/architecture.md,
+// "The node's lifecycle", has the transition table).
+//
+// A node joins a round, waits for its start gate (--preload's zygote),
+// runs one attempt's worker group and then, by what ended it, restarts
+// (after a back-off), joins again, leaves, drains (the store's host waits
+// for the other nodes) or exits. Every input -- a join's answer, a round
+// event, the store lost, a signal, the gate open, the group done, a restart
+// decision, the back-off elapsed, the round left, the others gone -- is
+// handled here against the current state; an input that does not fit the
+// state is dropped (logged at debug level), and every change of state goes
+// through one table that refuses an impossible change (std::logic_error: a
+// bug here) and logs it at debug level.
+//
+// Side effects are behind the ports it is given (GroupRunner, RoundSource,
+// StartGate, LifecycleClock), and features are LifecycleHooks called on
+// attempt start, stopping, attempt end, restart and exit, so the state
+// machine knows no process, socket or file, and a feature never changes it.
+// tests/agent/node_lifecycle_test.cc drives it with fakes.
+//
+// Names: an attempt's `restartCount` is TORCHELASTIC_RESTART_COUNT (failure
+// restarts before it, the job's in a multi-node job); its `runIndex` names
+// its folder (attempt_<runIndex>: the round's number - 1).
+//
+// Thread-safety: one thread (the agent's loop); every port calls back on it.
+// Ownership: borrows its ports and hooks, which must outlive it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddprun/agent/agent_config.h"
+#include "ddprun/rendezvous/messages.h"
+#include "failure_report.h"
+#include "group_outcome.h"
+#include "restart_backoff.h"
+#include "round_source.h"
+
+namespace ddprun::agent {
+
+enum class NodeState {
+  kIdle,            // not started
+  kJoining,         // waiting for a round's assignment
+  kWaitingForGate,  // joined; the group waits for the start gate
+  kRunning,         // the group runs
+  kStopping,        // the group is being stopped; waiting for its outcome
+  kDeciding,        // a failure was reported; waiting for the restart decision
+  kBackoff,         // waiting before the restart
+  kLeaving,         // leaving the round before the exit
+  kDraining,        // the store's host waits until every node left
+  kDone,            // the exit code is final
+};
+const char* stateName(NodeState state);
+// The transition table (docs/architecture.md): whether `from` -> `to` is a
+// change the lifecycle makes.
+bool transitionAllowed(NodeState from, NodeState to);
+
+struct Attempt {
+  int restartCount = 0;  // TORCHELASTIC_RESTART_COUNT
+  int runIndex = 0;      // attempt_<runIndex>
+  rendezvous::protocol::Assignment assignment;
+};
+
+struct RestartNote {
+  std::int64_t round = 0;
+  std::int64_t restarts =
+      -1;  // the budget spent so far; -1: none spent (the round ended elsewhere)
+  int failedCode = 0;
+  std::string reason;  // why, when no failure of this node spent a restart
+};
+
+struct NodeExit {
+  int code = 0;
+  std::string reason;  // one line: what ended the node ("" on success)
+  std::string report;  // the failure report printed at the end, if any
+  const WorkerFailure* rootCause = nullptr;
+  int restartCount = 0;
+};
+
+class LifecycleHook {
+ public:
+  virtual ~LifecycleHook() = default;
+  virtual void attemptStarted(const Attempt&) {}
+  // The group is being stopped with `signal` (before its outcome).
+  virtual void attemptStopping(const Attempt&, int /*signal*/) {}
+  virtual void attemptEnded(const Attempt&, const GroupOutcome&) {}
+  virtual void restarting(const RestartNote&) {}
+  virtual void exiting(const NodeExit&) {}
+};
+
+// Runs one attempt's workers at a time.
+class GroupRunner {
+ public:
+  virtual ~GroupRunner() = default;
+  // `done` is called once, on the loop, after every worker exited.
+  virtual void start(const Attempt& attempt, std::function<void(GroupOutcome)> done) = 0;
+  // Stops the running group (a second call escalates, as WorkerGroup::stop).
+  virtual void stop(int signal) = 0;
+};
+
+// What a group waits for before it starts (--preload's zygote). No gate:
+// nullptr.
+class StartGate {
+ public:
+  virtual ~StartGate() = default;
+  virtual bool ready() const = 0;
+  virtual void whenReady(std::function<void()> then) = 0;
+};
+
+// The back-off's clock: one timer.
+class LifecycleClock {
+ public:
+  virtual ~LifecycleClock() = default;
+  virtual std::chrono::steady_clock::time_point now() const = 0;
+  virtual void after(std::chrono::milliseconds wait, std::function<void()> then) = 0;
+  virtual void cancel() = 0;
+};
+
+// What a failure report needs beyond the group's outcome.
+struct FailureContext {
+  const Attempt& attempt;
+  const FailureHistory& history;
+  int failedRunsInARow = 0;  // this node's, this one included
+};
+
+struct LifecycleSettings {
+  int maxRestarts = 0;
+  int workersPerNode = 1;
+  std::chrono::milliseconds shutdownTimeout{0};
+  RestartBackoffConfig backoff;
+  std::uint64_t backoffSeed = 0;
+  std::function<std::string(const GroupOutcome&, const FailureContext&)> describeFailure;
+  std::function<void(int code)> exit;  // after every hook saw the exit
+};
+
+struct LifecyclePorts {
+  GroupRunner& runner;
+  RoundSource& rounds;
+  LifecycleClock& clock;
+  StartGate* gate = nullptr;
+};
+
+class NodeLifecycle {
+ public:
+  NodeLifecycle(LifecycleSettings settings, LifecyclePorts ports);
+  NodeLifecycle(const NodeLifecycle&) = delete;
+  NodeLifecycle& operator=(const NodeLifecycle&) = delete;
+
+  void addHook(LifecycleHook& hook) { hooks_.push_back(&hook); }
+
+  // Joins the first round.
+  void start();
+  // Inputs from outside the ports.
+  void onRoundEvent(const rendezvous::protocol::Event& event);
+  // The job's store is gone: `what` says which and why ("lost the
+  // rendezvous store at h:p (...)").
+  void onStoreLost(const std::string& what);
+  void onSignal(int signal);
+  // A worker of this node wedged in the kernel: no restart from now on.
+  void markUnhealthy() { unhealthy_ = true; }
+  // Something the node cannot go on without failed (--preload's zygote):
+  // prints `report` and exits with `code`.
+  void fail(const std::string& report, int code);
+
+  NodeState state() const { return state_; }
+  // The attempt that runs, or ran last.
+  const Attempt& attempt() const { return attempt_; }
+  std::optional<int> exitCode() const { return exitCode_; }
+
+ private:
+  enum class StopCause { kNone, kSignal, kStoreLost, kRoundEnded, kJobFailed };
+
+  void moveTo(NodeState next);
+  void drop(const char* input) const;
+  void join();
+  void onJoined(JoinResult result);
+  void startWhenOpen();
+  void startGroup();
+  void stopGroup(int signal);
+  void onGroupDone(std::uint64_t run, GroupOutcome outcome);
+  void onFailure(const GroupOutcome& outcome);
+  void onDecision(FailureAnswer answer, const GroupOutcome& outcome, const std::string& report);
+  void restartAfterBackoff(std::int64_t restarts, int failedCode);
+  void restart(std::int64_t restarts, int failedCode);
+  void rejoin(const std::string& reason);
+  // Leaves the round, then exits (or drains first when `drain` and hosting).
+  void leaveThenExit(NodeExit exit, bool drain);
+  void drainThenExit(NodeExit exit);
+  void exitWith(NodeExit exit);
+  // A signal's or a lost store's exit, once nothing runs.
+  NodeExit pendingExit() const;
+
+  LifecycleSettings settings_;
+  LifecyclePorts ports_;
+  std::vector<LifecycleHook*> hooks_;
+  NodeState state_ = NodeState::kIdle;
+  Attempt attempt_;
+  // Why the node stops (set by the first stop input) and the exit code a
+  // signal or a lost store asks for, applied once the group is done.
+  StopCause stopCause_ = StopCause::kNone;
+  std::optional<int> pendingExitCode_;
+  std::string pendingReason_;
+  std::optional<rendezvous::protocol::Event> stopEvent_;   // the round event that stops the group
+  std::optional<rendezvous::protocol::Event> earlyEvent_;  // for a round not joined yet
+  std::optional<int> exitCode_;                            // final
+  std::uint64_t runs_ = 0;                                 // groups started: matches `done`
+  std::uint64_t gateWaits_ = 0;                            // matches the gate's callback
+  bool unhealthy_ = false;
+  int failedRunsInARow_ = 0;
+  int lastFailureCode_ = 0;
+  FailureHistory history_;
+  RestartBackoff backoff_;
+  std::chrono::steady_clock::time_point attemptStarted_;
+  // The outcome a decision is awaited for (kDeciding).
+  std::unique_ptr<GroupOutcome> deciding_;
+};
+
+}  // namespace ddprun::agent

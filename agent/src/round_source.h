@@ -1,0 +1,57 @@
+// RoundSource: where a node's rounds come from, as the node's lifecycle
+// (node_lifecycle.h) sees it. One node alone (local_rounds.h: a private
+// store, the restart budget counted here) and a node of a multi-node job
+// (rendezvous_rounds.h: the job's store or etcd, the budget the job's) are
+// the same to it: join a round, report a failure and learn whether the job
+// restarts, leave, and (the store's host) wait until every node left.
+//
+// Every call answers through its callback, on the caller's loop and never
+// inside the call; none blocks that loop. At most one call is in flight.
+//
+// Thread-safety: the lifecycle's loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "ddprun/rendezvous/messages.h"
+#include "failure_report.h"
+
+namespace ddprun::agent {
+
+struct JoinResult {
+  std::optional<rendezvous::protocol::Assignment> assignment;
+  bool closed = false;    // the job already failed: exitCode and report say how
+  bool excluded = false;  // this host is left out for a cooldown: error says why
+  int exitCode = 1;
+  std::string report;
+  std::string error;  // why the join failed (timeout, network)
+};
+
+// What a failure report got back: the decision, or why there is none.
+struct FailureAnswer {
+  std::optional<rendezvous::protocol::RestartDecision> decision;
+  std::string error;  // the store could not be reached
+};
+
+class RoundSource {
+ public:
+  virtual ~RoundSource() = default;
+
+  virtual void join(std::function<void(JoinResult)> done) = 0;
+  // This node's workers failed in `round` (the first at `root.time`).
+  virtual void reportFailure(std::int64_t round, const WorkerFailure& root,
+                             const std::string& report,
+                             std::function<void(FailureAnswer)> done) = 0;
+  virtual void leave(std::int64_t round, std::function<void()> done) = 0;
+  // True when this node's process serves the job's store: it waits for the
+  // others (waitUntilAllLeft) before it exits with success or exclusion.
+  virtual bool hosting() const = 0;
+  virtual void waitUntilAllLeft(std::function<void()> done) = 0;
+  // "Restarting the worker group (restart 1 of 3)." and the like.
+  virtual std::string restartMessage(std::int64_t restarts, int maxRestarts) const = 0;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,570 @@
+// The node's lifecycle (agent/src/node_lifecycle.h) driven by fakes: a group
+// runner, a round source, a start gate and a manual clock. No process,
+// socket or timer: each test delivers the answers itself, in the order it
+// is about.
+#include "node_lifecycle.h"
+
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attempt_store.h"
+#include "local_rounds.h"
+
+namespace ddprun::agent {
+namespace {
+
+using namespace std::chrono_literals;
+namespace protocol = rendezvous::protocol;
+using S = NodeState;
+
+class FakeRunner : public GroupRunner {
+ public:
+  void start(const Attempt& attempt, std::function<void(GroupOutcome)> done) override {
+    started.push_back(attempt);
+    done_ = std::move(done);
+  }
+  void stop(int signal) override { stops.push_back(signal); }
+  // The running group ends with `outcome`.
+  void end(GroupOutcome outcome) {
+    auto done = done_;  // a test may end the same group twice
+    done(std::move(outcome));
+  }
+  std::vector<Attempt> started;
+  std::vector<int> stops;
+
+ private:
+  std::function<void(GroupOutcome)> done_;
+};
+
+class FakeRounds : public RoundSource {
+ public:
+  void join(std::function<void(JoinResult)> done) override {
+    ++joins;
+    joinDone = std::move(done);
+  }
+  void reportFailure(std::int64_t round, const WorkerFailure& root, const std::string& report,
+                     std::function<void(FailureAnswer)> done) override {
+    reported.push_back({round, root.status.shellCode(), report});
+    decisionDone = std::move(done);
+  }
+  void leave(std::int64_t round, std::function<void()> done) override {
+    left.push_back(round);
+    leaveDone = std::move(done);
+  }
+  bool hosting() const override { return host; }
+  void waitUntilAllLeft(std::function<void()> done) override { allLeftDone = std::move(done); }
+  std::string restartMessage(std::int64_t restarts, int maxRestarts) const override {
+    return "restart " + std::to_string(restarts) + " of " + std::to_string(maxRestarts);
+  }
+
+  // Answers the join in flight with round `round` (restarts spent so far).
+  void assign(std::int64_t round, std::int64_t restarts = 0) {
+    JoinResult result;
+    result.assignment.emplace();
+    result.assignment->round = round;
+    result.assignment->restarts = restarts;
+    answerJoin(result);
+  }
+  void answerJoin(JoinResult result) { take(joinDone)(std::move(result)); }
+  void decide(bool allowed, std::int64_t restarts) {
+    FailureAnswer answer;
+    answer.decision.emplace();
+    answer.decision->restartAllowed = allowed;
+    answer.decision->restarts = restarts;
+    take(decisionDone)(answer);
+  }
+  void answerLeave() { take(leaveDone)(); }
+
+  struct Report {
+    std::int64_t round;
+    int code;
+    std::string text;
+  };
+  int joins = 0;
+  std::vector<Report> reported;
+  std::vector<std::int64_t> left;
+  bool host = false;
+  std::function<void(JoinResult)> joinDone;
+  std::function<void(FailureAnswer)> decisionDone;
+  std::function<void()> leaveDone;
+  std::function<void()> allLeftDone;
+
+ private:
+  template <typename F>
+  static F take(F& f) {
+    EXPECT_TRUE(f) << "no call of that kind is in flight";
+    F taken = std::move(f);
+    f = nullptr;
+    return taken;
+  }
+};
+
+class FakeGate : public StartGate {
+ public:
+  bool ready() const override { return open; }
+  void whenReady(std::function<void()> then) override { waiting.push_back(std::move(then)); }
+  void openNow() {
+    open = true;
+    auto callbacks = std::move(waiting);
+    waiting.clear();
+    for (auto& then : callbacks) then();
+  }
+  bool open = false;
+  std::vector<std::function<void()>> waiting;
+};
+
+class ManualClock : public LifecycleClock {
+ public:
+  std::chrono::steady_clock::time_point now() const override { return now_; }
+  void after(std::chrono::milliseconds wait, std::function<void()> then) override {
+    lastWait = wait;
+    due_ = now_ + wait;
+    then_ = std::move(then);
+  }
+  void cancel() override { then_ = nullptr; }
+  void advance(std::chrono::milliseconds by) {
+    now_ += by;
+    if (then_ && now_ >= due_) {
+      auto then = std::move(then_);
+      then_ = nullptr;
+      then();
+    }
+  }
+  bool armed() const { return static_cast<bool>(then_); }
+  std::chrono::milliseconds lastWait{-1};
+
+ private:
+  std::chrono::steady_clock::time_point now_{std::chrono::hours(1)};
+  std::chrono::steady_clock::time_point due_;
+  std::function<void()> then_;
+};
+
+// Counts what every hook sees, per attempt (by run index).
+class RecordingHook : public LifecycleHook {
+ public:
+  void attemptStarted(const Attempt& a) override {
+    ++starts[a.runIndex];
+    log.push_back("start " + std::to_string(a.runIndex));
+  }
+  void attemptStopping(const Attempt& a, int signal) override {
+    ++stoppings[a.runIndex];
+    log.push_back("stopping " + std::to_string(a.runIndex) + " " + std::to_string(signal));
+  }
+  void attemptEnded(const Attempt& a, const GroupOutcome&) override {
+    ++ends[a.runIndex];
+    log.push_back("end " + std::to_string(a.runIndex));
+  }
+  void restarting(const RestartNote& note) override { restarts.push_back(note); }
+  void exiting(const NodeExit& exit) override {
+    exits.push_back(exit);
+    rootCauseRank = exit.rootCause ? exit.rootCause->rank : -1;
+  }
+  std::map<int, int> starts, stoppings, ends;
+  std::vector<std::string> log;
+  std::vector<RestartNote> restarts;
+  std::vector<NodeExit> exits;
+  int rootCauseRank = -2;
+};
+
+GroupOutcome failed(int code, int rank = 0) {
+  GroupOutcome outcome;
+  WorkerFailure root;
+  root.rank = rank;
+  root.status.code = code;
+  outcome.rootCause = root;
+  return outcome;
+}
+GroupOutcome succeeded() {
+  GroupOutcome outcome;
+  outcome.succeeded = true;
+  return outcome;
+}
+GroupOutcome stopped() { return GroupOutcome{}; }
+
+protocol::Event roundEnded(std::int64_t round) {
+  protocol::Event event;
+  event.type = protocol::EventType::kRoundEnded;
+  event.round = round;
+  event.message = "node x left";
+  return event;
+}
+
+class NodeLifecycleTest : public ::testing::Test {
+ protected:
+  // `gated`: a start gate that is closed until the test opens it.
+  void make(bool gated = false, RestartBackoffConfig backoff = {0ms, 0ms}) {
+    LifecycleSettings settings;
+    settings.maxRestarts = 3;
+    settings.workersPerNode = 2;
+    settings.backoff = backoff;
+    settings.backoffSeed = 1;
+    settings.describeFailure = [](const GroupOutcome& outcome, const FailureContext& context) {
+      return "report: rank " + std::to_string(outcome.rootCause->rank) + " failed, restart " +
+             std::to_string(context.attempt.restartCount) + ", " +
+             std::to_string(context.failedRunsInARow) + " in a row\n";
+    };
+    settings.exit = [this](int code) { exits.push_back(code); };
+    node = std::make_unique<NodeLifecycle>(
+        std::move(settings), LifecyclePorts{runner, rounds, clock, gated ? &gate : nullptr});
+    node->addHook(hook);
+  }
+  // Starts the node and brings it to Running in round `round`.
+  void runRound(std::int64_t round = 1, std::int64_t restarts = 0) {
+    if (node->state() == S::kIdle) node->start();
+    ASSERT_EQ(node->state(), S::kJoining);
+    rounds.assign(round, restarts);
+    ASSERT_EQ(node->state(), S::kRunning);
+  }
+
+  FakeRunner runner;
+  FakeRounds rounds;
+  FakeGate gate;
+  ManualClock clock;
+  RecordingHook hook;
+  std::vector<int> exits;
+  std::unique_ptr<NodeLifecycle> node;
+};
+
+TEST(NodeLifecycleTable, RefusesWhatNoInputDoes) {
+  EXPECT_TRUE(transitionAllowed(S::kIdle, S::kJoining));
+  EXPECT_TRUE(transitionAllowed(S::kRunning, S::kStopping));
+  EXPECT_FALSE(transitionAllowed(S::kIdle, S::kRunning));
+  EXPECT_FALSE(transitionAllowed(S::kBackoff, S::kRunning));  // a restart joins first
+  EXPECT_FALSE(transitionAllowed(S::kDraining, S::kJoining));
+  for (int to = 0; to <= static_cast<int>(S::kDone); ++to) {
+    EXPECT_FALSE(transitionAllowed(S::kDone, static_cast<S>(to))) << stateName(static_cast<S>(to));
+  }
+}
+
+TEST_F(NodeLifecycleTest, AFailureRestartsWhileTheBudgetAllowsThenTheNodeFails) {
+  make();
+  runRound();
+  runner.end(failed(3, 1));
+  ASSERT_EQ(node->state(), S::kDeciding);
+  ASSERT_EQ(rounds.reported.size(), 1u);
+  EXPECT_EQ(rounds.reported[0].code, 3);
+  EXPECT_EQ(rounds.reported[0].text, "report: rank 1 failed, restart 0, 1 in a row\n");
+  rounds.decide(true, 1);
+  ASSERT_EQ(node->state(), S::kJoining);  // the first restart is immediate
+  runRound(2, 1);
+  EXPECT_EQ(runner.started.back().restartCount, 1);
+  EXPECT_EQ(runner.started.back().runIndex, 1);
+  runner.end(failed(4, 0));
+  EXPECT_EQ(rounds.reported.back().text, "report: rank 0 failed, restart 1, 2 in a row\n");
+  rounds.decide(false, 1);
+  ASSERT_EQ(node->state(), S::kLeaving);
+  EXPECT_TRUE(exits.empty());  // not before the round is left
+  rounds.answerLeave();
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_EQ(exits, std::vector<int>{4});
+  ASSERT_EQ(hook.exits.size(), 1u);
+  EXPECT_EQ(hook.exits[0].report, "report: rank 0 failed, restart 1, 2 in a row\n");
+  EXPECT_EQ(hook.rootCauseRank, 0);
+  EXPECT_EQ(hook.exits[0].restartCount, 1);
+  ASSERT_EQ(hook.restarts.size(), 1u);
+  EXPECT_EQ(hook.restarts[0].restarts, 1);
+  EXPECT_EQ(hook.restarts[0].failedCode, 3);
+}
+
+TEST_F(NodeLifecycleTest, FailuresInARowWaitTheBackOffOnTheClock) {
+  make(false, {1000ms, 8000ms});
+  runRound();
+  runner.end(failed(1));
+  rounds.decide(true, 1);
+  ASSERT_EQ(node->state(), S::kJoining);  // the first failure restarts at once
+  runRound(2, 1);
+  runner.end(failed(1));  // the attempt ran for no time: a failure in a row
+  rounds.decide(true, 2);
+  ASSERT_EQ(node->state(), S::kBackoff);
+  EXPECT_GE(clock.lastWait, 500ms);  // half fixed, half jitter
+  EXPECT_LE(clock.lastWait, 1000ms);
+  const auto first = clock.lastWait;
+  clock.advance(first - 1ms);
+  EXPECT_EQ(node->state(), S::kBackoff);
+  EXPECT_EQ(rounds.joins, 2);
+  clock.advance(1ms);
+  EXPECT_EQ(node->state(), S::kJoining);
+  EXPECT_EQ(rounds.joins, 3);
+  runRound(3, 2);
+  runner.end(failed(1));
+  rounds.decide(true, 3);
+  ASSERT_EQ(node->state(), S::kBackoff);
+  EXPECT_GE(clock.lastWait, 1000ms);  // doubled
+  EXPECT_LE(clock.lastWait, 2000ms);
+  // An attempt that ran as long as the cap was healthy: at once again.
+  clock.advance(clock.lastWait);
+  runRound(4, 3);
+  clock.advance(8000ms);
+  runner.end(failed(1));
+  rounds.decide(true, 4);
+  EXPECT_EQ(node->state(), S::kJoining);
+}
+
+TEST_F(NodeLifecycleTest, ASignalWhileJoiningEndsTheNodeAtOnce) {
+  make();
+  node->start();
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+  EXPECT_NE(hook.exits[0].reason.find("received SIGTERM"), std::string::npos);
+  rounds.assign(1);  // the join's late answer changes nothing
+  EXPECT_TRUE(runner.started.empty());
+  EXPECT_EQ(exits.size(), 1u);
+}
+
+TEST_F(NodeLifecycleTest, ASignalWhileWaitingForTheGateLeavesTheRound) {
+  make(true);
+  node->start();
+  rounds.assign(1);
+  ASSERT_EQ(node->state(), S::kWaitingForGate);
+  node->onSignal(SIGINT);
+  ASSERT_EQ(node->state(), S::kLeaving);
+  EXPECT_EQ(rounds.left, std::vector<std::int64_t>{1});
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGINT});
+  gate.openNow();
+  EXPECT_TRUE(runner.started.empty());
+}
+
+TEST_F(NodeLifecycleTest, ASignalWhileRunningStopsTheGroupThenASecondEscalates) {
+  make();
+  runRound();
+  node->onSignal(SIGTERM);
+  ASSERT_EQ(node->state(), S::kStopping);
+  EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
+  EXPECT_EQ(hook.stoppings[0], 1);
+  node->onSignal(SIGTERM);  // stopping: the group escalates (WorkerGroup::stop)
+  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGTERM}));
+  EXPECT_EQ(hook.stoppings[0], 1);
+  runner.end(stopped());
+  ASSERT_EQ(node->state(), S::kLeaving);
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+  EXPECT_TRUE(rounds.reported.empty());
+}
+
+TEST_F(NodeLifecycleTest, ASignalWhileDecidingDoesNotWaitForTheDecision) {
+  make();
+  runRound();
+  runner.end(failed(2));
+  ASSERT_EQ(node->state(), S::kDeciding);
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+  rounds.decide(true, 1);  // late: nothing restarts
+  EXPECT_EQ(rounds.joins, 1);
+}
+
+TEST_F(NodeLifecycleTest, ASignalDuringTheBackOffEndsItAndTheTimer) {
+  make(false, {1000ms, 8000ms});
+  runRound();
+  runner.end(failed(1));
+  rounds.decide(true, 1);
+  runRound(2, 1);
+  runner.end(failed(1));
+  rounds.decide(true, 2);
+  ASSERT_EQ(node->state(), S::kBackoff);
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_FALSE(clock.armed());
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+}
+
+TEST_F(NodeLifecycleTest, ASignalWhileLeavingOrDrainingEndsAtOnce) {
+  make();
+  runRound();
+  runner.end(succeeded());
+  ASSERT_EQ(node->state(), S::kLeaving);
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+
+  rounds = FakeRounds{};
+  rounds.host = true;
+  exits.clear();
+  make();
+  runRound();
+  runner.end(succeeded());
+  rounds.answerLeave();
+  ASSERT_EQ(node->state(), S::kDraining);
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+}
+
+TEST_F(NodeLifecycleTest, TheStoreLostWhileJoiningEndsTheNodeWhenTheJoinFails) {
+  make();
+  node->start();
+  node->onStoreLost("lost the rendezvous store at h:1 (no heartbeat answered)");
+  EXPECT_EQ(node->state(), S::kJoining);  // the join in flight fails on its own
+  JoinResult failedJoin;
+  failedJoin.error = "connection closed";
+  rounds.answerJoin(failedJoin);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_EQ(hook.exits[0].reason, "lost the rendezvous store at h:1 (no heartbeat answered)");
+}
+
+TEST_F(NodeLifecycleTest, TheStoreLostWhileRunningStopsTheGroupAndExitsOne) {
+  make();
+  runRound();
+  node->onStoreLost("lost etcd at a:1 (lease expired)");
+  EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
+  runner.end(stopped());
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_EQ(rounds.joins, 1);
+}
+
+TEST_F(NodeLifecycleTest, ARoundEndDuringTheGateWaitSpendsNoRestart) {
+  make(true);
+  node->start();
+  rounds.assign(1);
+  ASSERT_EQ(node->state(), S::kWaitingForGate);
+  node->onRoundEvent(roundEnded(1));
+  ASSERT_EQ(node->state(), S::kJoining);
+  EXPECT_TRUE(rounds.reported.empty());
+  ASSERT_EQ(hook.restarts.size(), 1u);
+  EXPECT_EQ(hook.restarts[0].restarts, -1);  // none spent
+  EXPECT_EQ(hook.restarts[0].reason, "node x left");
+  gate.openNow();  // the first round's wait: it starts nothing now
+  EXPECT_TRUE(runner.started.empty());
+  rounds.assign(2);
+  ASSERT_EQ(node->state(), S::kRunning);
+  ASSERT_EQ(runner.started.size(), 1u);
+  EXPECT_EQ(runner.started[0].restartCount, 0);
+  EXPECT_EQ(runner.started[0].runIndex, 1);
+}
+
+TEST_F(NodeLifecycleTest, AnEventForTheNextRoundThatCameFirstIsReplayed) {
+  make();
+  runRound();
+  node->onRoundEvent(roundEnded(1));
+  ASSERT_EQ(node->state(), S::kStopping);
+  runner.end(stopped());
+  ASSERT_EQ(node->state(), S::kJoining);
+  node->onRoundEvent(roundEnded(2));  // before the join's answer for round 2
+  EXPECT_EQ(node->state(), S::kJoining);
+  rounds.assign(2);
+  EXPECT_EQ(node->state(), S::kStopping);  // started, then stopped for the event
+  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGTERM}));
+  EXPECT_EQ(hook.starts[1], 1);
+  EXPECT_EQ(hook.stoppings[1], 1);
+}
+
+TEST_F(NodeLifecycleTest, SuccessBeatsARoundEndThatCameWhileTheOutputDrained) {
+  make();
+  runRound();
+  node->onRoundEvent(roundEnded(1));
+  ASSERT_EQ(node->state(), S::kStopping);
+  runner.end(succeeded());  // every worker had exited 0
+  ASSERT_EQ(node->state(), S::kLeaving);
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{0});
+  EXPECT_EQ(rounds.joins, 1);  // no new round
+}
+
+TEST_F(NodeLifecycleTest, AnExcludedHostThatServesTheStoreDrainsThenExitsWithItsFailure) {
+  rounds.host = true;
+  make();
+  runRound();
+  runner.end(failed(9));
+  rounds.decide(true, 1);
+  JoinResult excluded;
+  excluded.excluded = true;
+  excluded.error = "its workers failed in 2 rounds in a row";
+  rounds.answerJoin(excluded);
+  ASSERT_EQ(node->state(), S::kDraining);
+  EXPECT_TRUE(exits.empty());
+  rounds.allLeftDone();
+  EXPECT_EQ(exits, std::vector<int>{9});
+  EXPECT_NE(hook.exits[0].reason.find("left out of the job"), std::string::npos);
+}
+
+TEST_F(NodeLifecycleTest, EveryHookSeesEachAttemptStartAndEndExactlyOnce) {
+  make();
+  runRound();
+  runner.end(failed(1));
+  rounds.decide(true, 1);
+  runRound(2, 1);
+  node->onRoundEvent(roundEnded(2));
+  runner.end(stopped());
+  runner.end(stopped());  // a second outcome for the same group is dropped
+  runRound(3, 1);
+  node->onSignal(SIGTERM);
+  runner.end(stopped());
+  rounds.answerLeave();
+  for (int run : {0, 1, 2}) {
+    EXPECT_EQ(hook.starts[run], 1) << run;
+    EXPECT_EQ(hook.ends[run], 1) << run;
+  }
+  EXPECT_EQ(hook.stoppings[0], 0);  // it failed on its own
+  EXPECT_EQ(hook.stoppings[1], 1);
+  EXPECT_EQ(hook.stoppings[2], 1);
+  EXPECT_EQ(hook.exits.size(), 1u);
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+}
+
+TEST_F(NodeLifecycleTest, AnUnhealthyNodeFailsWithoutAskingForARestart) {
+  make();
+  runRound();
+  node->markUnhealthy();
+  runner.end(failed(137, 1));
+  ASSERT_EQ(node->state(), S::kLeaving);
+  EXPECT_TRUE(rounds.reported.empty());
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{137});
+  EXPECT_EQ(hook.rootCauseRank, 1);
+}
+
+// One node alone: each join is a fresh attempt on a fresh store, and the
+// budget is --max_restarts.
+TEST(LocalRounds, CountsTheBudgetAndGivesEachAttemptAFreshStore) {
+  boost::asio::io_context io;
+  rendezvous::StoreServerOptions options;
+  options.host = "127.0.0.1";
+  options.quiet = true;
+  AttemptStore store(options);
+  protocol::Assignment base;
+  base.masterAddr = "127.0.0.1";
+  LocalRounds rounds(io, store, base, true, 2);
+  std::vector<std::optional<protocol::RestartDecision>> decisions;
+  std::vector<protocol::Assignment> joins;
+  auto join = [&] {
+    rounds.join([&](JoinResult r) { joins.push_back(*r.assignment); });
+    io.run();
+    io.restart();
+  };
+  auto fail = [&] {
+    rounds.reportFailure(0, WorkerFailure{}, "",
+                         [&](FailureAnswer a) { decisions.push_back(a.decision); });
+    EXPECT_TRUE(decisions.empty() || decisions.size() < 4);  // not answered inside the call
+    io.run();
+    io.restart();
+  };
+  join();
+  fail();
+  join();
+  fail();
+  join();
+  fail();
+  ASSERT_EQ(joins.size(), 3u);
+  EXPECT_EQ(joins[0].round, 1);
+  EXPECT_EQ(joins[2].round, 3);
+  EXPECT_EQ(joins[2].restarts, 2);
+  EXPECT_NE(joins[0].masterPort, joins[1].masterPort);  // a new store
+  ASSERT_EQ(decisions.size(), 3u);
+  EXPECT_TRUE(decisions[0]->restartAllowed);
+  EXPECT_TRUE(decisions[1]->restartAllowed);
+  EXPECT_EQ(decisions[1]->restarts, 2);
+  EXPECT_FALSE(decisions[2]->restartAllowed);
+}
+
+}  // namespace
+}  // namespace ddprun::agent
