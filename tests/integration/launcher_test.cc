@@ -265,13 +265,19 @@ TEST(Launcher, TheWatchdogLeavesWorkersBeingStoppedAlone) {
 }
 
 TEST(Launcher, TheWatchdogLeavesAQuietButHealthyJobAlone) {
-  // Rank 0 computes for 4-5 s while rank 1 waits 3 s without CPU or I/O,
-  // as at a barrier during rank 0's evaluation.
-  const auto r = runDdprun(
-      args({"--nproc_per_node=2", "--watchdog_timeout=1.5"},
-           sh("if [ $RANK = 0 ]; then end=$(($(date +%s) + 5)); "
-              "while [ $(date +%s) -lt $end ]; do :; done; else sleep 3; fi; echo finished")),
-      {}, 30s);
+  // Rank 0 computes for 2-3 s while rank 1 waits without CPU or I/O until
+  // rank 0 is done (a FIFO: its open blocks in the kernel), as at a barrier
+  // during rank 0's evaluation. However late either starts, rank 1 never
+  // waits alone.
+  const auto fifo = test_support::scratch() / "barrier";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--watchdog_timeout=1.5"},
+                     sh(fmt::format("if [ $RANK = 0 ]; then end=$(($(date +%s) + 3)); "
+                                    "while [ $(date +%s) -lt $end ]; do :; done; echo done > {0}; "
+                                    "else read x < {0}; fi; echo finished",
+                                    fifo.string()))),
+                {}, 60s);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err.find("hung"), std::string::npos) << r.err;
 }

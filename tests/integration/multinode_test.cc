@@ -57,6 +57,16 @@ std::vector<std::string> dynamicOptions(std::uint16_t port, int index, const std
           "--max_restarts=0"};
 }
 
+// A worker that prints `what` and then waits until the test says stop (a
+// file), not for a time a loaded machine may outlast.
+struct StopFile {
+  std::filesystem::path path = test_support::scratch() / "stop";
+  std::string script(const std::string& what) const {
+    return fmt::format("echo {}; while [ ! -e {} ]; do sleep 0.05; done", what, path.string());
+  }
+  void create() const { std::ofstream(path).put('1'); }
+};
+
 TEST(MultiNode, StaticJobWithUnequalNodes) {
   const std::uint16_t port = freePort();
   std::vector<Node> nodes;
@@ -82,12 +92,15 @@ TEST(MultiNode, StaticJobWithUnequalNodes) {
 
 TEST(MultiNode, LateJoinerScalesTheJobUp) {
   const std::uint16_t port = freePort();
-  const std::string script = "echo world $WORLD_SIZE; sleep 3";
+  const StopFile stop;
+  const std::string script = stop.script("world $WORLD_SIZE");
   Node a = startNode(dynamicOptions(port, 0, "2:3"), script);
   Node b = startNode(dynamicOptions(port, 1, "2:3"), script);
   ASSERT_TRUE(a.waitFor("world 4", 2)) << a.err;  // 2 nodes x 2 workers
   ASSERT_TRUE(b.waitFor("world 4", 2)) << b.err;
   Node c = startNode(dynamicOptions(port, 2, "2:3"), script);
+  for (Node* node : {&a, &b, &c}) ASSERT_TRUE(node->waitFor("world 6", 2)) << node->err;
+  stop.create();
   for (Node* node : {&a, &b, &c}) {
     EXPECT_EQ(node->finish(), 0) << node->err;
     EXPECT_NE(node->out.find("world 6"), std::string::npos) << node->out << node->err;
@@ -97,7 +110,8 @@ TEST(MultiNode, LateJoinerScalesTheJobUp) {
 
 TEST(MultiNode, KilledAgentTakesItsWorkersAndTheOthersGoOn) {
   const std::uint16_t port = freePort();
-  const std::string script = "echo world $WORLD_SIZE pid $$; sleep 3";
+  const StopFile stop;
+  const std::string script = stop.script("world $WORLD_SIZE pid $$");
   std::vector<Node> nodes;
   // Node 0 hosts the store (is_host), so killing node 2 leaves it up.
   for (int i = 0; i < 3; ++i) {
@@ -121,13 +135,15 @@ TEST(MultiNode, KilledAgentTakesItsWorkersAndTheOthersGoOn) {
   const auto recovered = std::chrono::steady_clock::now() - killed;
   for (pid_t pid : orphans)
     EXPECT_TRUE(test_support::processGone(pid)) << "worker " << pid << " survived";
+  stop.create();
   for (int i = 0; i < 2; ++i) EXPECT_EQ(nodes[i].finish(), 0) << nodes[i].err;
   EXPECT_LT(recovered, 5s);
 }
 
 TEST(MultiNode, StoppedAgentMissesHeartbeatsAndIsRemoved) {
   const std::uint16_t port = freePort();
-  const std::string script = "echo world $WORLD_SIZE; sleep 3";
+  const StopFile stop;
+  const std::string script = stop.script("world $WORLD_SIZE");
   // 1 s of silence is death: far above a loaded machine's scheduling delays,
   // which would otherwise make a healthy agent miss its own deadline.
   const std::string conf = ",keep_alive_interval=0.5,keep_alive_max_attempt=2";
@@ -142,6 +158,7 @@ TEST(MultiNode, StoppedAgentMissesHeartbeatsAndIsRemoved) {
   nodes[2].process->signal(SIGSTOP);
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(nodes[i].waitFor("world 4", 2)) << nodes[i].err;
   EXPECT_NE(nodes[0].err.find("no heartbeat"), std::string::npos) << nodes[0].err;
+  stop.create();
   for (int i = 0; i < 2; ++i) EXPECT_EQ(nodes[i].finish(), 0) << nodes[i].err;
   nodes[2].process->signal(SIGKILL);
   nodes[2].process->signal(SIGCONT);
