@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -227,13 +229,43 @@ TEST(ProcessGroup, NodeGroupHoldsTheRanksOfThisNode) {
   });
 }
 
+// Ranks that must stay alive, their connections open, while rank 0 waits
+// for them in vain, until rank 0 is done: a file rank 0 creates when it
+// returns (or throws), not a time a loaded machine may outlast.
+class RankZeroDone {
+ public:
+  RankZeroDone()
+      : path_(std::filesystem::temp_directory_path() /
+              fmt::format("ddprun-rank0-done-{}-{}", ::getpid(), counter_++)) {}
+  ~RankZeroDone() { std::filesystem::remove(path_); }
+  // In rank 0: creates the file when `mark` goes out of scope.
+  struct Mark {
+    std::filesystem::path path;
+    ~Mark() { std::ofstream(path).put('1'); }
+  };
+  Mark mark() const { return Mark{path_}; }
+  // In the other ranks: returns once rank 0 is done (at most 60 s).
+  void wait() const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::filesystem::exists(path_) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
 TEST(ProcessGroup, MonitoredBarrierNamesTheRanksThatDidNotCome) {
-  spawn(3, [](int rank) {
+  const RankZeroDone done;
+  spawn(3, [&done](int rank) {
     auto group = initProcessGroup({Backend::kGloo, 30s});
-    if (rank != 0) {                    // ranks 1 and 2 never reach the barrier, alive (exiting
-      std::this_thread::sleep_for(3s);  // would close their connections)
+    if (rank != 0) {  // ranks 1 and 2 never reach the barrier, alive (exiting
+      done.wait();    // would close their connections)
       return;
     }
+    const auto mark = done.mark();
     try {
       group->monitoredBarrier(1s);
     } catch (const TimeoutError& e) {
@@ -347,15 +379,17 @@ TEST(ProcessGroup, ARankThatNeverCreatesTheGroupIsNamedWithinTheTimeout) {
 }
 
 TEST(ProcessGroup, DebugModeNamesTheRankThatNeverArrived) {
-  spawn(2, [](int rank) {
+  const RankZeroDone done;
+  spawn(2, [&done](int rank) {
     ProcessGroupOptions options{Backend::kGloo, 2s, /*debugChecks=*/true};
     auto group = initProcessGroup(options);
     if (rank == 1) {
       // Alive but never arriving: a rank that exits instead closes its Gloo
       // connection, and rank 0 may see that before the barrier's timeout.
-      std::this_thread::sleep_for(4s);
+      done.wait();
       return;
     }
+    const auto mark = done.mark();
     auto t = at::ones({16});
     try {
       group->allReduce(t);
