@@ -160,7 +160,7 @@ class EtcdRendezvousTest : public ::testing::Test {
     timer.join();
     return reached;
   }
-  // Three nodes of a 2:3 job with 1 s leases, whose workers print
+  // Three nodes of a 2:3 job with 3 s leases, whose workers print
   // "started group=G world=W", wait for dir_/go and print "finished
   // world=W"; returns once every node's workers have started.
   std::vector<Node> startThreeWaitingNodes() {
@@ -169,7 +169,7 @@ class EtcdRendezvousTest : public ::testing::Test {
         "while [ ! -e {0}/go ]; do sleep 0.05; done; echo finished world=$WORLD_SIZE",
         dir_.string());
     const std::vector<std::string> extra = {
-        "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1"};
+        "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1"};
     std::vector<Node> nodes;
     for (int i = 0; i < 3; ++i) nodes.push_back(node(options("2:3", extra), script));
     for (auto& n : nodes) EXPECT_TRUE(n.waitFor("started", 2, 30s)) << n.err;
@@ -293,7 +293,7 @@ TEST_F(EtcdRendezvousTest, ACoordinatorKilledWhileARoundFormsHandsItToItsSuccess
   // the coordinator is SIGKILLed before the round can complete; the next
   // oldest node takes over and forms the round with two that come later.
   const std::vector<std::string> extra = {
-      "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=2"};
+      "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=3"};
   const std::string script = "echo world=$WORLD_SIZE group=$GROUP_RANK";
   std::vector<Node> nodes;
   nodes.push_back(node(options("4", extra), script));
@@ -371,14 +371,22 @@ TEST_F(EtcdRendezvousTest, ACoordinatorWithoutItsAliveKeyWritesNothing) {
 // is excluded after two failures in a row and exits; the others log the
 // exclusion and its end, re-form without it and finish within the budget.
 TEST_F(EtcdRendezvousTest, AHostThatKeepsFailingIsExcludedAndTheOthersFinish) {
+  const std::string good =
+      fmt::format("echo world $WORLD_SIZE; while [ ! -e {}/stop ]; do sleep 0.05; done; echo done",
+                  dir_.string());
   std::vector<Node> nodes;
   for (int i = 1; i <= 3; ++i) {
     nodes.push_back(
         node(options("2:3", {fmt::format("--local_addr=127.0.0.{}", i + 1), "--max_restarts=3",
                              "--rdzv_conf=max_node_failures=2,node_cooldown=2,last_call_timeout=1,"
-                             "keep_alive_interval=0.5,keep_alive_max_attempt=2"}),
-             i == 3 ? "echo bad disk >&2; exit 7" : "echo world $WORLD_SIZE; sleep 4; echo done"));
+                             "keep_alive_interval=1,keep_alive_max_attempt=3"}),
+             i == 3 ? "echo bad disk >&2; exit 7" : good));
   }
+  // The good nodes train until both saw the cooldown end.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(nodes[i].waitFor("the cooldown of 127.0.0.4", 1, 60s, true)) << nodes[i].err;
+  }
+  std::ofstream(dir_ / "stop").put('1');
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
     EXPECT_NE(nodes[i].out.find("done"), std::string::npos) << nodes[i].out;
@@ -404,7 +412,7 @@ TEST_F(EtcdRendezvousTest, AHostThatKeepsFailingIsExcludedAndTheOthersFinish) {
 // of the killed job is counted against the new one.
 TEST_F(EtcdRendezvousTest, AKilledJobsKeysExpireAndItsIdStartsAfresh) {
   const std::vector<std::string> extra = {
-      "--max_restarts=3", "--rdzv_conf=job_ttl=4,keep_alive_interval=0.5,keep_alive_max_attempt=2"};
+      "--max_restarts=3", "--rdzv_conf=job_ttl=4,keep_alive_interval=1,keep_alive_max_attempt=3"};
   const std::string script =
       "echo restarts=$TORCHELASTIC_RESTART_COUNT; "
       "if [ $TORCHELASTIC_RESTART_COUNT = 0 ] && [ $RANK = 3 ]; then exit 3; fi; sleep 60";

@@ -228,13 +228,19 @@ TEST(MultiNode, AHostThatKeepsFailingIsExcludedAndTheOthersFinish) {
   ChildProcess daemon = startLoopbackDaemon();
   const std::uint16_t port = daemonPort(daemon);
   ASSERT_NE(port, 0);
+  const StopFile stop;
   std::vector<Node> nodes;
   for (int i = 1; i <= 3; ++i) {
     auto options = dynamicOptions(port, i, "2:3", ",is_host=0,max_node_failures=2,node_cooldown=2");
     options.back() = "--max_restarts=3";
     nodes.push_back(startNode(options, i == 3 ? "echo bad disk >&2; exit 7"
-                                              : "echo world $WORLD_SIZE; sleep 4; echo done"));
+                                              : stop.script("world $WORLD_SIZE") + "; echo done"));
   }
+  // The good nodes train until both saw the cooldown end.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(nodes[i].waitFor("the cooldown of 127.0.0.4", 1, 60s, true)) << nodes[i].err;
+  }
+  stop.create();
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
     EXPECT_NE(nodes[i].out.find("done"), std::string::npos) << nodes[i].out;
