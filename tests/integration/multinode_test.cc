@@ -190,6 +190,30 @@ TEST(MultiNode, FrozenStoreEndsEveryNode) {
   daemon.signal(SIGCONT);
 }
 
+// A signal while the node's failure report waits on a frozen store ends the
+// node at once (128+N): the report is not a round trip on the agent's loop,
+// which would hold the signal until the store answered or the keep-alive
+// bound (here 60 s) declared it lost.
+TEST(MultiNode, ASignalWhileTheFailureReportWaitsEndsTheNodeAtOnce) {
+  ChildProcess daemon = startLoopbackDaemon();
+  const std::uint16_t port = daemonPort(daemon);
+  ASSERT_NE(port, 0);
+  const StopFile fail;
+  Node node = startNode(
+      dynamicOptions(port, 1, "1", ",is_host=0,keep_alive_interval=10,keep_alive_max_attempt=6"),
+      fail.script("world $WORLD_SIZE") + "; exit 3",
+      {{"DDPRUN_TOKEN", kToken}, {"DDPRUN_LOG_LEVEL", "debug"}});
+  ASSERT_TRUE(node.waitFor("world 2", 2)) << node.err;
+  daemon.signal(SIGSTOP);
+  fail.create();
+  ASSERT_TRUE(node.waitFor("Node: running -> deciding.", 1, 30s, true)) << node.err;
+  node.process->signal(SIGTERM);
+  EXPECT_EQ(node.finish(20s), 128 + SIGTERM) << node.err;
+  EXPECT_NE(node.err.find("Node: deciding -> done."), std::string::npos) << node.err;
+  daemon.signal(SIGKILL);
+  daemon.signal(SIGCONT);
+}
+
 TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
   const std::uint16_t port = freePort();
   const std::string flag =
