@@ -190,6 +190,17 @@ void NodeLifecycle::onRoundEvent(const protocol::Event& event) {
     return;
   }
   if (event.round != attempt_.assignment.round) return drop("a stale round event");
+  if (event.type == protocol::EventType::kJobFailed) {
+    // The job's budget is spent: nothing of this node restarts or rejoins.
+    if (state_ == S::kBackoff) {
+      return exitWith(exitOf(static_cast<int>(event.exitCode), "", event.message));
+    }
+    if (state_ == S::kStopping && stopCause_ == StopCause::kRoundEnded) {
+      stopEvent_ = event;
+      stopCause_ = StopCause::kJobFailed;
+      return;
+    }
+  }
   if (state_ != S::kRunning && state_ != S::kWaitingForGate) return drop("a round event");
   stopEvent_ = event;
   stopCause_ = event.type == protocol::EventType::kJobFailed ? StopCause::kJobFailed

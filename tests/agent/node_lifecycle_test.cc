@@ -470,6 +470,41 @@ TEST_F(NodeLifecycleTest, SuccessBeatsARoundEndThatCameWhileTheOutputDrained) {
   EXPECT_EQ(rounds.joins, 1);  // no new round
 }
 
+TEST_F(NodeLifecycleTest, TheJobFailingElsewhereEndsTheBackOffAndARoundEndsStop) {
+  protocol::Event jobFailed;
+  jobFailed.type = protocol::EventType::kJobFailed;
+  jobFailed.exitCode = 6;
+  jobFailed.message = "the job's report\n";
+  // Waiting to restart: the node ends at once with the job's report.
+  make(false, {1000ms, 8000ms});
+  runRound();
+  runner.end(failed(1));
+  rounds.decide(true, 1);
+  runRound(2, 1);
+  runner.end(failed(1));
+  rounds.decide(true, 2);
+  ASSERT_EQ(node->state(), S::kBackoff);
+  jobFailed.round = 2;
+  node->onRoundEvent(jobFailed);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_FALSE(clock.armed());
+  EXPECT_EQ(exits, std::vector<int>{6});
+  EXPECT_EQ(hook.exits.back().report, "the job's report\n");
+  // Stopping for a round end: the job's failure replaces it (no new round).
+  rounds = FakeRounds{};
+  exits.clear();
+  make();
+  runRound();
+  node->onRoundEvent(roundEnded(1));
+  jobFailed.round = 1;
+  node->onRoundEvent(jobFailed);
+  runner.end(stopped());
+  ASSERT_EQ(node->state(), S::kLeaving);
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{6});
+  EXPECT_EQ(rounds.joins, 1);
+}
+
 TEST_F(NodeLifecycleTest, AnExcludedHostThatServesTheStoreDrainsThenExitsWithItsFailure) {
   rounds.host = true;
   make();
