@@ -325,8 +325,20 @@ TEST(NequIP, AKilledRankResumesFromItsLastCheckpoint) {
 void expectTorchrunsWeights(const std::string& script) {
   const auto ours = ddprun({"--nproc_per_node=2", (kScripts / script).string()});
   ASSERT_EQ(ours.code, 0) << ours.err;
-  const auto theirs =
-      torchrun({"--standalone", "--nproc_per_node=2", (kScripts / script).string()});
+  // The reference. Under torchrun 2.13 a worker sometimes aborts at exit on
+  // a loaded machine ("terminate called without an active exception",
+  // SIGABRT, seen once in five loaded runs): the oracle failing, not
+  // ddprun. That failure alone is run again (twice at most), saying so.
+  RunResult theirs;
+  for (int run = 0; run < 3; ++run) {
+    theirs = torchrun({"--standalone", "--nproc_per_node=2", (kScripts / script).string()});
+    if (theirs.code == 0 ||
+        theirs.err.find("terminate called without an active exception") == std::string::npos) {
+      break;
+    }
+    std::cerr << "torchrun's reference run aborted in PyTorch (exit " << theirs.code
+              << "); running it again\n";
+  }
   ASSERT_EQ(theirs.code, 0) << theirs.err;
   EXPECT_NE(weightsIn(ours.out), "<no weights line>") << ours.out;
   EXPECT_EQ(weightsIn(ours.out), weightsIn(theirs.out));
