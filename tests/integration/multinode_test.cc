@@ -216,8 +216,8 @@ TEST(MultiNode, ASignalWhileTheFailureReportWaitsEndsTheNodeAtOnce) {
 
 TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
   const std::uint16_t port = freePort();
-  const std::string flag =
-      fmt::format("{}/ddprun-budget-{}-printed", ::testing::TempDir(), ::getpid());
+  // In a fresh folder: a flag left by an earlier run would fail rank 3 early.
+  const std::string flag = (test_support::scratch() / "printed").string();
   std::vector<Node> nodes;
   for (int r = 0; r < 2; ++r) {
     nodes.push_back(startNode(

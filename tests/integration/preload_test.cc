@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "launcher_support.h"
@@ -32,6 +33,11 @@ fs::path scratchDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("preload-" + std::to_string(::getpid())) / info->name();
+  // Emptied at its first use in this process: a test process of an earlier
+  // run with the same (recycled) pid left its files here, and its list of
+  // worker pids read as this test's workers.
+  static std::set<fs::path> emptied;
+  if (emptied.insert(dir).second) fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
 }
