@@ -5,7 +5,7 @@ namespace ddprun::test_support {
 
 // A 2-rank DDP regression: loss must fall, and both ranks end identical.
 inline constexpr char kDdpTrainScript[] = R"(
-import os, torch, torch.distributed as dist
+import gc, os, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -26,6 +26,11 @@ def main():
     total = sum(p.detach().sum() for p in model.parameters())
     t = torch.tensor([total.item()]); dist.all_reduce(t)
     print(f"checksum {total.item():.6f} mean {t.item() / world:.6f}")
+    # DDP's reducer holds the process group: freed here, not at the
+    # interpreter's exit, where PyTorch 2.13's Gloo threads sometimes abort
+    # the process (SIGABRT) on a loaded machine.
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 main()
 )";

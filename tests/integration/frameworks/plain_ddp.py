@@ -1,6 +1,7 @@
 """The plain torchrun pattern: read RANK, WORLD_SIZE and LOCAL_RANK from the
 environment, init_process_group, DistributedDataParallel with a
 DistributedSampler. Rank 0 prints `weights <hex floats>` at the end."""
+import gc
 import os
 
 import torch
@@ -33,6 +34,11 @@ def main():
     if rank == 0:
         weights = torch.cat([p.detach().flatten() for p in model.module.parameters()])
         print("weights " + " ".join(float(w).hex() for w in weights.double()), flush=True)
+    # DDP's reducer holds the process group: freed before it is destroyed,
+    # not at the interpreter's exit (where PyTorch 2.13's Gloo threads
+    # sometimes abort the process on a loaded machine).
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 
