@@ -224,6 +224,17 @@ class NodeLifecycleTest : public ::testing::Test {
     ASSERT_EQ(node->state(), S::kRunning);
   }
 
+  // Two failures in a row with a 1 s back-off: the second waits (round 2).
+  void reachBackoff() {
+    make(false, {1000ms, 8000ms});
+    runRound();
+    runner.end(failed(1));
+    rounds.decide(true, 1);
+    runRound(2, 1);
+    runner.end(failed(1));
+    rounds.decide(true, 2);
+  }
+
   FakeRunner runner;
   FakeRounds rounds;
   FakeGate gate;
@@ -364,13 +375,7 @@ TEST_F(NodeLifecycleTest, ASignalWhileDecidingDoesNotWaitForTheDecision) {
 }
 
 TEST_F(NodeLifecycleTest, ASignalDuringTheBackOffEndsItAndTheTimer) {
-  make(false, {1000ms, 8000ms});
-  runRound();
-  runner.end(failed(1));
-  rounds.decide(true, 1);
-  runRound(2, 1);
-  runner.end(failed(1));
-  rounds.decide(true, 2);
+  reachBackoff();
   ASSERT_EQ(node->state(), S::kBackoff);
   node->onSignal(SIGTERM);
   EXPECT_EQ(node->state(), S::kDone);
@@ -476,13 +481,7 @@ TEST_F(NodeLifecycleTest, TheJobFailingElsewhereEndsTheBackOffAndARoundEndsStop)
   jobFailed.exitCode = 6;
   jobFailed.message = "the job's report\n";
   // Waiting to restart: the node ends at once with the job's report.
-  make(false, {1000ms, 8000ms});
-  runRound();
-  runner.end(failed(1));
-  rounds.decide(true, 1);
-  runRound(2, 1);
-  runner.end(failed(1));
-  rounds.decide(true, 2);
+  reachBackoff();
   ASSERT_EQ(node->state(), S::kBackoff);
   jobFailed.round = 2;
   node->onRoundEvent(jobFailed);

@@ -4,9 +4,11 @@
 
 #include <ATen/ATen.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <torch/version.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -230,26 +233,38 @@ TEST(ProcessGroup, NodeGroupHoldsTheRanksOfThisNode) {
 }
 
 // Ranks that must stay alive, their connections open, while rank 0 waits
-// for them in vain, until rank 0 is done: a file rank 0 creates when it
-// returns (or throws), not a time a loaded machine may outlast.
+// for them in vain, until rank 0 is done: rank 0 holds an exclusive lock on
+// a file from before the group forms (so before any other rank can ask for
+// it) until it returns or throws; the others block in flock() meanwhile.
 class RankZeroDone {
  public:
   RankZeroDone()
       : path_(std::filesystem::temp_directory_path() /
-              fmt::format("ddprun-rank0-done-{}-{}", ::getpid(), counter_++)) {}
+              fmt::format("ddprun-rank0-done-{}-{}", ::getpid(), counter_++)) {
+    std::ofstream(path_).put('1');
+  }
   ~RankZeroDone() { std::filesystem::remove(path_); }
-  // In rank 0: creates the file when `mark` goes out of scope.
-  struct Mark {
-    std::filesystem::path path;
-    ~Mark() { std::ofstream(path).put('1'); }
-  };
-  Mark mark() const { return Mark{path_}; }
-  // In the other ranks: returns once rank 0 is done (at most 60 s).
-  void wait() const {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!std::filesystem::exists(path_) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // In rank 0, before the group forms: a Mark of path() holds the lock
+  // until it dies.
+  class Mark {
+   public:
+    explicit Mark(const std::filesystem::path& path)
+        : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+      ::flock(fd_, LOCK_EX);
     }
+    ~Mark() { ::close(fd_); }
+    Mark(const Mark&) = delete;
+    Mark& operator=(const Mark&) = delete;
+
+   private:
+    int fd_;
+  };
+  const std::filesystem::path& path() const { return path_; }
+  // In the other ranks, after the group formed: returns once rank 0 is done.
+  void wait() const {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    ::flock(fd, LOCK_SH);
+    ::close(fd);
   }
 
  private:
@@ -260,12 +275,13 @@ class RankZeroDone {
 TEST(ProcessGroup, MonitoredBarrierNamesTheRanksThatDidNotCome) {
   const RankZeroDone done;
   spawn(3, [&done](int rank) {
+    std::optional<RankZeroDone::Mark> mark;
+    if (rank == 0) mark.emplace(done.path());
     auto group = initProcessGroup({Backend::kGloo, 30s});
     if (rank != 0) {  // ranks 1 and 2 never reach the barrier, alive (exiting
       done.wait();    // would close their connections)
       return;
     }
-    const auto mark = done.mark();
     try {
       group->monitoredBarrier(1s);
     } catch (const TimeoutError& e) {
@@ -381,6 +397,8 @@ TEST(ProcessGroup, ARankThatNeverCreatesTheGroupIsNamedWithinTheTimeout) {
 TEST(ProcessGroup, DebugModeNamesTheRankThatNeverArrived) {
   const RankZeroDone done;
   spawn(2, [&done](int rank) {
+    std::optional<RankZeroDone::Mark> mark;
+    if (rank == 0) mark.emplace(done.path());
     ProcessGroupOptions options{Backend::kGloo, 2s, /*debugChecks=*/true};
     auto group = initProcessGroup(options);
     if (rank == 1) {
@@ -389,7 +407,6 @@ TEST(ProcessGroup, DebugModeNamesTheRankThatNeverArrived) {
       done.wait();
       return;
     }
-    const auto mark = done.mark();
     auto t = at::ones({16});
     try {
       group->allReduce(t);
