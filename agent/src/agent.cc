@@ -239,7 +239,7 @@ void Agent::Impl::startLocalStore() {
   }
   base.worldSize = static_cast<std::uint32_t>(config.nprocPerNode);
   rounds = std::make_unique<LocalRounds>(io, *attemptStore, base, config.useAgentStore,
-                                         config.maxRestarts);
+                                         config.maxRestarts, config.runId);
 }
 
 // --- several nodes ----------------------------------------------------------
@@ -365,24 +365,11 @@ WorkerIdentity Agent::Impl::identityFor(int localRank, const std::string& errorF
   id.masterAddr = attempt.assignment.masterAddr;
   id.masterPort = static_cast<int>(attempt.assignment.masterPort);
   id.useAgentStore = config.useAgentStore;
-  if (multiNode() && etcdBackend()) {
-    // No ddprun store holds the rounds: the workers' store is group rank
-    // 0's (MASTER_ADDR:MASTER_PORT), per round.
-    id.storeHost = attempt.assignment.masterAddr;
-    id.storePort = static_cast<int>(attempt.assignment.masterPort);
-    id.token = workerToken;
-    id.storePrefix = fmt::format("{}/round_{}/", config.runId, attempt.assignment.round);
-  } else if (multiNode()) {
-    id.storeHost = config.rendezvous.endpointHost;
-    id.storePort = config.rendezvous.endpointPort;
-    id.token = workerToken;
-    id.storePrefix = fmt::format("{}/round_{}/", config.runId, attempt.assignment.round);
-  } else {
-    id.storeHost = "127.0.0.1";
-    id.storePort = attemptStore->port();
-    id.token = workerToken;
-    id.storePrefix = fmt::format("{}/attempt_{}/", config.runId, attempt.restartCount);
-  }
+  const WorkersStore store = rounds->workersStore(attempt.assignment);
+  id.storeHost = store.host;
+  id.storePort = store.port;
+  id.storePrefix = store.prefix;
+  id.token = workerToken;
   id.errorFile = errorFile;
   id.socketInterface = socketInterface.value_or("");
   return id;

@@ -8,12 +8,13 @@ namespace ddprun::agent {
 
 LocalRounds::LocalRounds(boost::asio::io_context& io, AttemptStore& store,
                          rendezvous::protocol::Assignment base, bool agentStoreIsMaster,
-                         int maxRestarts)
+                         int maxRestarts, std::string runId)
     : io_(io),
       store_(store),
       base_(std::move(base)),
       agentStoreIsMaster_(agentStoreIsMaster),
-      maxRestarts_(maxRestarts) {}
+      maxRestarts_(maxRestarts),
+      runId_(std::move(runId)) {}
 
 void LocalRounds::join(std::function<void(JoinResult)> done) {
   JoinResult result;
@@ -45,6 +46,10 @@ void LocalRounds::leave(std::int64_t, std::function<void()> done) {
 
 void LocalRounds::waitUntilAllLeft(std::function<void()> done) {
   boost::asio::post(io_, std::move(done));
+}
+
+WorkersStore LocalRounds::workersStore(const rendezvous::protocol::Assignment& round) const {
+  return {"127.0.0.1", store_.port(), fmt::format("{}/attempt_{}/", runId_, round.restarts)};
 }
 
 std::string LocalRounds::restartMessage(std::int64_t restarts, int maxRestarts) const {

@@ -19,7 +19,8 @@ class LocalRounds : public RoundSource {
   // `base`: the workers' MASTER_ADDR/PORT and world size; with
   // `agentStoreIsMaster` the workers' MASTER_PORT is each attempt's store.
   LocalRounds(boost::asio::io_context& io, AttemptStore& store,
-              rendezvous::protocol::Assignment base, bool agentStoreIsMaster, int maxRestarts);
+              rendezvous::protocol::Assignment base, bool agentStoreIsMaster, int maxRestarts,
+              std::string runId);
 
   void join(std::function<void(JoinResult)> done) override;
   void reportFailure(std::int64_t round, const WorkerFailure& root, const std::string& report,
@@ -27,6 +28,8 @@ class LocalRounds : public RoundSource {
   void leave(std::int64_t round, std::function<void()> done) override;
   bool hosting() const override { return false; }
   void waitUntilAllLeft(std::function<void()> done) override;
+  // The private store of this attempt, its keys under <run id>/attempt_<restarts>/.
+  WorkersStore workersStore(const rendezvous::protocol::Assignment& round) const override;
   std::string restartMessage(std::int64_t restarts, int maxRestarts) const override;
 
  private:
@@ -35,6 +38,7 @@ class LocalRounds : public RoundSource {
   rendezvous::protocol::Assignment base_;
   bool agentStoreIsMaster_;
   int maxRestarts_;
+  std::string runId_;
   std::int64_t restarts_ = 0;
 };
 

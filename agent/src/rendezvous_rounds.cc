@@ -48,6 +48,14 @@ void RendezvousRounds::waitUntilAllLeft(std::function<void()> done) {
   rendezvous_.asyncWaitUntilAllLeft(std::move(done));
 }
 
+WorkersStore RendezvousRounds::workersStore(const rendezvous::protocol::Assignment& round) const {
+  const std::string prefix = fmt::format("{}/round_{}/", config_.runId, round.round);
+  if (config_.rendezvous.backend == RendezvousBackendKind::kEtcd)
+    // No ddprun store holds the rounds: the workers' store is group rank 0's.
+    return {round.masterAddr, static_cast<int>(round.masterPort), prefix};
+  return {config_.rendezvous.endpointHost, config_.rendezvous.endpointPort, prefix};
+}
+
 std::string RendezvousRounds::restartMessage(std::int64_t restarts, int maxRestarts) const {
   return fmt::format("Restarting the job (restart {} of {}, counted for the whole job).", restarts,
                      maxRestarts);

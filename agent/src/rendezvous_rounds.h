@@ -29,6 +29,9 @@ class RendezvousRounds : public RoundSource {
   void leave(std::int64_t round, std::function<void()> done) override;
   bool hosting() const override { return rendezvous_.hosting(); }
   void waitUntilAllLeft(std::function<void()> done) override;
+  // The job's store (c10d), or with etcd group rank 0's (MASTER_ADDR:PORT);
+  // the keys under <run id>/round_<round>/.
+  WorkersStore workersStore(const rendezvous::protocol::Assignment& round) const override;
   std::string restartMessage(std::int64_t restarts, int maxRestarts) const override;
 
  private:

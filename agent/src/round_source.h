@@ -30,6 +30,14 @@ struct JoinResult {
   std::string error;  // why the join failed (timeout, network)
 };
 
+// Where a round's workers find their native store (DDPRUN_STORE_*): the
+// address, and the prefix their keys live under.
+struct WorkersStore {
+  std::string host;
+  int port = 0;
+  std::string prefix;
+};
+
 // What a failure report got back: the decision, or why there is none.
 struct FailureAnswer {
   std::optional<rendezvous::protocol::RestartDecision> decision;
@@ -50,6 +58,8 @@ class RoundSource {
   // others (waitUntilAllLeft) before it exits with success or exclusion.
   virtual bool hosting() const = 0;
   virtual void waitUntilAllLeft(std::function<void()> done) = 0;
+  // The store of the workers of `round` (an assignment join gave).
+  virtual WorkersStore workersStore(const rendezvous::protocol::Assignment& round) const = 0;
   // "Restarting the worker group (restart 1 of 3)." and the like.
   virtual std::string restartMessage(std::int64_t restarts, int maxRestarts) const = 0;
 };

@@ -61,6 +61,7 @@ class FakeRounds : public RoundSource {
   }
   bool hosting() const override { return host; }
   void waitUntilAllLeft(std::function<void()> done) override { allLeftDone = std::move(done); }
+  WorkersStore workersStore(const protocol::Assignment&) const override { return {}; }
   std::string restartMessage(std::int64_t restarts, int maxRestarts) const override {
     return "restart " + std::to_string(restarts) + " of " + std::to_string(maxRestarts);
   }
@@ -557,8 +558,8 @@ TEST_F(NodeLifecycleTest, AnUnhealthyNodeFailsWithoutAskingForARestart) {
   EXPECT_EQ(hook.rootCauseRank, 1);
 }
 
-// One node alone: each join is a fresh attempt on a fresh store, and the
-// budget is --max_restarts.
+// One node alone: each join is a fresh attempt on a fresh store (the
+// workers' keys under attempt_<restarts>/), and the budget is --max_restarts.
 TEST(LocalRounds, CountsTheBudgetAndGivesEachAttemptAFreshStore) {
   boost::asio::io_context io;
   rendezvous::StoreServerOptions options;
@@ -567,11 +568,15 @@ TEST(LocalRounds, CountsTheBudgetAndGivesEachAttemptAFreshStore) {
   AttemptStore store(options);
   protocol::Assignment base;
   base.masterAddr = "127.0.0.1";
-  LocalRounds rounds(io, store, base, true, 2);
+  LocalRounds rounds(io, store, base, true, 2, "job");
   std::vector<std::optional<protocol::RestartDecision>> decisions;
   std::vector<protocol::Assignment> joins;
+  std::vector<WorkersStore> stores;
   auto join = [&] {
-    rounds.join([&](JoinResult r) { joins.push_back(*r.assignment); });
+    rounds.join([&](JoinResult r) {
+      joins.push_back(*r.assignment);
+      stores.push_back(rounds.workersStore(*r.assignment));
+    });
     io.run();
     io.restart();
   };
@@ -593,6 +598,9 @@ TEST(LocalRounds, CountsTheBudgetAndGivesEachAttemptAFreshStore) {
   EXPECT_EQ(joins[2].round, 3);
   EXPECT_EQ(joins[2].restarts, 2);
   EXPECT_NE(joins[0].masterPort, joins[1].masterPort);  // a new store
+  EXPECT_EQ(stores[1].host, "127.0.0.1");
+  EXPECT_EQ(stores[1].port, joins[1].masterPort);  // the workers' MASTER_PORT is that store
+  EXPECT_EQ(stores[1].prefix, "job/attempt_1/");
   ASSERT_EQ(decisions.size(), 3u);
   EXPECT_TRUE(decisions[0]->restartAllowed);
   EXPECT_TRUE(decisions[1]->restartAllowed);
