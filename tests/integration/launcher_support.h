@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "scratch_folder.h"
 #include "unused_port.h"
 
 namespace ddprun::test_support {
@@ -122,15 +124,19 @@ inline std::vector<NodeResult> runTwoStaticNodes(const std::filesystem::path& sc
   return results;
 }
 
-// Lines of `text` that start with `prefix`, with the prefix removed.
-// A fresh scratch directory per test.
-inline std::filesystem::path scratch() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / "ddprun-it" / info->name();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+// `text` in the file `name` of `dir`; its path.
+inline std::filesystem::path writeScript(const std::filesystem::path& dir, const std::string& name,
+                                         const std::string& text) {
+  const std::filesystem::path path = dir / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The Python of the Python-worker tests: DDPRUN_TEST_PYTHON (the current
+// PyTorch's virtual environment, for the TorchCurrent copies), else Debian's.
+inline std::string testPython() {
+  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
+  return python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
 }
 
 inline std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }

@@ -350,8 +350,7 @@ TEST(Launcher, ProgramThatCannotStartIsReported) {
 TEST(Launcher, SignalsAreForwardedToEveryWorker) {
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) {
     SCOPED_TRACE(sig);
-    const fs::path dir = scratch();
-    const fs::path pids = dir / "pids";
+    const fs::path pids = scratch() / fmt::format("pids-{}", sig);
     std::vector<pid_t> workers;
     auto process = startAndWait(
         args({"--nproc_per_node=2", "--log_prefix="},
@@ -425,7 +424,7 @@ pid_t readPid(const fs::path& file) {
 TEST(Launcher, NoDetachedDaemonOutlivesItsWorkers) {
   for (const std::string exit : {"exit 0", "exit 3"}) {
     SCOPED_TRACE(exit);
-    const fs::path pidFile = scratch() / "daemon.pid";
+    const fs::path pidFile = scratch() / fmt::format("daemon-{}.pid", exit.back());
     const auto r = runDdprun(sh(detachDaemon(pidFile) + exit));
     EXPECT_EQ(r.code, exit == "exit 0" ? 0 : 3) << r.err;
     const pid_t daemon = readPid(pidFile);

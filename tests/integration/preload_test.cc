@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 
 #include "launcher_support.h"
@@ -25,33 +24,11 @@ using test_support::goneWithin;
 using test_support::linesWith;
 using test_support::processGone;
 using test_support::runDdprun;
+using test_support::scratch;
 using test_support::startAndWait;
+using test_support::testPython;
+using test_support::writeScript;
 namespace fs = std::filesystem;
-
-// Per test process: the 1.13 and 2.6 copies of a test run at the same time.
-fs::path scratchDir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("preload-" + std::to_string(::getpid())) / info->name();
-  // Emptied at its first use in this process: a test process of an earlier
-  // run with the same (recycled) pid left its files here, and its list of
-  // worker pids read as this test's workers.
-  static std::set<fs::path> emptied;
-  if (emptied.insert(dir).second) fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-fs::path writeScript(const fs::path& dir, const std::string& name, const std::string& text) {
-  const fs::path path = dir / name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::string testPython() {
-  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
-  return python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
-}
 
 const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()},
                                                     {"DDPRUN_TEST_MARK", "a b=c"}};
@@ -95,7 +72,7 @@ TEST(Preload, DdpTrainsToTheSameChecksumAsWithout) {
   // Whether torch was already imported when the script began, then the
   // DDP regression of python_workers_test.cc.
   const auto script =
-      writeScript(scratchDir(), "ddp_train.py",
+      writeScript(scratch(), "ddp_train.py",
                   std::string("import sys\nprint('preloaded', 'torch' in sys.modules)\n") +
                       test_support::kDdpTrainScript);
   const auto plain =
@@ -156,7 +133,7 @@ sys.exit(int(sys.argv[2]))
 )py";
 
 TEST(Preload, EachRankHasTheProcessStateOfAnExecdWorker) {
-  const fs::path dir = scratchDir();
+  const fs::path dir = scratch();
   writeScript(dir, "probe.py", kProbe);
   fs::create_directories(dir / "pkg");
   writeScript(dir, "pkg/__init__.py", "");
@@ -192,7 +169,7 @@ TEST(Preload, EachRankHasTheProcessStateOfAnExecdWorker) {
 }
 
 TEST(Preload, ExitCodesTracebacksAndErrorFilesAreThoseOfAnExecdWorker) {
-  const auto script = writeScript(scratchDir(), "raises.py", R"py(
+  const auto script = writeScript(scratch(), "raises.py", R"py(
 import os, sys
 from torch.distributed.elastic.multiprocessing.errors import record
 @record
@@ -226,7 +203,7 @@ std::string flakyPreloaded() {
 // Attempt 1 must again be forked from the zygote, which imported torch once
 // for both attempts.
 TEST(Preload, RestartedWorkersAreForkedFromTheSameZygote) {
-  const auto script = writeScript(scratchDir(), "flaky.py", flakyPreloaded());
+  const auto script = writeScript(scratch(), "flaky.py", flakyPreloaded());
   const auto r = runWithOneRestart(script);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(linesWith(r.out, "attempt "), std::vector<std::string>(2, "1 sum 2"));
@@ -241,7 +218,7 @@ TEST(Preload, RestartedWorkersAreForkedFromTheSameZygote) {
 
 // Each node forks its workers from its own zygote, in both attempts.
 TEST(Preload, TwoNodesForkTheirWorkersFromTheirZygotes) {
-  const auto script = writeScript(scratchDir(), "flaky_nodes.py", flakyPreloaded());
+  const auto script = writeScript(scratch(), "flaky_nodes.py", flakyPreloaded());
   std::vector<std::string> attempts;
   std::vector<std::string> preloaded;
   for (const auto& node :
@@ -259,7 +236,7 @@ TEST(Preload, TwoNodesForkTheirWorkersFromTheirZygotes) {
 // Attempt 0's rank 0 SIGKILLs the zygote and fails once it is reaped; the
 // agent starts a new zygote and attempt 1 is forked from it.
 TEST(Preload, ADeadZygoteIsReplaced) {
-  const auto script = writeScript(scratchDir(), "kill_zygote.py", R"py(
+  const auto script = writeScript(scratch(), "kill_zygote.py", R"py(
 import os, signal, sys, time
 preloaded = "torch" in sys.modules
 import torch.distributed as dist
@@ -295,7 +272,7 @@ dist.destroy_process_group()
 }
 
 TEST(Preload, SigkillOfDdprunLeavesNoZygoteAndNoWorker) {
-  const fs::path dir = scratchDir();
+  const fs::path dir = scratch();
   const fs::path pids = dir / "pids";
   const auto script = writeScript(dir, "sleeper.py",
                                   "import os, time\nopen('" + pids.string() +
@@ -317,7 +294,7 @@ TEST(Preload, SigkillOfDdprunLeavesNoZygoteAndNoWorker) {
 // ddprun's signals reach forked workers' handlers, and their output takes
 // the usual routes: prefixed on the console, tee'd into the attempt's files.
 TEST(Preload, SignalsAndLogsReachForkedWorkers) {
-  const fs::path dir = scratchDir();
+  const fs::path dir = scratch();
   const fs::path pids = dir / "pids";
   const fs::path logs = dir / "logs";
   const auto script =
@@ -354,7 +331,7 @@ TEST(Preload, SignalsAndLogsReachForkedWorkers) {
 // A signal while the zygote still imports (a slow shared file system) ends
 // ddprun at once, zygote included.
 TEST(Preload, ASignalDuringTheImportStopsDdprunAtOnce) {
-  const fs::path dir = scratchDir();
+  const fs::path dir = scratch();
   const fs::path started = dir / "importing";
   writeScript(dir, "slow_module.py",
               "import time\nopen('" + started.string() + "', 'w').close()\ntime.sleep(60)\n");
@@ -431,7 +408,7 @@ struct SlowImportJob {
     }
     return fs::exists(started) && err.find("Round 1:") != std::string::npos;
   }
-  fs::path dir = scratchDir();
+  fs::path dir = scratch();
   fs::path started = dir / "importing";
   fs::path script = writeScript(dir, "sum.py", kSumScript);
   std::uint16_t port = test_support::freePort();
@@ -488,7 +465,7 @@ TEST(Preload, LosingTheStoreDuringTheImportEndsTheNodeAtOnce) {
 // module patches it to answer 1, init) is given up; the workers are exec'd
 // and nothing else is signalled or waited for.
 TEST(Preload, AZygoteAnsweringAForeignPidIsGivenUp) {
-  const fs::path dir = scratchDir();
+  const fs::path dir = scratch();
   writeScript(dir, "liar.py", "import sys\nsys.modules['__main__']._clone = lambda fd: 1\n");
   const auto script = writeScript(
       dir, "main.py", "import os, sys\nprint('ran', os.environ['RANK'], 'torch' in sys.modules)\n");
@@ -503,7 +480,7 @@ TEST(Preload, AZygoteAnsweringAForeignPidIsGivenUp) {
 }
 
 TEST(Preload, PetPreloadIsTheOption) {
-  const auto script = writeScript(scratchDir(), "main.py", "print('ran')\n");
+  const auto script = writeScript(scratch(), "main.py", "print('ran')\n");
   auto env = kPython;
   env["PET_PRELOAD"] = "no_such_module";
   const auto r = runDdprun({script.string()}, env, 60s);
@@ -516,7 +493,7 @@ TEST(Preload, PetPreloadIsTheOption) {
 }
 
 TEST(Preload, AModuleThatStartsAThreadAtImportIsRefused) {
-  const fs::path dir = scratchDir();
+  const fs::path dir = scratch();
   writeScript(dir, "poller.py", R"py(
 import threading, time
 threading.Thread(target=time.sleep, args=(100,), name="poller", daemon=True).start()

@@ -20,32 +20,15 @@ namespace {
 using namespace std::chrono_literals;
 using test_support::linesWith;
 using test_support::runDdprun;
+using test_support::scratch;
+using test_support::testPython;
+using test_support::writeScript;
 namespace fs = std::filesystem;
-
-// Per test process: ctest runs the 1.13 and current copies of a test at the
-// same time, and one must never read a script the other is rewriting.
-fs::path scratchDir() {
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("py-workers-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir;
-}
-
-fs::path writeScript(const std::string& name, const std::string& text) {
-  const fs::path path = scratchDir() / name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::string testPython() {
-  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
-  return python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
-}
 
 const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()}};
 
 TEST(PythonWorkers, DdpTrainingConvergesOnTheAgentStore) {
-  const auto script = writeScript("ddp_train.py", test_support::kDdpTrainScript);
+  const auto script = writeScript(scratch(), "ddp_train.py", test_support::kDdpTrainScript);
   const auto r = runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, kPython, 120s);
   ASSERT_EQ(r.code, 0) << r.err;
   std::smatch m;
@@ -59,7 +42,7 @@ TEST(PythonWorkers, DdpTrainingConvergesOnTheAgentStore) {
 }
 
 TEST(PythonWorkers, RaisingScriptReportsThePythonException) {
-  const auto script = writeScript("raises.py", R"(
+  const auto script = writeScript(scratch(), "raises.py", R"(
 import os, torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 @record
@@ -82,7 +65,7 @@ TEST(PythonWorkers, FailsOnceThenSucceedsAfterARestart) {
   // PyTorch 2.x uses the agent store without a per-attempt key prefix:
   // attempt 1 must not see attempt 0's Gloo addresses (torchrun 2.6 hangs
   // here; ddprun gives each attempt a new store).
-  const auto script = writeScript("flaky.py", test_support::kFlakyScript);
+  const auto script = writeScript(scratch(), "flaky.py", test_support::kFlakyScript);
   const auto r = runDdprun(
       {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script.string()}, kPython, 120s);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -92,7 +75,7 @@ TEST(PythonWorkers, FailsOnceThenSucceedsAfterARestart) {
 // The same on two nodes: the restarted round's workers get a store (on the
 // node of group rank 0) that no earlier worker has written to.
 TEST(PythonWorkers, TwoNodesRestartAfterAFailure) {
-  const auto script = writeScript("flaky_nodes.py", test_support::kFlakyScript);
+  const auto script = writeScript(scratch(), "flaky_nodes.py", test_support::kFlakyScript);
   std::vector<std::string> lines;
   for (const auto& node : test_support::runTwoStaticNodes(script, testPython(), {})) {
     ASSERT_TRUE(node.code) << node.err;
@@ -134,7 +117,7 @@ void expectStoreOps(const std::string& out, int world) {
 }
 
 TEST(PythonWorkers, QueuesListKeysAndBarrierOnTheAgentStore) {
-  const auto script = writeScript("store_ops.py", test_support::kStoreOpsScript);
+  const auto script = writeScript(scratch(), "store_ops.py", test_support::kStoreOpsScript);
   const auto r = runDdprun({"--nproc_per_node=3", "--log_prefix=", script.string()}, kPython, 120s);
   ASSERT_EQ(r.code, 0) << r.err;
   expectStoreOps(r.out, 3);
@@ -142,7 +125,7 @@ TEST(PythonWorkers, QueuesListKeysAndBarrierOnTheAgentStore) {
 
 // The same on the store of a two-node round (hosted by node 0's agent).
 TEST(PythonWorkers, QueuesListKeysAndBarrierOnARoundStore) {
-  const auto script = writeScript("store_ops_nodes.py", test_support::kStoreOpsScript);
+  const auto script = writeScript(scratch(), "store_ops_nodes.py", test_support::kStoreOpsScript);
   std::string out;
   for (const auto& node : test_support::runTwoStaticNodes(script, testPython(), {})) {
     ASSERT_TRUE(node.code) << node.err;
@@ -153,7 +136,7 @@ TEST(PythonWorkers, QueuesListKeysAndBarrierOnARoundStore) {
 }
 
 TEST(PythonWorkers, Torch113BehaviourWithRank0Store) {
-  const auto script = writeScript("ddp_train_rank0.py", test_support::kDdpTrainScript);
+  const auto script = writeScript(scratch(), "ddp_train_rank0.py", test_support::kDdpTrainScript);
   const auto r =
       runDdprun({"--nproc_per_node=2", "--worker_store=rank0", "--log_prefix=", script.string()},
                 kPython, 120s);
@@ -163,7 +146,7 @@ TEST(PythonWorkers, Torch113BehaviourWithRank0Store) {
 
 TEST(PythonWorkers, NcclVariableMatchesTheWorkersPyTorch) {
   // One name only, the one this PyTorch reads: no deprecation warning on 2.x.
-  const auto script = writeScript("nccl_env.py", R"(
+  const auto script = writeScript(scratch(), "nccl_env.py", R"(
 import os, torch
 major, minor = (int(x) for x in torch.__version__.split(".")[:2])
 new, old = "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"
@@ -179,9 +162,9 @@ print("nccl-env", torch.__version__, os.environ.get(want), os.environ.get(other)
 
 TEST(PythonWorkers, TorchrunTwoOptionsUnderPython) {
   // torchrun 2.x's documented single-node c10d form, with its newer options.
-  const fs::path dir = scratchDir() / "logs";
+  const fs::path dir = scratch() / "logs";
   fs::remove_all(dir);
-  const auto script = writeScript("options.py", R"(
+  const auto script = writeScript(scratch(), "options.py", R"(
 import os, torch.distributed as dist
 dist.init_process_group("gloo")
 print("hello from", dist.get_rank(), os.environ["LOCAL_RANK"], os.environ["CUDA_VISIBLE_DEVICES"],
@@ -221,7 +204,7 @@ print(f"attempt {attempt} done", flush=True)
 )";
 
 TEST(PythonWorkers, FileTimerKillsAHungWorkerAndTheJobRestarts) {
-  const auto script = writeScript("timed.py", kTimed);
+  const auto script = writeScript(scratch(), "timed.py", kTimed);
   auto env = kPython;
   env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
   const auto start = std::chrono::steady_clock::now();
@@ -285,7 +268,7 @@ dist.destroy_process_group()
 )";
 
 TEST(PythonWorkers, TheWatchdogFindsARankThatNeverReachesTheCollective) {
-  const auto script = writeScript("hang.py", kHang);
+  const auto script = writeScript(scratch(), "hang.py", kHang);
   // 5 s: more than any quiet spell of a start-up on a loaded machine (both
   // ranks waiting on a slow disk or a retransmitted connect at once).
   const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1", "--watchdog_timeout=5",
@@ -339,7 +322,7 @@ print(f"paged {offset >> 20} MiB in, {(storage_reads() - before) >> 20} MiB from
 )";
 
 TEST(PythonWorkers, TheWatchdogCountsPagingInAMemoryMapAsProgress) {
-  const auto script = writeScript("page_in.py", kPageIn);
+  const auto script = writeScript(scratch(), "page_in.py", kPageIn);
   // On the build tree's disk (a /tmp on tmpfs would never read from a disk).
   const fs::path data =
       fs::path(test_support::kBinDir) / ("page-in-" + std::to_string(::getpid()) + ".bin");

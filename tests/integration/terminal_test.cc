@@ -23,6 +23,7 @@ using test_support::launchDir;
 using test_support::runDdprun;
 using test_support::scratch;
 using test_support::TerminalProcess;
+using test_support::writeScript;
 namespace fs = std::filesystem;
 
 // Reports whether its streams are terminals and the width of stderr's, then
@@ -50,12 +51,6 @@ print(f"cols {os.get_terminal_size(1).columns} ready", flush=True)
 while not resized: time.sleep(0.01)
 print(f"cols {os.get_terminal_size(1).columns} after", flush=True)
 )";
-
-fs::path writeScript(const fs::path& dir, const char* name, const char* text) {
-  const fs::path path = dir / name;
-  std::ofstream(path) << text;
-  return path;
-}
 
 std::string readFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

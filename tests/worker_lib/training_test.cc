@@ -26,6 +26,7 @@
 #include "ddprun/worker/spawn.h"
 #include "ddprun/worker/training.h"
 #include "require.h"
+#include "scratch_folder.h"
 
 namespace ddprun::worker {
 namespace {
@@ -124,14 +125,8 @@ TEST(Training, ProgressBarWritesOneLinePerTenthWithoutATerminal) {
   EXPECT_NE(text.find("train 100% 50/50 loss 0.1"), std::string::npos) << text;
 }
 
-std::string temporaryDirectory() {
-  auto dir = std::filesystem::temp_directory_path() / ("ddprun-ckpt-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
 TEST(Checkpoint, RoundTripsModelOptimizerAndStepAtomically) {
-  const std::string dir = temporaryDirectory();
+  const std::string dir = test_support::scratch().string();
   const std::string path = dir + "/ckpt.pt";
   spawn(2, [&](int rank) {
     torch::set_num_threads(1);
@@ -176,7 +171,7 @@ TEST(Checkpoint, RoundTripsModelOptimizerAndStepAtomically) {
 }
 
 TEST(Checkpoint, AcceptsTheDdpModulePrefixAndNamesWhatIsMissing) {
-  const std::string dir = temporaryDirectory();
+  const std::string dir = test_support::scratch().string();
   torch::manual_seed(1);
   torch::nn::Linear model(2, 2);
   // A checkpoint whose names carry "module." (as a wrapped model's do).
@@ -246,7 +241,7 @@ void expectSameParameters(const std::vector<at::Tensor>& parameters, const std::
 TEST(Checkpoint, PythonReadsItAsAStateDict) {
   ASSERT_TRUE(pythonTorchAvailable())
       << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
-  const std::string dir = temporaryDirectory();
+  const std::string dir = test_support::scratch().string();
   const std::string path = dir + "/cpp.pt";
   torch::manual_seed(3);
   auto model = torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
@@ -291,7 +286,7 @@ print(d["step"], " ".join("%.9g" % p.double().sum().item() for p in m.parameters
 TEST(Checkpoint, APythonStateDictLoadsInCpp) {
   ASSERT_TRUE(pythonTorchAvailable())
       << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
-  const std::string dir = temporaryDirectory();
+  const std::string dir = test_support::scratch().string();
   // A plain model.state_dict(), and a DDP-style {"model", "optimizer",
   // "step"} whose names carry "module.".
   runPython(fmt::format(R"(
@@ -348,7 +343,7 @@ torch.save([p.detach() for p in m.parameters()], "{0}/after.pt")
 TEST(Checkpoint, ALightningStyleCheckpointOfThisPyTorchLoads) {
   ASSERT_TRUE(pythonTorchAvailable())
       << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
-  const std::string dir = temporaryDirectory();
+  const std::string dir = test_support::scratch().string();
   runPython(fmt::format(R"(
 import collections, pathlib, argparse, torch
 torch.manual_seed(5)
@@ -414,7 +409,7 @@ TEST(Checkpoint, RealLightningCheckpointsLoad) {
 // exception: the real Lightning checkpoint cut short at many lengths and
 // with bytes flipped all along it, and files that are not archives.
 TEST(Checkpoint, DamagedFilesAreClearErrors) {
-  const std::string dir = temporaryDirectory();
+  const std::string dir = test_support::scratch().string();
   std::ifstream in(std::string(DDPRUN_TEST_DATA_DIR) + "/lightning_plain.ckpt", std::ios::binary);
   const std::string good((std::istreambuf_iterator<char>(in)), {});
   const std::string path = dir + "/damaged.ckpt";
@@ -452,7 +447,7 @@ TEST(Checkpoint, DamagedFilesAreClearErrors) {
 }
 
 TEST(Checkpoint, AFailedSaveReachesEveryRankAndLeavesNoTemporary) {
-  const std::string dir = temporaryDirectory() + "/failed-save";
+  const std::string dir = test_support::scratch().string() + "/failed-save";
   std::filesystem::create_directories(dir);
   // The checkpoint's directory would have to be a regular file.
   std::ofstream(dir + "/blocker") << "x";
@@ -478,7 +473,7 @@ TEST(Checkpoint, AFailedSaveReachesEveryRankAndLeavesNoTemporary) {
 // Rank 1 sees no file at its path (no shared file system): it resumes from
 // rank 0's checkpoint anyway, at rank 0's step.
 TEST(Checkpoint, RankZeroDecidesTheResumeForEveryRank) {
-  const std::string dir = temporaryDirectory();
+  const std::string dir = test_support::scratch().string();
   torch::manual_seed(4);
   torch::nn::Linear saved(3, 2);
   writeCheckpoint(dir + "/rank0.pt", *saved.ptr(), nullptr, 17);
