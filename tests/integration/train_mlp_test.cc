@@ -37,13 +37,6 @@ double lossAt(const std::string& out, int step, int steps) {
   return std::stod(match[1]);
 }
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / fmt::format("ddprun-train-{}-{}", ::getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 // The pid of the worker of `ddprun` whose environment says RANK=`rank`.
 pid_t workerWithRank(pid_t ddprun, int rank) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
@@ -136,8 +129,6 @@ TEST(TrainMlp, AKilledWorkerResumesFromTheCheckpointWithTheSameResult) {
   EXPECT_NE((out + err).find("SIGKILL"), std::string::npos) << "the report names the signal\n"
                                                             << out << err;
   EXPECT_EQ(finalChecksum(out), expected) << out;
-  fs::remove_all(undisturbedDir);
-  fs::remove_all(disturbedDir);
 }
 
 // The same training under the launchers people use without ddprun: Debian's
@@ -175,7 +166,6 @@ TEST(TrainMlp, UnderDebiansTorchrunWithoutATokenItTrainsTheSameModel) {
     if (text.find("final checksum") != std::string::npos) rankZero = text;
   }
   EXPECT_EQ(finalChecksum(rankZero), expected) << rankZero;
-  fs::remove_all(logs);
 }
 
 TEST(TrainMlp, UnderAPlainSrunStyleStartItTrainsTheSameModel) {

@@ -6,7 +6,8 @@
 // earlier process with the same, recycled pid may have left files there),
 // the same folder on later calls in the test. The process's folder is
 // removed when the process ends with every test passed, and kept after a
-// failure for the post-mortem. Call it from the test's own thread.
+// failure for the post-mortem. scratch("name"): a folder in it, created.
+// Call it from the test's own thread.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,7 +21,7 @@
 
 namespace ddprun::test_support {
 
-inline std::filesystem::path scratch() {
+inline std::filesystem::path scratch(const std::string& subfolder = "") {
   namespace fs = std::filesystem;
   struct ProcessFolder {
     pid_t owner = ::getpid();
@@ -37,8 +38,8 @@ inline std::filesystem::path scratch() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const fs::path dir = folder.path / info->test_suite_name() / info->name();
   if (folder.emptied.insert(dir).second) fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  fs::create_directories(dir / subfolder);
+  return subfolder.empty() ? dir : dir / subfolder;
 }
 
 }  // namespace ddprun::test_support

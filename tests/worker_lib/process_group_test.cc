@@ -28,6 +28,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/worker/spawn.h"
 #include "require.h"
+#include "scratch_folder.h"
 #include "slurm_variables.h"
 #include "unused_port.h"
 
@@ -238,12 +239,7 @@ TEST(ProcessGroup, NodeGroupHoldsTheRanksOfThisNode) {
 // it) until it returns or throws; the others block in flock() meanwhile.
 class RankZeroDone {
  public:
-  RankZeroDone()
-      : path_(std::filesystem::temp_directory_path() /
-              fmt::format("ddprun-rank0-done-{}-{}", ::getpid(), counter_++)) {
-    std::ofstream(path_).put('1');
-  }
-  ~RankZeroDone() { std::filesystem::remove(path_); }
+  RankZeroDone() : path_(test_support::scratch() / "rank0-done") { std::ofstream(path_).put('1'); }
   // In rank 0, before the group forms: a Mark of path() holds the lock
   // until it dies.
   class Mark {
@@ -268,7 +264,6 @@ class RankZeroDone {
   }
 
  private:
-  static inline int counter_ = 0;
   std::filesystem::path path_;
 };
 
