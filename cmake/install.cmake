@@ -10,11 +10,11 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 if(SKBUILD)
-  install(TARGETS ddprun ddprun-rendezvous RUNTIME DESTINATION ${SKBUILD_SCRIPTS_DIR})
+  install(TARGETS ddprun ddprun-rendezvous ddprun-launch RUNTIME DESTINATION ${SKBUILD_SCRIPTS_DIR})
   return()
 endif()
 
-install(TARGETS ddprun ddprun-rendezvous RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ddprun ddprun-rendezvous ddprun-launch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 if(TARGET ddprun_worker)
   # The exported names: ddprun::worker, ddprun::worker_env, ...

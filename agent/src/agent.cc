@@ -37,6 +37,7 @@
 #include "python_zygote.h"
 #include "rendezvous_rounds.h"
 #include "run_directory.h"
+#include "signal_source.h"
 #include "uninterruptible_watch.h"
 #include "worker_env.h"
 #include "worker_group.h"
@@ -88,13 +89,17 @@ struct Agent::Impl : GroupRunner {
         baseEnv(environmentMap()),
         events(config.eventLog) {
     for (int sig : config.forwardedSignals) signals.add(sig);
+    if (config.underSlurm) {
+      for (int sig : {SIGUSR1, SIGUSR2}) signals.add(sig);
+    }
     if (!runDir.temporary()) {
       std::cerr << "ddprun: this launch's logs are in " << runDir.root().string() << "\n";
     }
     if (!config.numaBinding.empty()) planNuma();
     startFileTimer();
     if (!config.preload.empty()) startZygote();
-    if (!guard.notice().empty()) DDPRUN_INFO("Notice: {}.", guard.notice());
+    // One node: its notices now; several: once per job (onAssigned).
+    if (!multiNode() && !guard.notice().empty()) DDPRUN_INFO("Notice: {}.", guard.notice());
     // Without a cgroup (now, or once the first worker could not join it)
     // the agent is the workers' subreaper and reaps what it adopts.
     childSignals.add(SIGCHLD);
@@ -156,13 +161,14 @@ struct Agent::Impl : GroupRunner {
   std::string reportFor(const GroupOutcome& outcome, const FailureContext& context) const;
   WorkerIdentity identityFor(int localRank, const std::string& errorFile) const;
   void waitForSignal();
+  void onSignal(const SignalSource::Received& received);
   void finish(int code);
 
   const AgentConfig config;
   // Forked first, before any thread exists (see OrphanGuard).
   OrphanGuard guard;
   asio::io_context io{1};
-  asio::signal_set signals;
+  SignalSource signals;
   asio::signal_set childSignals{io};
   RunDirectory runDir;
   OutputRouter router{io, config.tty};
@@ -185,6 +191,7 @@ struct Agent::Impl : GroupRunner {
   // Multi-node: this node's rendezvous.
   std::unique_ptr<NodeRendezvous> rendezvous;
   std::unique_ptr<RoundSource> rounds;
+  bool jobNoticesSaid = false;  // the job-wide notices (onAssigned)
 
   std::unique_ptr<FileTimerServer> fileTimer;
   std::unique_ptr<PythonZygote> zygote;  // --preload
@@ -267,6 +274,17 @@ void Agent::Impl::startRendezvous() {
 
 void Agent::Impl::onAssigned(const protocol::Assignment& assigned) {
   if (!socketInterface) findSocketInterface();
+  if (!jobNoticesSaid && assigned.groupRank == 0) {
+    // What holds for every node is said once per job, by the node that is
+    // group rank 0 in the first round.
+    if (!config.rendezvous.openStoreNotice.empty()) {
+      std::cerr << "ddprun: notice: " << config.rendezvous.openStoreNotice << "\n";
+    }
+    if (!guard.notice().empty()) {
+      DDPRUN_INFO("Notice: {} (on this node; likely on every node).", guard.notice());
+    }
+  }
+  jobNoticesSaid = true;
   if (events.enabled()) {
     events.record("torchelastic.agent.RENDEZVOUS", "AGENT",
                   {{"run_id", config.runId},
@@ -539,12 +557,36 @@ void Agent::Impl::onUninterruptible(const WatchedWorker& worker, std::chrono::mi
 }
 
 void Agent::Impl::waitForSignal() {
-  signals.async_wait([this](boost::system::error_code ec, int sig) {
-    if (ec) return;
+  signals.asyncWait([this](SignalSource::Received received) {
     router.endOpenLine();  // a progress bar's row is not ddprun's
-    lifecycle->onSignal(sig);
+    onSignal(received);
     waitForSignal();
   });
+}
+
+void Agent::Impl::onSignal(const SignalSource::Received& received) {
+  const int sig = received.signal;
+  const bool forwarded = std::find(config.forwardedSignals.begin(), config.forwardedSignals.end(),
+                                   sig) != config.forwardedSignals.end();
+  const bool fromSlurm = config.underSlurm && received.sender > 0 &&
+                         SignalSource::commandOf(received.sender) == "slurmstepd";
+  if (!fromSlurm) {
+    if (forwarded) return lifecycle->onSignal(sig);
+    // Handled only for Slurm's sake: anyone else's has its default meaning.
+    DDPRUN_WARN("ddprun received {} (not in --signals_to_handle) from pid {}; it ends ddprun.",
+                signalName(sig), received.sender);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  if (sig == SIGTERM || sig == SIGINT) {
+    // scancel, the time limit, preemption: every worker has it already.
+    return lifecycle->onSignal(sig, /*forward=*/false);
+  }
+  DDPRUN_WARN(
+      "Slurm sent {} to the job step: every worker received it; ddprun neither forwards it nor "
+      "stops them (the early warning of --signal={}@TIME: checkpoint, requeue, train on).",
+      signalName(sig), signalName(sig).substr(3));
 }
 
 void Agent::Impl::finish(int code) {

@@ -235,22 +235,45 @@ void NodeLifecycle::onStoreLost(const std::string& what) {
   }
 }
 
-void NodeLifecycle::onSignal(int signal) {
+void NodeLifecycle::onSignal(int signal, bool forward) {
   if (state_ == S::kDone) return drop("a signal");
-  if (!pendingExitCode_) {
-    pendingExitCode_ = 128 + signal;
-    pendingReason_ = fmt::format("ddprun (pid {}) received {} and stopped its workers", ::getpid(),
-                                 signalName(signal));
-    stopCause_ = StopCause::kSignal;
-    DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
-                signalName(signal), settings_.shutdownTimeout.count());
+  const auto now = ports_.clock.now();
+  // Signal 0 stops nothing by itself: the workers received the signal from
+  // its sender, and only the grace period's SIGKILL follows.
+  int send = forward ? signal : 0;
+  if (!firstSignalAt_) {
+    firstSignalAt_ = now;
+    if (!pendingExitCode_) {
+      pendingExitCode_ = 128 + signal;
+      pendingReason_ = fmt::format("ddprun (pid {}) received {} and stopped its workers",
+                                   ::getpid(), signalName(signal));
+      stopCause_ = StopCause::kSignal;
+    }
+    if (forward) {
+      DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
+                  signalName(signal), settings_.shutdownTimeout.count());
+    } else {
+      DDPRUN_WARN(
+          "Slurm sent {} to the job step, the workers included; ddprun stops them (SIGKILL after "
+          "{} ms).",
+          signalName(signal), settings_.shutdownTimeout.count());
+    }
+  } else if (now - *firstSignalAt_ < kSameDelivery) {
+    // coreutils' timeout signals ddprun, then its whole process group, within
+    // a millisecond: one request to stop, with the grace period.
+    DDPRUN_DEBUG(
+        "ddprun received {} again {} ms after the first signal: the same delivery.",
+        signalName(signal),
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - *firstSignalAt_).count());
+    return;
   } else {
     DDPRUN_WARN("ddprun received {} again; killing the workers now.", signalName(signal));
+    send = SIGKILL;
   }
   switch (state_) {
     case S::kRunning:
     case S::kStopping:
-      return stopGroup(signal);
+      return stopGroup(send);
     case S::kWaitingForGate:
       return leaveThenExit(pendingExit(), false);
     default:
@@ -372,8 +395,8 @@ void NodeLifecycle::leaveThenExit(NodeExit exit, bool drain) {
 void NodeLifecycle::drainThenExit(NodeExit exit) {
   if (!ports_.rounds.hosting()) return exitWith(std::move(exit));
   moveTo(S::kDraining);
-  DDPRUN_INFO("This node {}; keeping the store up until every node left.",
-              exit.code == 0 ? "'s workers are done" : "is left out");
+  DDPRUN_INFO("{}; keeping the store up until every node left.",
+              exit.code == 0 ? "This node's workers are done" : "This node is left out");
   ports_.rounds.waitUntilAllLeft([this, exit = std::move(exit)] {
     if (state_ != S::kDraining) return drop("every node gone");
     exitWith(exit);

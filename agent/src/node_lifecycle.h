@@ -99,7 +99,8 @@ class GroupRunner {
   virtual ~GroupRunner() = default;
   // `done` is called once, on the loop, after every worker exited.
   virtual void start(const Attempt& attempt, std::function<void(GroupOutcome)> done) = 0;
-  // Stops the running group (a second call escalates, as WorkerGroup::stop).
+  // Stops the running group: `signal`, the grace period, SIGKILL; a later
+  // call with SIGKILL ends the grace period (as WorkerGroup::stop).
   virtual void stop(int signal) = 0;
 };
 
@@ -160,7 +161,13 @@ class NodeLifecycle {
   // The job's store is gone: `what` says which and why ("lost the
   // rendezvous store at h:p (...)").
   void onStoreLost(const std::string& what);
-  void onSignal(int signal);
+  // A stop signal: the first stops the group (forwarded unless `forward` is
+  // false: the workers received it from its sender too; then the grace
+  // period, SIGKILL); another one kSameDelivery or more later kills the
+  // workers at once. One within kSameDelivery is the same request
+  // (coreutils' timeout signals ddprun and then its process group).
+  void onSignal(int signal, bool forward = true);
+  static constexpr std::chrono::milliseconds kSameDelivery{500};
   // A worker of this node wedged in the kernel: no restart from now on.
   void markUnhealthy() { unhealthy_ = true; }
   // Something the node cannot go on without failed (--preload's zygote):
@@ -208,8 +215,9 @@ class NodeLifecycle {
   std::optional<rendezvous::protocol::Event> stopEvent_;   // the round event that stops the group
   std::optional<rendezvous::protocol::Event> earlyEvent_;  // for a round not joined yet
   std::optional<int> exitCode_;                            // final
-  std::uint64_t runs_ = 0;                                 // groups started: matches `done`
-  std::uint64_t gateWaits_ = 0;                            // matches the gate's callback
+  std::optional<std::chrono::steady_clock::time_point> firstSignalAt_;
+  std::uint64_t runs_ = 0;       // groups started: matches `done`
+  std::uint64_t gateWaits_ = 0;  // matches the gate's callback
   bool unhealthy_ = false;
   int failedRunsInARow_ = 0;
   int lastFailureCode_ = 0;

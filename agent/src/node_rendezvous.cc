@@ -303,6 +303,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
       static_cast<std::uint32_t>(rdzv_.keepAliveInterval.count() * rdzv_.keepAliveMaxAttempts);
   request.address = rdzv_.localAddr;
   request.masterPort = masterPort_;
+  request.fixedNodes = static_cast<std::uint32_t>(std::max(0, rdzv_.fixedNodes));
   request.maxRestarts = config_.maxRestarts;
   request.maxNodeFailures = static_cast<std::uint32_t>(rdzv_.maxNodeFailures);
   request.nodeCooldownMs = static_cast<std::uint32_t>(std::min<std::int64_t>(

@@ -240,7 +240,7 @@ def _become_worker(sock, agent, request, fds):
         argc = int(argc)
         argv = [os.fsdecode(a) for a in rest[:argc]]
         env = rest[argc:]
-        os.setpgid(0, 0)
+        os.setsid()  # its own session and process group, as an exec'd worker
         _libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL when the agent dies
         if os.getppid() != agent:
             os._exit(137)

@@ -273,13 +273,13 @@ void WorkerGroup::stop(int sig) {
     return;
   }
   if (stopping_) {
-    if (sig == SIGKILL || stopSignal_) {
-      // Asked twice: no more grace.
+    // Asked again: SIGKILL ends the grace period; another signal has been
+    // sent already.
+    if (sig == SIGKILL) {
       for (Slot& slot : slots_) {
         if (!slot.exited) slot.process->signalGroup(SIGKILL);
       }
     }
-    stopSignal_ = sig;
     return;
   }
   stopping_ = true;

@@ -64,8 +64,8 @@ class WorkerGroup {
   // first failure (exit code 127) and stops the others.
   void start();
   // Forwards `sig` to every live worker's process group, then SIGKILLs the
-  // survivors after the shutdown timeout. A second call escalates to
-  // SIGKILL at once.
+  // survivors after the shutdown timeout. A later call with SIGKILL ends
+  // the grace period at once; any other later call changes nothing.
   void stop(int sig);
   // ddprun's terminal changed size (SIGWINCH): the workers' terminals follow
   // and the workers get SIGWINCH.
@@ -123,7 +123,6 @@ class WorkerGroup {
   bool finished_ = false;
   bool leftoversKilled_ = false;
   std::string cgroup_;  // the cgroup its workers are born in; empty: none
-  std::optional<int> stopSignal_;
   GroupOutcome outcome_;
   boost::asio::steady_timer graceTimer_;
   boost::asio::steady_timer drainTimer_;

@@ -69,8 +69,11 @@ struct ChildSetup {
 
   // 0, or the errno of the step that failed.
   int apply() const {
-    // Its own process group, so a signal reaches the worker and its children.
-    if (::setpgid(0, 0) != 0) return errno;
+    // Its own session (and so its own process group), as torchrun's
+    // start_new_session: a signal to the group reaches the worker and its
+    // children, and the kernel's autogroup scheduler gives each worker its
+    // own CPU share instead of one for ddprun and all its workers.
+    if (::setsid() < 0) return errno;
     // Die with the agent; if the agent already died, die now.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != agent) ::_exit(128 + SIGKILL);

@@ -388,6 +388,14 @@ std::optional<SlurmJob> detectSlurm(const std::map<std::string, std::string>& va
   if (const auto perNode = firstSet(vars, {env::kSlurmTasksPerNode})) {
     job.tasksPerNode = expandTasksPerNode(perNode->second);
   }
+  job.inStep = firstSet(vars, {env::kSlurmStepId, env::kSlurmStepIdOld}).has_value();
+  if (const auto cpus = firstSet(vars, {env::kSlurmJobCpusPerNode})) {
+    try {
+      job.cpusPerNode = expandTasksPerNode(cpus->second);
+    } catch (const ConfigError&) {
+      // Only a hint for srun's --cpus-per-task: without it srun chooses.
+    }
+  }
   return job;
 }
 

@@ -132,6 +132,18 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   flag(app, "strict_store", o.strictStore,
        "ddprun's store refuses PyTorch TCPStore clients, which cannot send the token "
        "(implies --worker_store=rank0)");
+  if (o.legacyLaunch) {
+    app.name("ddprun-launch");
+    app.description(
+        "ddprun-launch: torch.distributed.launch's command line on ddprun.\n"
+        "  ddprun-launch [options] SCRIPT [ARGS...]\n"
+        "The script gets --local-rank=N (--local_rank=N under PyTorch before 2.0) before its "
+        "own arguments, as python -m torch.distributed.launch passes it; with --use_env it gets "
+        "LOCAL_RANK only. Every ddprun option is accepted.");
+    flag(app, "use_env", o.useEnv,
+         "pass the local rank in LOCAL_RANK only, not as --local-rank=N (needed with "
+         "--no_python)");
+  }
   // torchrun 2.14's --print-completion: prints the script and exits 0, with
   // no program needed; no PET_ variable (torchrun has none either).
   app.add_option("--print_completion,--print-completion", o.printCompletion,
@@ -192,7 +204,8 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& options) {
   } catch (const CLI::Success&) {
     return 0;  // --print_completion printed its script
   } catch (const CLI::ParseError& e) {
-    std::cerr << "ddprun: error: " << e.what() << "; see ddprun --help\n";
+    const char* name = options.legacyLaunch ? "ddprun-launch" : "ddprun";
+    std::cerr << name << ": error: " << e.what() << "; see " << name << " --help\n";
     return 2;
   }
   for (const auto& rest : app.remaining()) options.program.push_back(rest);

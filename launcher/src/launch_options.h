@@ -58,6 +58,12 @@ struct LaunchOptions {
   std::string workerStore = "agent";
   bool strictStore = false;
 
+  // ddprun-launch, the drop-in for `python -m torch.distributed.launch`:
+  // the program gets --local-rank=N (--local_rank=N under PyTorch < 2.0)
+  // before its own arguments unless --use_env is given.
+  bool legacyLaunch = false;
+  bool useEnv = false;
+
   // Options set by a flag or a PET_* variable (by their underscore name,
   // e.g. "nnodes"), so SLURM-derived values only fill the others.
   std::set<std::string> given;
@@ -67,7 +73,8 @@ struct LaunchOptions {
   std::vector<std::string> program;
 };
 
-// Declares every option on `app`, bound to `options`.
+// Declares every option on `app`, bound to `options` (and --use_env when
+// options.legacyLaunch is set).
 void defineOptions(CLI::App& app, LaunchOptions& options);
 
 // Parses argv. Returns the exit code to use when ddprun must stop now

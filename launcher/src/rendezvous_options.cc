@@ -99,14 +99,15 @@ void applyEtcd(const std::string& endpoints, const RdzvConf& conf, agent::Rendez
 namespace {
 
 // The job's token, or empty: without DDPRUN_TOKEN or token_file the store
-// serves every client unauthenticated, as torchrun's does.
-std::string sharedToken(const RdzvConf& conf, const std::string& endpoint, std::string& notices) {
+// serves every client unauthenticated, as torchrun's does, and `notice`
+// says so (printed by one node of the job).
+std::string sharedToken(const RdzvConf& conf, const std::string& endpoint, std::string& notice) {
   if (auto file = conf.text("token_file")) return readTokenFile(*file);
   if (auto token = tokenFromEnv(env::kToken)) return *token;
-  notices += fmt::format(
-      "ddprun: notice: the rendezvous store at {} is open (no DDPRUN_TOKEN or token_file): any "
-      "process that reaches it can read and change the job's keys, as with torchrun's store; "
-      "export the same DDPRUN_TOKEN on every node to protect it\n",
+  notice = fmt::format(
+      "the rendezvous store at {} is open (no DDPRUN_TOKEN or token_file): any process that "
+      "reaches it can read and change the job's keys, as with torchrun's store; export the same "
+      "DDPRUN_TOKEN on every node to protect it",
       endpoint);
   return "";
 }
@@ -140,10 +141,28 @@ void applyConf(const RdzvConf& conf, bool dynamic, agent::RendezvousConfig& r) {
   conf.boolean("use_libuv");  // checked; ddprun's store is its own server
 }
 
+// The Slurm job step this ddprun runs in, or nullopt (no step, or an
+// environment detectSlurm refuses: the endpoint was given, so the job does
+// not depend on it).
+std::optional<SlurmJob> slurmStep(const std::map<std::string, std::string>& env) {
+  try {
+    if (auto job = detectSlurm(env); job && job->inStep) return job;
+  } catch (const ConfigError&) {
+  }
+  return std::nullopt;
+}
+
+// A job within one Slurm step: its nodes are the step's, and one that is
+// lost never returns (Slurm restarts no task), so the rendezvous fails the
+// job once fewer than MIN are left instead of waiting for it.
+void fixNodesToTheStep(const std::optional<SlurmJob>& step, agent::RendezvousConfig& r) {
+  if (step && r.maxNodes <= step->nnodes) r.fixedNodes = step->nnodes;
+}
+
 }  // namespace
 
 void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, std::string>& env,
-                            agent::AgentConfig& config, std::string& notices) {
+                            agent::AgentConfig& config) {
   auto& r = config.rendezvous;
   std::string nnodesText = o.nnodes;
   std::string nodeRankText = o.nodeRank;
@@ -177,6 +196,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
   const NodeRange nodes = parseNnodes(nnodesText);
   r.minNodes = nodes.min;
   r.maxNodes = nodes.max;
+  const auto step = o.standalone ? std::nullopt : slurmStep(env);
   const auto conf = RdzvConf::parse(o.rdzvConf);
   const bool etcd = (o.rdzvBackend == "etcd" || o.rdzvBackend == "etcd-v2") && !o.standalone;
   bool dynamic = (o.rdzvBackend == "c10d" || etcd) && !o.standalone;
@@ -237,14 +257,19 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     r.endpointPort = endpoint.port;
     // etcd: no ddprun store holds the rounds (etcd's own TLS and
     // certificates guard them); the workers' store is open like torchrun's.
-    if (!etcd) r.token = sharedToken(conf, o.rdzvEndpoint, notices);
+    if (!etcd) r.token = sharedToken(conf, o.rdzvEndpoint, r.openStoreNotice);
     if (o.isGiven("node_rank")) {
       r.nodeRank = static_cast<int>(parseInteger(nodeRankText).value_or(-1));
       if (r.nodeRank < 0 || r.nodeRank >= nodes.max) {
         throw ConfigError(fmt::format("--node_rank={} is not from 0 to {} (--nnodes={})",
                                       nodeRankText, nodes.max - 1, nnodesText));
       }
+    } else if (step && step->nodeRank < nodes.max) {
+      // Rank 0 on the first host of the step's node list, as Slurm users
+      // expect (torchrun sorts by host name).
+      r.nodeRank = step->nodeRank;
     }
+    fixNodesToTheStep(step, r);
     config.nodeRank = std::max(0, r.nodeRank);
     return;
   }
@@ -263,6 +288,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
   }
   r.nodeRank = static_cast<int>(*rank);
   config.nodeRank = r.nodeRank;
+  fixNodesToTheStep(step, r);
   if (masterAddr.empty()) {
     throw ConfigError("--master_addr is empty; give node 0's address, e.g. --master_addr=node1");
   }
@@ -277,7 +303,7 @@ void applyRendezvousOptions(const LaunchOptions& o, const std::map<std::string, 
     }
     r.endpointPort = static_cast<std::uint16_t>(*port);
   }
-  r.token = sharedToken(conf, hostPort(r.endpointHost, r.endpointPort), notices);
+  r.token = sharedToken(conf, hostPort(r.endpointHost, r.endpointPort), r.openStoreNotice);
   // Node 0 is reachable at MASTER_ADDR by definition.
   if (r.nodeRank == 0 && r.localAddr.empty()) r.localAddr = r.endpointHost;
   r.lastCallTimeout = std::chrono::milliseconds(0);

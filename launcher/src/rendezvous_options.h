@@ -15,11 +15,12 @@
 namespace ddprun::launcher {
 
 // Fills config.rendezvous, config.nnodes, config.nodeRank and (for SLURM)
-// the master address and port. `env` is the process environment. Lines to
-// print before starting (the open-store notice) are appended to `notices`.
+// the master address and port. `env` is the process environment. A store
+// without a token gets config.rendezvous.openStoreNotice (one node of the
+// job prints it).
 void applyRendezvousOptions(const LaunchOptions& options,
                             const std::map<std::string, std::string>& env,
-                            agent::AgentConfig& config, std::string& notices);
+                            agent::AgentConfig& config);
 
 // --rdzv_backend=etcd: the members' endpoints (a comma-separated list,
 // each optionally http:// or https://) and the etcd keys of `conf` (TLS

@@ -20,6 +20,7 @@
 #include "ddprun/common/parse.h"
 #include "ddprun/common/secret.h"
 #include "ddprun/common/signal_names.h"
+#include "ddprun/common/slurm.h"
 #include "endpoint.h"
 #include "gpu_count.h"
 #include "rendezvous_options.h"
@@ -149,13 +150,31 @@ agent::EventLogConfig parseEventLogHandler(const std::string& text) {
 
 // Enables NCCL's async error handling under the name the workers' PyTorch
 // reads (docs/env.md); the value is the user's, under either name, else 1.
-void chooseNcclVariable(agent::AgentConfig& config, bool python) {
+void chooseNcclVariable(agent::AgentConfig& config, const std::optional<TorchVersion>& version) {
   config.ncclAsyncErrorHandlingName = env::kNcclAsyncErrorHandling;
-  if (!python) return;
-  const auto version = probeTorchVersion(config.command.front());
   if (version && (version->major < 2 || (version->major == 2 && version->minor < 2))) {
     config.ncclAsyncErrorHandlingName = env::kNcclAsyncErrorHandlingOld;
   }
+}
+
+// ddprun-launch without --use_env: the script's first arguments are
+// --local-rank=${local_rank} (the worker group fills in the number), spelt
+// --local_rank before PyTorch 2.0, as torch.distributed.launch passes it.
+void addLocalRankArgument(const LaunchOptions& o, agent::AgentConfig& config,
+                          const std::optional<TorchVersion>& version) {
+  if (!o.legacyLaunch || o.useEnv) return;
+  if (o.noPython) {
+    throw ConfigError(
+        "--no_python needs --use_env: a program that is not run by Python gets the local rank in "
+        "LOCAL_RANK only (as with torch.distributed.launch); add --use_env");
+  }
+  const bool underscore = version && version->major < 2;
+  // command: PYTHON -u [-m] SCRIPT ARGS... (or PROGRAM ARGS...); the
+  // argument goes right after SCRIPT.
+  std::size_t script = 0;
+  if (config.pythonProgram) script = config.command[2] == "-m" ? 3 : 2;
+  config.command.insert(config.command.begin() + static_cast<std::ptrdiff_t>(script) + 1,
+                        underscore ? "--local_rank=${local_rank}" : "--local-rank=${local_rank}");
 }
 
 }  // namespace
@@ -340,7 +359,7 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   if (!o.masterPort.empty()) integerOption("master_port", o.masterPort, 1, 65535, "29500");
   integerOption("node_rank", o.nodeRank, 0, 1'000'000, "0");
   config.masterAddr = parseHost("master_addr", o.masterAddr);
-  applyRendezvousOptions(o, environmentMap(), config, notices);
+  applyRendezvousOptions(o, environmentMap(), config);
   config.maxRestarts = integerOption("max_restarts", o.maxRestarts, 0, 1'000'000, "3");
   secondsOption("monitor_interval", o.monitorInterval);
   const char* shutdownEnv = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
@@ -349,6 +368,15 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
         secondsOption("shutdown_timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)", shutdownEnv);
   } else {
     config.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
+  }
+  // Under Slurm, scancel and the time limit send SIGTERM to every process
+  // of the step and SIGKILL KillWait later (30 s by default): ddprun's own
+  // SIGKILL, its report and its error file must come before that.
+  if (const char* jobId = std::getenv(env::kSlurmJobId); jobId != nullptr && *jobId != '\0') {
+    config.underSlurm = true;
+    if (!o.isGiven("shutdown_timeout") && shutdownEnv == nullptr) {
+      config.shutdownTimeout = kSlurmShutdownTimeout;
+    }
   }
   config.restartBackoff.initial = secondsOption("restart_backoff_initial", o.restartBackoffInitial);
   config.restartBackoff.max = secondsOption("restart_backoff_max", o.restartBackoffMax);
@@ -457,7 +485,10 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   const bool python = resolveProgram(o, config);
   config.pythonProgram = python;
   config.preload = parsePreload(o.preload, python, config.programName);
-  chooseNcclVariable(config, python);
+  const auto torchVersion =
+      python ? probeTorchVersion(config.command.front()) : std::optional<TorchVersion>();
+  chooseNcclVariable(config, torchVersion);
+  addLocalRankArgument(o, config, torchVersion);
   if (o.workerStore != "agent" && o.workerStore != "rank0") {
     throw ConfigError(fmt::format("--worker_store={} is not 'agent' or 'rank0'", o.workerStore));
   }

@@ -5,6 +5,7 @@
 // Thread-safety: pure functions (they read the environment and PATH).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -18,6 +19,11 @@ struct NodeRange {
   int min = 1;
   int max = 1;
 };
+
+// --shutdown_timeout's default under Slurm (SLURM_JOB_ID set): well inside
+// Slurm's default KillWait of 30 s, so that ddprun's SIGKILL, report and
+// error file come before Slurm's SIGKILL (docs/multinode.md).
+inline constexpr std::chrono::milliseconds kSlurmShutdownTimeout{20'000};
 
 // Throws ConfigError. `notices` receives lines to print before starting
 // (for example torchrun's OMP_NUM_THREADS banner).

@@ -353,14 +353,32 @@ TEST_F(NodeLifecycleTest, ASignalWhileRunningStopsTheGroupThenASecondEscalates) 
   ASSERT_EQ(node->state(), S::kStopping);
   EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
   EXPECT_EQ(hook.stoppings[0], 1);
-  node->onSignal(SIGTERM);  // stopping: the group escalates (WorkerGroup::stop)
-  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGTERM}));
+  // coreutils' timeout: the same SIGTERM again through the process group.
+  clock.advance(std::chrono::milliseconds(1));
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
+  // A second signal: no more grace.
+  clock.advance(NodeLifecycle::kSameDelivery);
+  node->onSignal(SIGINT);
+  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGKILL}));
   EXPECT_EQ(hook.stoppings[0], 1);
   runner.end(stopped());
   ASSERT_EQ(node->state(), S::kLeaving);
   rounds.answerLeave();
   EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
   EXPECT_TRUE(rounds.reported.empty());
+}
+
+// A lost store stops the group; the user's first signal afterwards is
+// a first signal (forwarded, with the grace period), not a second one.
+TEST_F(NodeLifecycleTest, AFirstSignalAfterAStoreLostStopIsNoEscalation) {
+  make();
+  runRound();
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
+  clock.advance(std::chrono::seconds(2));
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGTERM}));
 }
 
 TEST_F(NodeLifecycleTest, ASignalWhileDecidingDoesNotWaitForTheDecision) {

@@ -124,6 +124,12 @@ inline std::vector<NodeResult> runTwoStaticNodes(const std::filesystem::path& sc
   return results;
 }
 
+// The whole text of `path` ("" when it does not exist).
+inline std::string readText(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 // `text` in the file `name` of `dir`; its path.
 inline std::filesystem::path writeScript(const std::filesystem::path& dir, const std::string& name,
                                          const std::string& text) {

@@ -384,6 +384,72 @@ TEST(Launcher, WorkersIgnoringTheSignalAreKilledAfterTheGracePeriod) {
   EXPECT_NE(process->stderrText().find("sending SIGKILL"), std::string::npos);
 }
 
+// docs/cli.md: a second signal skips the grace period. The workers trap
+// SIGTERM and go on; the second SIGTERM (later than the same delivery's
+// window) kills them at once instead of after --shutdown_timeout.
+TEST(Launcher, ASecondSignalKillsTheWorkersAtOnce) {
+  const fs::path pids = scratch() / "pids";
+  const fs::path trapped = scratch() / "trapped";
+  std::vector<pid_t> workers;
+  auto process =
+      startAndWait(args({"--nproc_per_node=2", "--shutdown_timeout=300"},
+                        sh("trap 'echo trapped >> " + trapped.string() + "' TERM; echo $$ >> " +
+                           pids.string() + "; while :; do sleep 0.05; done")),
+                   pids, 2, workers);
+  ASSERT_EQ(workers.size(), 2u);
+  process->signal(SIGTERM);
+  // Both workers ran their trap: the first signal reached them.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (linesWith(test_support::readText(trapped), "trapped").size() < 2 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(linesWith(test_support::readText(trapped), "trapped").size(), 2u);
+  // The window in which a repeat counts as the same delivery is 0.5 s.
+  std::this_thread::sleep_for(600ms);
+  process->signal(SIGTERM);
+  EXPECT_EQ(process->wait(60s), 128 + SIGTERM);
+  for (pid_t pid : workers) EXPECT_TRUE(processGone(pid));
+  const std::string err = process->stderrText();
+  EXPECT_NE(err.find("received SIGTERM again; killing the workers now"), std::string::npos) << err;
+}
+
+// coreutils' timeout sends SIGTERM to ddprun and then to its process group
+// within a millisecond: one stop, so the workers keep their grace period
+// and finish what they were doing.
+TEST(Launcher, CoreutilsTimeoutKeepsTheWorkersGracePeriod) {
+  const fs::path pids = scratch() / "pids";
+  std::vector<std::string> argv = {
+      "/usr/bin/timeout",      "-s",           "TERM", "2", kDdprun, "--nproc_per_node=2",
+      "--shutdown_timeout=60", "--log_prefix="};
+  const auto worker = sh("trap 'sleep 1; echo saved $RANK; exit 0' TERM; echo $$ >> " +
+                         pids.string() + "; while :; do sleep 0.05; done");
+  argv.insert(argv.end(), worker.begin(), worker.end());
+  const auto r = test_support::runCommand(argv, {}, 60s);
+  EXPECT_EQ(r.code, 124) << r.err;  // timeout's code after its signal
+  EXPECT_EQ(linesWith(r.out, "saved ").size(), 2u) << r.out << r.err;
+  EXPECT_EQ(r.err.find("killing the workers now"), std::string::npos) << r.err;
+}
+
+// Each worker leads a session of its own, as under torchrun
+// (start_new_session): the kernel's autogroup scheduler then gives each
+// worker its own CPU share.
+TEST(Launcher, EachWorkerHasASessionOfItsOwn) {
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--log_prefix="},
+                     sh("echo session $(ps -o sid= -p $$) pid $$ agent $(ps -o sid= -p $PPID)")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto lines = linesWith(r.out, "session ");
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  for (const auto& line : lines) {
+    std::istringstream in(line);
+    std::string sid, pidWord, pid, agentWord, agentSid;
+    in >> sid >> pidWord >> pid >> agentWord >> agentSid;
+    EXPECT_EQ(sid, pid) << line;
+    EXPECT_NE(sid, agentSid) << line;
+  }
+}
+
 TEST(Launcher, SigkillOfDdprunLeavesNoWorkerAndNoGrandchild) {
   const fs::path dir = scratch();
   const fs::path pids = dir / "pids";

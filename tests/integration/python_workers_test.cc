@@ -5,6 +5,7 @@
 // the current PyTorch, requirements/torch-current.txt).
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -182,6 +183,79 @@ dist.destroy_process_group()
   EXPECT_NE(r.out.find("default1| hello from 1 0 1 SIGTERM,SIGUSR1"), std::string::npos) << r.out;
   const fs::path launch = test_support::launchDir(dir, "opts");
   EXPECT_TRUE(fs::exists(launch / "attempt_0/filtered_stdout.log")) << r.err;
+}
+
+// A seed's script for `python -m torch.distributed.launch` (QuantumGrav,
+// NNHandler): argparse reads --local_rank or --local-rank. Each worker
+// writes what it was given: its arguments, the local rank argparse read,
+// and the launcher's variables (values where they are the same in every
+// run). TORCHELASTIC_SIGNALS_TO_HANDLE is left out: it tells the workers
+// which signals this launcher handles, and ddprun's default list also has
+// SIGUSR1 and SIGUSR2 (docs/cli.md; PyTorch 1.13 does not set it).
+constexpr char kLegacyScript[] = R"py(
+import argparse, json, os, re, sys
+import torch.distributed as dist
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", "--local-rank", type=int, default=-1)
+parser.add_argument("--epochs", type=int, required=True)
+args = parser.parse_args()
+dist.init_process_group("gloo")
+local = args.local_rank if args.local_rank >= 0 else int(os.environ["LOCAL_RANK"])
+names = sorted(k for k in os.environ if re.fullmatch(
+    r"(LOCAL_)?RANK|(LOCAL_|GROUP_|ROLE_)?WORLD_SIZE|GROUP_RANK|ROLE_(RANK|NAME)|MASTER_(ADDR|PORT)"
+    r"|TORCHELASTIC_.*|(TORCH_)?NCCL_ASYNC_ERROR_HANDLING|OMP_NUM_THREADS", k)
+    and k != "TORCHELASTIC_SIGNALS_TO_HANDLE")
+stable = {k: os.environ[k] for k in names
+          if k not in ("MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE")}
+t = __import__("torch").ones(1); dist.all_reduce(t)
+with open(os.path.join(os.environ["OUT_DIR"], f"{local}.json"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "local_rank": args.local_rank, "env": stable,
+               "names": names, "sum": t.item()}, f)
+dist.destroy_process_group()
+)py";
+
+// Each local rank's record from kLegacyScript, in order.
+std::vector<std::string> legacyRecords(const fs::path& dir, int workers) {
+  std::vector<std::string> records;
+  for (int r = 0; r < workers; ++r) {
+    std::ifstream in(dir / (std::to_string(r) + ".json"));
+    records.push_back(std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  return records;
+}
+
+// ddprun-launch takes the seeds' legacy command line with only the
+// launcher's name changed, and each worker gets what it gets under this
+// PyTorch's own torch.distributed.launch: the same arguments (the local
+// rank spelt as that version spells it) and the same variables.
+TEST(PythonWorkers, LegacyLaunchGivesWhatTorchDistributedLaunchGives) {
+  const auto script = writeScript(scratch(), "legacy.py", kLegacyScript);
+  for (const bool useEnv : {false, true}) {
+    std::vector<std::string> options = {
+        "--nproc_per_node=3", "--master_port=" + std::to_string(test_support::freePort())};
+    // Debian's PyTorch 1.13 under Python 3.11 needs these output options.
+    for (const char* o : {"--redirects=1", "--tee=2"}) options.push_back(o);
+    if (useEnv) options.push_back("--use_env");
+    std::vector<std::vector<std::string>> records;
+    for (const bool ours : {false, true}) {
+      const fs::path out = scratch(fmt::format("out_{}_{}", useEnv, ours));
+      std::vector<std::string> argv =
+          ours ? std::vector<std::string>{test_support::kBinDir + "/ddprun-launch"}
+               : std::vector<std::string>{testPython(), "-m", "torch.distributed.launch"};
+      argv.insert(argv.end(), options.begin(), options.end());
+      argv.push_back("--log_dir=" + scratch(fmt::format("logs_{}_{}", useEnv, ours)).string());
+      for (const char* a : {"--epochs", "2"}) argv.push_back(a);
+      argv.insert(argv.end() - 2, script.string());
+      const auto r =
+          test_support::runCommand(argv, {{"PYTHON_EXEC", testPython()}, {"OUT_DIR", out}}, 120s);
+      ASSERT_EQ(r.code, 0) << (ours ? "ddprun-launch: " : "torch.distributed.launch: ") << r.err;
+      records.push_back(legacyRecords(out, 3));
+    }
+    EXPECT_EQ(records[1], records[0]) << "use_env " << useEnv;
+    EXPECT_NE(records[0][2].find(useEnv ? R"("local_rank": -1)" : R"("local_rank": 2)"),
+              std::string::npos)
+        << records[0][2];
+  }
 }
 
 // PyTorch's own file timer (torch.distributed.elastic.timer.FileTimerClient)

@@ -12,8 +12,7 @@ using agent::RendezvousMode;
 
 void apply(const LaunchOptions& o, const std::map<std::string, std::string>& env,
            agent::AgentConfig& config) {
-  std::string notices;
-  applyRendezvousOptions(o, env, config, notices);
+  applyRendezvousOptions(o, env, config);
 }
 
 std::map<std::string, std::string> slurmEnv() {
@@ -145,12 +144,12 @@ TEST(RendezvousOptions, MultiNodeWithoutATokenIsOpenWithANotice) {
   o.masterAddr = "10.1.2.3";
   o.masterPort = "29555";
   agent::AgentConfig config;
-  std::string notices;
-  applyRendezvousOptions(o, {}, config, notices);
+  applyRendezvousOptions(o, {}, config);
   EXPECT_EQ(config.rendezvous.mode, RendezvousMode::kStatic);
   EXPECT_TRUE(config.rendezvous.token.empty());
-  EXPECT_NE(notices.find("10.1.2.3:29555 is open"), std::string::npos) << notices;
-  EXPECT_NE(notices.find("DDPRUN_TOKEN"), std::string::npos) << notices;
+  const std::string& notice = config.rendezvous.openStoreNotice;
+  EXPECT_NE(notice.find("10.1.2.3:29555 is open"), std::string::npos) << notice;
+  EXPECT_NE(notice.find("DDPRUN_TOKEN"), std::string::npos) << notice;
 }
 
 TEST(RendezvousOptions, SingleNodeC10dOnPortZeroIsStandalone) {
@@ -159,12 +158,12 @@ TEST(RendezvousOptions, SingleNodeC10dOnPortZeroIsStandalone) {
   o.rdzvBackend = "c10d";
   o.rdzvEndpoint = "localhost:0";
   agent::AgentConfig config;
-  std::string notices;
-  applyRendezvousOptions(o, {}, config, notices);
+  applyRendezvousOptions(o, {}, config);
   EXPECT_EQ(config.rendezvous.mode, RendezvousMode::kStandalone);
-  EXPECT_TRUE(notices.empty()) << notices;  // a private store: nothing is open
+  // A private store: nothing is open.
+  EXPECT_TRUE(config.rendezvous.openStoreNotice.empty()) << config.rendezvous.openStoreNotice;
   o.nnodes = "1:2";
-  EXPECT_THROW(applyRendezvousOptions(o, {}, config, notices), ConfigError);
+  EXPECT_THROW(applyRendezvousOptions(o, {}, config), ConfigError);
 }
 
 TEST(RendezvousOptions, ConfKeysShapeTheRendezvous) {

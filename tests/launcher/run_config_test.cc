@@ -137,6 +137,66 @@ TEST(RunConfig, BuildsTheAgentConfig) {
   EXPECT_EQ(config.signalsToHandle, "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
 }
 
+// ddprun-launch (torch.distributed.launch's command line): the script's
+// first argument is the local rank, unless --use_env.
+TEST(RunConfig, LegacyLaunchPassesTheLocalRankAfterTheScript) {
+  const auto script = std::filesystem::temp_directory_path() / "ddprun_legacy_launch_test.py";
+  std::ofstream(script) << "print(1)\n";
+  LaunchOptions o;
+  o.legacyLaunch = true;
+  o.program = {script.string(), "--epochs", "2"};
+  std::string notices;
+  auto config = buildAgentConfig(o, notices);
+  ASSERT_EQ(config.command.size(), 6u);
+  EXPECT_EQ(config.command[1], "-u");
+  EXPECT_EQ(config.command[2], script.string());
+  // Debian's python3 has PyTorch 1.13 (--local_rank); without a torch the
+  // current spelling.
+  const auto version = probeTorchVersion(config.command[0]);
+  const std::string localRank =
+      version && version->major < 2 ? "--local_rank=${local_rank}" : "--local-rank=${local_rank}";
+  EXPECT_EQ(config.command[3], localRank);
+  EXPECT_EQ(config.command[4], "--epochs");
+
+  o.module = true;
+  o.program = {"pkg.train", "--epochs", "2"};
+  config = buildAgentConfig(o, notices);
+  EXPECT_EQ(config.command[2], "-m");
+  EXPECT_EQ(config.command[3], "pkg.train");
+  EXPECT_EQ(config.command[4], localRank);
+  EXPECT_EQ(config.command[5], "--epochs");
+
+  o.module = false;
+  o.useEnv = true;  // --use_env: LOCAL_RANK only
+  o.program = {script.string(), "--epochs", "2"};
+  config = buildAgentConfig(o, notices);
+  EXPECT_EQ(config.command.size(), 5u);
+  EXPECT_EQ(config.command[3], "--epochs");
+
+  // ddprun itself never adds it.
+  o.legacyLaunch = false;
+  o.useEnv = false;
+  config = buildAgentConfig(o, notices);
+  EXPECT_EQ(config.command.size(), 5u);
+  std::filesystem::remove(script);
+}
+
+TEST(RunConfig, LegacyLaunchRefusesNoPythonWithoutUseEnv) {
+  LaunchOptions o;
+  o.legacyLaunch = true;
+  o.noPython = true;
+  o.program = {"/bin/echo"};
+  std::string notices;
+  try {
+    buildAgentConfig(o, notices);
+    ADD_FAILURE() << "--no_python without --use_env was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("add --use_env"), std::string::npos) << e.what();
+  }
+  o.useEnv = true;
+  EXPECT_EQ(buildAgentConfig(o, notices).command, (std::vector<std::string>{"/bin/echo"}));
+}
+
 TEST(RunConfig, SignalsToHandleReachWorkersInPythonsSpelling) {
   LaunchOptions o;
   o.program = {"/bin/true"};

@@ -36,7 +36,8 @@ std::vector<Request> everyRequest() {
                             .masterPort = 29511,
                             .maxRestarts = 5,
                             .maxNodeFailures = 3,
-                            .nodeCooldownMs = 600000});
+                            .nodeCooldownMs = 600000,
+                            .fixedNodes = 4});
   const NodeReport node{"job", "node-a", 4, 3, 137, "rank 5 was killed by SIGKILL"};
   all.push_back(Leave{node});
   all.push_back(ReportFailure{node});
@@ -414,8 +415,10 @@ TEST(Protocol, EncodingsAreByteForByteStable) {
   // Version 2 (0x1184d7bb24c2a208): version 1's bytes (0xdb7d26d408d00b03)
   // but HELLO's version field. Version 3: JOIN's max_node_failures and
   // node_cooldown_ms, REPORT_FAILURE's and LEAVE's failed_at_ms, the
-  // kNodeExcluded/kNodeReadmitted events and the EXCLUDED status.
-  EXPECT_EQ(digest, 0x50fc4f86d9e33d8eULL) << std::hex << digest;
+  // kNodeExcluded/kNodeReadmitted events and the EXCLUDED status. Version 4
+  // (0x50fc4f86d9e33d8e): RENDEZVOUS_STATUS's details. Version 5: JOIN's
+  // fixed_nodes.
+  EXPECT_EQ(digest, 0x7552664c67d1c743ULL) << std::hex << digest;
 }
 
 TEST(Protocol, TimeoutConversionClamps) {

@@ -49,6 +49,30 @@ class RendezvousTest : public ::testing::Test {
     return j;
   }
 
+  // A Slurm job step's three nodes.
+  static JoinRequest fixed(JoinRequest j) {
+    j.fixedNodes = 3;
+    return j;
+  }
+
+  // a, b and c form round 1 with `requests`; then c's connection closes
+  // (its agent killed). The event each of a and b is pushed next.
+  static std::vector<protocol::Event> formThenLoseTheThird(
+      RendezvousClient& a, RendezvousClient& b, std::unique_ptr<RendezvousClient>& c,
+      const std::vector<JoinRequest>& requests) {
+    auto fa = std::async(std::launch::async, [&] { return a.join(requests[0], 10s); });
+    auto fb = std::async(std::launch::async, [&] { return b.join(requests[1], 10s); });
+    c->join(requests[2], 10s);
+    fa.get();
+    fb.get();
+    c.reset();
+    std::vector<protocol::Event> events;
+    for (auto* node : {&a, &b}) {
+      if (auto event = node->waitEvent(5s)) events.push_back(*event);
+    }
+    return events;
+  }
+
   std::unique_ptr<StoreServer> server_;
 };
 
@@ -250,6 +274,90 @@ TEST_F(RendezvousTest, LostNodeEndsTheRoundForTheOthers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 150ms);
   EXPECT_EQ(b2.groupWorldSize, 2u);
   EXPECT_EQ(fa2.get().round, 2);
+}
+
+// A Slurm job step's nodes (fixedNodes): a lost node never returns, so a
+// job that can no longer reach MIN fails at once, naming the lost node,
+// instead of waiting for it until the join timeout.
+TEST_F(RendezvousTest, AFixedSetOfNodesFailsTheJobWhenANodeIsLost) {
+  auto a = client("a"), b = client("b"), c = client("c");
+  const auto events = formThenLoseTheThird(
+      *a, *b, c,
+      {fixed(request("node1", 3, 3, 1, 0)), fixed(request("node2", 3, 3, 1, 1)),
+       fixed(request("node3", 3, 3, 1, 2))});
+  ASSERT_EQ(events.size(), 2u);
+  for (const auto& event : events) {
+    EXPECT_EQ(event.type, EventType::kJobFailed);
+    EXPECT_EQ(event.exitCode, 1);
+    EXPECT_NE(event.message.find("node node3 at 10.0.0.3, node rank 2, lost ("), std::string::npos)
+        << event.message;
+    EXPECT_NE(event.message.find("2 of them are left, fewer than the minimum of 3"),
+              std::string::npos)
+        << event.message;
+  }
+  // The job is over: a JOIN is answered CLOSED with the same report.
+  try {
+    a->join(fixed(request("node1", 3, 3, 1, 0)), 5s);
+    ADD_FAILURE() << "joined a failed job";
+  } catch (const RendezvousClosedError& e) {
+    EXPECT_NE(e.report().find("node node3 at 10.0.0.3"), std::string::npos) << e.report();
+  }
+}
+
+// Above its minimum an elastic job of fixed nodes re-forms without the lost
+// node; the next loss that leaves fewer than MIN ends it.
+TEST_F(RendezvousTest, AFixedElasticJobReformsUntilItFallsBelowItsMinimum) {
+  auto a = client("a"), b = client("b"), c = client("c");
+  const auto events =
+      formThenLoseTheThird(*a, *b, c,
+                           {fixed(request("node1", 2, 3)), fixed(request("node2", 2, 3)),
+                            fixed(request("node3", 2, 3))});
+  ASSERT_EQ(events.size(), 2u);
+  for (const auto& event : events) EXPECT_EQ(event.type, EventType::kRoundEnded) << event.message;
+  auto fa2 =
+      std::async(std::launch::async, [&] { return a->join(fixed(request("node1", 2, 3)), 10s); });
+  EXPECT_EQ(b->join(fixed(request("node2", 2, 3)), 10s).groupWorldSize, 2u);
+  EXPECT_EQ(fa2.get().round, 2);
+  b.reset();
+  auto event = a->waitEvent(5s);
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->type, EventType::kJobFailed) << event->message;
+  EXPECT_NE(event->message.find("the job lost 2 nodes: node node2 at 10.0.0.2, lost ("),
+            std::string::npos)
+      << event->message;
+  EXPECT_NE(event->message.find("node node3 at 10.0.0.3, lost ("), std::string::npos)
+      << event->message;
+}
+
+// Without a fixed set the lost node may come back: the survivors wait, and
+// their progress lines name the lost node first.
+TEST_F(RendezvousTest, StatusNamesALostNodeWithItsAddressAndRank) {
+  auto a = client("a"), b = client("b"), c = client("c"), watcher = client("watcher");
+  const auto events = formThenLoseTheThird(
+      *a, *b, c,
+      {request("node1", 3, 3, 1, 0), request("node2", 3, 3, 1, 1), request("node3", 3, 3, 1, 2)});
+  ASSERT_EQ(events.size(), 2u);
+  for (const auto& event : events) EXPECT_EQ(event.type, EventType::kRoundEnded);
+  auto fa2 =
+      std::async(std::launch::async, [&] { return a->join(request("node1", 3, 3, 1, 0), 2s); });
+  protocol::RendezvousStatus st;
+  for (int i = 0; i < 200 && st.joined < 1; ++i) {
+    std::this_thread::sleep_for(10ms);
+    st = watcher->status("job");
+  }
+  ASSERT_EQ(st.joined, 1u);
+  ASSERT_EQ(st.missingCount, 2u);
+  EXPECT_TRUE(st.missing[0].starts_with("node node3 at 10.0.0.3, node rank 2, lost ("))
+      << st.missing[0];
+  EXPECT_EQ(st.missing[1], "node node2 (10.0.0.2)");  // connected, not back yet
+  try {
+    fa2.get();
+    ADD_FAILURE() << "the round formed without node3";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing: node node3 at 10.0.0.3, node rank 2, lost ("),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(RendezvousTest, SilentNodeIsRemovedAfterItsHeartbeatLimit) {

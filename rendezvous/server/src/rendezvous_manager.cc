@@ -47,6 +47,12 @@ struct RendezvousManager::Host {
   std::unique_ptr<boost::asio::steady_timer> cooldown;  // set while excluded
 };
 
+struct RendezvousManager::LostNode {
+  std::string address;
+  std::int64_t requestedRank = -1;
+  std::string reason;
+};
+
 struct RendezvousManager::Rendezvous {
   explicit Rendezvous(boost::asio::any_io_executor executor) : lastCall(executor) {}
 
@@ -61,6 +67,13 @@ struct RendezvousManager::Rendezvous {
   std::int64_t restarts = 0;
   std::uint32_t maxNodeFailures = 0;  // fixed by the JOIN that created it; 0: never exclude
   std::uint32_t nodeCooldownMs = 0;
+  // The nodes that can ever take part (a Slurm step's); 0: unbounded. Fixed
+  // by the JOIN that created it.
+  std::uint32_t fixedNodes = 0;
+  // Nodes whose connection was lost (not a LEAVE) since the last round
+  // formed (with fixedNodes: ever), by node id: named in the waiting nodes'
+  // progress and timeout messages.
+  std::map<std::string, LostNode> lost;
   std::map<std::string, Host> hosts;  // by address
   // The current round's failure reports: address -> (earliest failure, node).
   std::map<std::string, std::pair<std::int64_t, std::string>> roundFailures;
@@ -82,6 +95,16 @@ namespace {
 template <typename Rendezvous>
 protocol::JobFailure failureOf(const Rendezvous& r) {
   return {r.failedExitCode, r.failureReport};
+}
+
+// "node node2:4121:ab12cd at 10.0.0.2, node rank 1, lost (connection
+// closed)": the node id begins with its host's name.
+template <typename LostNode>
+std::string describeLost(const std::string& id, const LostNode& node) {
+  return fmt::format(
+      "node {} at {}{}, lost ({})", printable(id), printable(node.address),
+      node.requestedRank >= 0 ? fmt::format(", node rank {}", node.requestedRank) : "",
+      printable(node.reason, 200));
 }
 
 }  // namespace
@@ -112,6 +135,7 @@ RendezvousManager::Rendezvous& RendezvousManager::getOrCreate(const protocol::Jo
     slot->maxRestarts = std::max<std::int64_t>(0, j.maxRestarts);
     slot->maxNodeFailures = j.maxNodeFailures;
     slot->nodeCooldownMs = j.nodeCooldownMs;
+    slot->fixedNodes = j.fixedNodes;
     DDPRUN_INFO("Rendezvous '{}' opened for {} to {} nodes.", printable(j.rdzvId), slot->minNodes,
                 slot->maxNodes);
   }
@@ -164,6 +188,11 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
                                     .count(),
                                 r.maxNodeFailures));
     return;
+  }
+  if (request.nodeRank >= 0) {
+    // A node with a lost node's rank replaces it (a static node restarted).
+    std::erase_if(
+        r.lost, [&](const auto& entry) { return entry.second.requestedRank == request.nodeRank; });
   }
   r.participants.erase(request.nodeId);  // rejoining after its round ended
   if (!r.firstSeen.contains(request.nodeId)) r.firstSeen[request.nodeId] = r.arrivals++;
@@ -298,6 +327,9 @@ void RendezvousManager::complete(Rendezvous& r) {
   }
   r.running = true;
   r.expected.clear();
+  // The round formed without them; with a fixed set of nodes they still
+  // count against the minimum (peerLost).
+  if (r.fixedNodes == 0) r.lost.clear();
   DDPRUN_INFO("Rendezvous '{}' round {} is complete: {} nodes, {} workers, master {}:{}.",
               printable(r.id), r.round, a.groupWorldSize, worldSize, printable(a.masterAddr),
               a.masterPort);
@@ -570,21 +602,31 @@ void RendezvousManager::describe(const Rendezvous& r, protocol::RendezvousStatus
 }
 
 void RendezvousManager::describeMissing(const Rendezvous& r, protocol::RendezvousStatus& st) {
+  std::set<std::int64_t> named;  // node ranks already described
   const auto add = [&st](std::string text) {
     ++st.missingCount;
     if (st.missing.size() < protocol::kMaxMissingShown) st.missing.push_back(std::move(text));
   };
-  if (!r.expected.empty()) {
-    for (const auto& id : r.expected) {
-      if (r.joining.contains(id)) continue;
-      const auto node = r.participants.find(id);
-      add(node == r.participants.end() ? "node " + id
-                                       : fmt::format("node {} ({})", id, node->second.address));
-    }
-    return;
+  // The nodes that were lost first: they are why the others wait.
+  for (const auto& [id, node] : r.lost) {
+    if (r.joining.contains(id)) continue;
+    add(describeLost(id, node));
+    if (node.requestedRank >= 0) named.insert(node.requestedRank);
   }
-  // Static jobs: every node asks for its rank, so the untaken ranks are the
-  // missing nodes.
+  // The previous round's nodes that are still connected but have not
+  // joined again yet.
+  for (const auto& id : r.expected) {
+    if (r.joining.contains(id) || r.lost.contains(id)) continue;
+    const auto node = r.participants.find(id);
+    if (node == r.participants.end()) {
+      add("node " + id);
+      continue;
+    }
+    add(fmt::format("node {} ({})", id, node->second.address));
+    if (node->second.requestedRank >= 0) named.insert(node->second.requestedRank);
+  }
+  // Every node asks for its rank (static jobs, Slurm steps): the ranks
+  // nobody has taken or been named for.
   if (r.joining.empty()) return;
   std::set<std::int64_t> taken;
   for (const auto& [id, node] : r.joining) {
@@ -592,7 +634,7 @@ void RendezvousManager::describeMissing(const Rendezvous& r, protocol::Rendezvou
     taken.insert(node.requestedRank);
   }
   for (std::int64_t rank = 0; rank < static_cast<std::int64_t>(r.maxNodes); ++rank) {
-    if (!taken.contains(rank)) add(fmt::format("node rank {}", rank));
+    if (!taken.contains(rank) && !named.contains(rank)) add(fmt::format("node rank {}", rank));
   }
 }
 
@@ -604,17 +646,43 @@ void RendezvousManager::peerLost(Peer& peer, const std::string& reason) {
   for (const auto& [rdzvId, nodeId] : memberships) {
     Rendezvous* r = find(rdzvId);
     if (r == nullptr) continue;
+    const Node* node = nullptr;
+    if (const auto p = r->participants.find(nodeId); p != r->participants.end()) node = &p->second;
+    if (const auto j = r->joining.find(nodeId); j != r->joining.end()) node = &j->second;
+    const bool member = node != nullptr;
+    if (member && !r->closed) r->lost[nodeId] = {node->address, node->requestedRank, reason};
     dropJoiner(*r, nodeId);
-    if (r->participants.erase(nodeId) > 0) {
+    const bool wasParticipant = r->participants.erase(nodeId) > 0;
+    if (wasParticipant) r->expected.erase(nodeId);
+    if (member && !r->closed && cannotReachMinimum(*r)) {
+      failJob(*r, 1, lostNodesReport(*r), "");
+    } else if (wasParticipant && r->running) {
+      endRound(*r, fmt::format("node {} was lost ({})", nodeId, reason), "");
       r->expected.erase(nodeId);
-      if (r->running) {
-        endRound(*r, fmt::format("node {} was lost ({})", nodeId, reason), "");
-        r->expected.erase(nodeId);
-      }
     }
     if (r->closed) markFinishedIfEmpty(*r);
     tryComplete(*r);
   }
+}
+
+bool RendezvousManager::cannotReachMinimum(const Rendezvous& r) {
+  return r.fixedNodes > 0 && r.fixedNodes < r.minNodes + r.lost.size();
+}
+
+std::string RendezvousManager::lostNodesReport(const Rendezvous& r) {
+  std::string names;
+  for (const auto& [id, node] : r.lost) {
+    names += fmt::format("{}{}", names.empty() ? "" : "; ", describeLost(id, node));
+  }
+  const std::size_t left = r.fixedNodes - std::min<std::size_t>(r.fixedNodes, r.lost.size());
+  const std::string report = fmt::format(
+      "the job lost {}: {}. Its nodes are a fixed set (a Slurm job step's {}), so a lost node "
+      "never returns, and {} of them {} left, fewer than the minimum of {}; the job ends now "
+      "instead of waiting for it",
+      r.lost.size() == 1 ? "a node" : fmt::format("{} nodes", r.lost.size()), names, r.fixedNodes,
+      left, left == 1 ? "is" : "are", r.minNodes);
+  DDPRUN_WARN("Rendezvous '{}': {}.", printable(r.id), report);
+  return report;
 }
 
 }  // namespace ddprun::rendezvous

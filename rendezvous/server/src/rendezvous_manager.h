@@ -13,7 +13,10 @@
 // connection may leave or report only for the node it joined as), when a node's connection
 // drops or its heartbeats stop, or when a new node asks to join. Membership
 // changes never spend restarts. When the budget is spent, every participant
-// is pushed kJobFailed with the failing node's report.
+// is pushed kJobFailed with the failing node's report. When the nodes are a
+// fixed set (a Slurm job step's: a lost node never returns) and fewer than
+// MIN of them are left, the job fails at once in the same way, its report
+// naming the lost nodes.
 //
 // In an elastic job (MIN < MAX) a host (a node's address) whose workers
 // failed first (REPORT_FAILURE's failure time; the others' failures were
@@ -102,13 +105,16 @@ class RendezvousManager {
  private:
   struct Node;
   struct Host;
+  struct LostNode;
   struct Rendezvous;
 
   Rendezvous& getOrCreate(const protocol::JoinRequest& request);
   Rendezvous* find(const std::string& id);
   // Fills status.missing (at most kMaxMissingShown) and missingCount: the
-  // ended round's nodes that have not rejoined, else the requested node
-  // ranks nobody has taken; none when neither is known (elastic growth).
+  // nodes that were lost (with their address and node rank), the ended
+  // round's nodes that have not rejoined yet, and the requested node ranks
+  // nobody has taken or been named for; none when nothing is known
+  // (elastic growth).
   static void describeMissing(const Rendezvous& r, protocol::RendezvousStatus& status);
   // Fills status's details.
   static void describe(const Rendezvous& r, protocol::RendezvousStatus& status);
@@ -128,6 +134,10 @@ class RendezvousManager {
   // Leaves `address` out for the cooldown; tells every node.
   void exclude(Rendezvous& r, const std::string& address, const std::string& nodeId);
   void pushToAll(Rendezvous& r, const protocol::Event& event);
+  // A fixed set of nodes (JoinRequest::fixedNodes) with too many lost to
+  // reach MIN: the job fails at once, with lostNodesReport() as its report.
+  static bool cannotReachMinimum(const Rendezvous& r);
+  static std::string lostNodesReport(const Rendezvous& r);
 
   void markFinishedIfEmpty(Rendezvous& r);
   // The rendezvous of a LEAVE or REPORT_FAILURE, when `peer`'s connection

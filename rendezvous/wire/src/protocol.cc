@@ -367,7 +367,7 @@ bool fields(auto& io, OneOf<JoinRequest> auto& j) {
          io.u32(j.minNodes) && io.u32(j.maxNodes) && io.u32(j.lastCallMs) &&
          io.u32(j.keepAliveMs) && io.u32(j.timeoutMs) && io.name(j.address) &&
          io.u32(j.masterPort) && io.i64(j.maxRestarts) && io.u32(j.maxNodeFailures) &&
-         io.u32(j.nodeCooldownMs);
+         io.u32(j.nodeCooldownMs) && io.u32(j.fixedNodes);
 }
 bool fields(auto& io, OneOf<Assignment> auto& a) {
   return io.i64(a.round) && io.u32(a.groupRank) && io.u32(a.groupWorldSize) &&

@@ -42,7 +42,7 @@ def read_frame(sock):
     return code
 
 
-PROTOCOL_VERSION = 4  # protocol::kVersion
+PROTOCOL_VERSION = 5  # protocol::kVersion
 
 
 def native(host, port, credential, rdzv):

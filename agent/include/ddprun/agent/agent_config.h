@@ -51,9 +51,16 @@ struct RendezvousConfig {
   std::optional<bool> isHost;  // host the store here; unset: decide (docs/multinode.md)
   int minNodes = 1;
   int maxNodes = 1;
+  // The nodes that can ever take part (a Slurm job step's); 0: any may join
+  // later. A lost one never returns: the job fails once fewer than
+  // minNodes are left (protocol::JoinRequest::fixedNodes).
+  int fixedNodes = 0;
   int nodeRank = -1;      // requested group rank, -1: by arrival
   std::string localAddr;  // address other nodes reach this node at
   std::string token;      // shared by every node (DDPRUN_TOKEN or token_file)
+  // Said once per job, by group rank 0's node: that the store is open (no
+  // token). Empty: nothing to say.
+  std::string openStoreNotice;
   std::chrono::milliseconds joinTimeout{std::chrono::seconds(600)};
   std::chrono::milliseconds lastCallTimeout{std::chrono::seconds(30)};
   std::chrono::milliseconds closeTimeout{std::chrono::seconds(30)};
@@ -140,6 +147,14 @@ struct AgentConfig {
 
   // Signals ddprun handles and forwards to every worker's process group.
   std::vector<int> forwardedSignals;
+  // Under Slurm (SLURM_JOB_ID): a signal sent by a slurmstepd went to every
+  // process of the job step, the workers included; ddprun never forwards
+  // it. SIGTERM and SIGINT from it stop the workers (scancel, the time
+  // limit: ddprun waits the grace period, then SIGKILLs); any other (the
+  // early warning of --signal=SIG@T, scancel --signal) leaves them
+  // training. SIGUSR1 and SIGUSR2 are handled even when not forwarded, so
+  // that an early warning never kills ddprun (docs/multinode.md).
+  bool underSlurm = false;
   // TORCHELASTIC_SIGNALS_TO_HANDLE for workers: the forwarded signals in
   // Python's spelling ("SIGTERM,SIGINT"), however --signals_to_handle spelt them.
   std::string signalsToHandle;

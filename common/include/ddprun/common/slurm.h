@@ -34,6 +34,9 @@ inline constexpr char kSlurmProcId[] = "SLURM_PROCID";
 inline constexpr char kSlurmLocalId[] = "SLURM_LOCALID";
 inline constexpr char kSlurmNtasks[] = "SLURM_NTASKS";
 inline constexpr char kSlurmTasksPerNode[] = "SLURM_TASKS_PER_NODE";
+inline constexpr char kSlurmStepId[] = "SLURM_STEP_ID";  // set by srun only
+inline constexpr char kSlurmStepIdOld[] = "SLURM_STEPID";
+inline constexpr char kSlurmJobCpusPerNode[] = "SLURM_JOB_CPUS_PER_NODE";  // "32(x2),16"
 }  // namespace env
 
 // Most hosts one hostlist may expand to. Anything larger is taken as a typo
@@ -75,6 +78,12 @@ struct SlurmJob {
   int localId = 0;                 // SLURM_LOCALID: this task's rank on its node
   std::vector<std::string> hosts;  // the expanded nodelist; hosts[0] is the master
   std::vector<int> tasksPerNode;   // SLURM_TASKS_PER_NODE expanded; empty if unset
+  // In a job step (srun: SLURM_STEP_ID); false in the batch script itself,
+  // whose SLURM_NODEID is 0 while the other nodes run nothing.
+  bool inStep = false;
+  // SLURM_JOB_CPUS_PER_NODE expanded: the CPUs the job has on each node;
+  // empty if unset.
+  std::vector<int> cpusPerNode;
 
   // Tasks SLURM started on this node (1 in the one-agent-per-node layout),
   // or nullopt when SLURM_TASKS_PER_NODE is unset or does not cover nodeRank.

@@ -22,8 +22,8 @@ namespace ddprun::rendezvous::protocol {
 // NODE_EXCLUDED/NODE_READMITTED events exist. Older peers are refused at
 // HELLO (their JOIN would not decode). Version 4: RENDEZVOUS_STATUS may ask
 // for details (members, restarts, the last failure) for `ddprun status`.
-inline constexpr std::uint16_t kVersion = 4;
-inline constexpr std::uint16_t kMinVersion = 4;
+inline constexpr std::uint16_t kVersion = 5;
+inline constexpr std::uint16_t kMinVersion = 5;
 // A timeout field of this value means "wait without limit".
 inline constexpr std::uint32_t kNoTimeout = 0xFFFFFFFFu;
 
@@ -286,6 +286,11 @@ struct JoinRequest {
   // JOIN that creates the rendezvous.
   std::uint32_t maxNodeFailures = 0;
   std::uint32_t nodeCooldownMs = 0;
+  // The nodes that can ever take part (a Slurm job step's nodes): a lost
+  // node never returns, so the job fails as soon as fewer than MIN of them
+  // are left. 0: any node may join later. Fixed by the JOIN that creates
+  // the rendezvous.
+  std::uint32_t fixedNodes = 0;
   bool operator==(const JoinRequest&) const = default;
 };
 

@@ -1,0 +1,92 @@
+#include "signal_source.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/read.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+namespace ddprun::agent {
+namespace {
+
+// The write end of the current SignalSource's pipe, for the handler.
+std::atomic<int> gWriter{-1};
+
+struct Message {
+  std::int32_t signal;
+  std::int32_t sender;
+};
+static_assert(sizeof(Message) == 8 && sizeof(SignalSource::Received) == sizeof(Message));
+
+void onSignal(int signal, siginfo_t* info, void*) {
+  const int savedErrno = errno;
+  const Message message{signal, info != nullptr ? static_cast<std::int32_t>(info->si_pid) : 0};
+  const int fd = gWriter.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    [[maybe_unused]] const ssize_t n = ::write(fd, &message, sizeof message);
+  }
+  errno = savedErrno;
+}
+
+}  // namespace
+
+SignalSource::SignalSource(boost::asio::io_context& io) : reader_(io) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw std::runtime_error("cannot make the signal pipe");
+  }
+  reader_.assign(fds[0]);
+  writer_ = fds[1];
+  int expected = -1;
+  if (!gWriter.compare_exchange_strong(expected, writer_)) {
+    throw std::logic_error("one SignalSource per process");
+  }
+}
+
+SignalSource::~SignalSource() {
+  for (int signal : signals_) ::signal(signal, SIG_DFL);
+  gWriter.store(-1);
+  ::close(writer_);
+}
+
+void SignalSource::add(int signal) {
+  if (handles(signal)) return;
+  struct sigaction action {};
+  action.sa_sigaction = onSignal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(signal, &action, nullptr);
+  signals_.push_back(signal);
+}
+
+bool SignalSource::handles(int signal) const {
+  return std::find(signals_.begin(), signals_.end(), signal) != signals_.end();
+}
+
+void SignalSource::asyncWait(std::function<void(Received)> then) {
+  boost::asio::async_read(
+      reader_, boost::asio::buffer(&pending_, sizeof pending_),
+      [this, then = std::move(then)](boost::system::error_code ec, std::size_t) {
+        if (ec) return;
+        then(pending_);
+      });
+}
+
+void SignalSource::cancel() { reader_.cancel(); }
+
+std::string SignalSource::commandOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+}  // namespace ddprun::agent
