@@ -258,6 +258,11 @@ void NodeLifecycle::onSignal(int signal, bool forward) {
           "{} ms).",
           signalName(signal), settings_.shutdownTimeout.count());
     }
+  } else if (!forward) {
+    // Slurm repeating itself (srun passes a cancel on, too): its own SIGKILL
+    // follows after KillWait; the workers keep their grace period.
+    DDPRUN_DEBUG("Slurm sent {} again; the workers are being stopped already.", signalName(signal));
+    return;
   } else if (now - *firstSignalAt_ < kSameDelivery) {
     // coreutils' timeout signals ddprun, then its whole process group, within
     // a millisecond: one request to stop, with the grace period.

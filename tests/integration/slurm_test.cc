@@ -16,6 +16,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +49,20 @@ std::vector<pid_t> processesMentioning(const std::string& text) {
 std::string describe(const SlurmCluster::JobResult& job) {
   return fmt::format("state {} exit {}:{}\nrecord: {}\noutput:\n{}", job.state, job.exitCode,
                      job.signal, job.record, job.output);
+}
+
+// The text of `path` ("" when it does not exist yet).
+std::string readFile(const fs::path& path) {
+  std::ifstream file(path);
+  return std::string((std::istreambuf_iterator<char>(file)), {});
+}
+
+// How many lines of `text` contain `word`.
+std::size_t countLines(const std::string& text, const std::string& word) {
+  std::size_t n = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) n += line.find(word) != std::string::npos;
+  return n;
 }
 
 class Slurm : public ::testing::Test {
@@ -84,6 +99,69 @@ class Slurm : public ::testing::Test {
     if (cluster_ == nullptr) return;
     EXPECT_TRUE(cluster_->cancelAllAndWaitIdle(120s)) << "the cluster did not return to idle\n"
                                                       << cluster_->logTails();
+  }
+
+  // A worker (a shell script in the job folder) that leaves its pid in
+  // marks/<host>-<local rank>, notes each SIGUSR1 and SIGTERM it receives
+  // in signals/<host>-<local rank>, says where it runs, and waits until the
+  // test creates the file STOP; `onTerm` is what it does after noting a
+  // SIGTERM (exit 0, or nothing: it trains on).
+  std::string worker(const std::string& onTerm = "exit 0") {
+    for (const char* dir : {"marks", "signals"}) {
+      fs::create_directories(folder_ / dir);
+      fs::permissions(folder_ / dir, fs::perms::all);
+    }
+    const fs::path path = folder_ / "worker.sh";
+    std::ofstream(path) << fmt::format(
+        "#!/bin/sh\n"
+        "me=$(hostname)-$LOCAL_RANK\n"
+        "trap 'echo USR1 >> {0}/signals/$me' USR1\n"
+        "trap 'echo TERM >> {0}/signals/$me; {1}' TERM\n"
+        "echo \"rank $RANK of $WORLD_SIZE on $(hostname)\"\n"
+        "echo $$ > {0}/marks/.$me && mv {0}/marks/.$me {0}/marks/$me\n"
+        "while [ ! -e {0}/STOP ]; do sleep 0.1; done\n"
+        "echo \"worker rank $RANK done\"\n",
+        folder_.string(), onTerm);
+    fs::permissions(path, fs::perms::all);
+    return path.string();
+  }
+  // Waits until `count` workers left their mark (job `id` still starting or
+  // running); their pids.
+  std::vector<pid_t> waitForWorkers(int id, std::size_t count) {
+    const auto deadline = std::chrono::steady_clock::now() + 3min;
+    std::vector<pid_t> pids;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pids.clear();
+      for (const auto& entry : fs::directory_iterator(folder_ / "marks")) {
+        if (entry.path().filename().string().starts_with(".")) continue;
+        pid_t pid = 0;
+        std::ifstream(entry.path()) >> pid;
+        pids.push_back(pid);
+      }
+      if (pids.size() >= count) break;
+      const std::string state = cluster_->jobState(id);
+      if (state != "PENDING" && state != "CONFIGURING" && state != "RUNNING" && !state.empty()) {
+        ADD_FAILURE() << "job " << id << " is " << state << "\n" << output(id);
+        break;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return pids;
+  }
+  std::string output(int id) const { return readFile(folder_ / fmt::format("slurm-{}.out", id)); }
+  // Waits until the job's output has `count` lines containing `text`.
+  bool waitForOutput(int id, const std::string& text, std::size_t count) const {
+    const auto deadline = std::chrono::steady_clock::now() + 2min;
+    while (countLines(output(id), text) < count) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(100ms);
+    }
+    return true;
+  }
+  void stopWorkers() const { std::ofstream(folder_ / "STOP") << "1"; }
+  // One line per signal `name` the worker on `host` with `localRank` got.
+  std::size_t signalsOf(const std::string& host, int localRank, const std::string& name) const {
+    return countLines(readFile(folder_ / "signals" / fmt::format("{}-{}", host, localRank)), name);
   }
 
   inline static SlurmCluster* cluster_ = nullptr;
@@ -211,6 +289,156 @@ TEST_F(Slurm, ScancelLeavesNothingBehind) {
   for (const pid_t pid : workers) {
     EXPECT_TRUE(test_support::processGone(pid)) << "worker " << pid << " survived scancel";
   }
+}
+
+// A 3-node job (the form README gives) loses node2's ddprun to SIGKILL: a
+// task of a Slurm step never comes back, so the survivors end the job at
+// once (not at the join timeout, 600 s, nor the 3-minute time limit),
+// naming the lost node, its host and its node rank, in their output and
+// their error files; --kill-on-bad-exit is not needed.
+TEST_F(Slurm, ALostNodeEndsTheJobAndIsNamed) {
+  const std::string script = fmt::format(
+      "#!/bin/sh\n"
+      "exec srun --ntasks-per-node=1 sh -c 'echo $$ > {0}/marks/ddprun-$SLURM_NODEID.pid; "
+      "TORCHELASTIC_ERROR_FILE={0}/error-$SLURM_NODEID.json exec {1} --nnodes=3 "
+      "--nproc_per_node=1 {2}'\n",
+      folder_.string(), ddprun_, worker());
+  const int id = cluster_->submit(script, {"-N3", "--time=3"}, folder_);
+  ASSERT_EQ(waitForWorkers(id, 6).size(), 6u);  // three agents, three workers
+  pid_t lost = 0;
+  std::ifstream(folder_ / "marks" / "ddprun-1.pid") >> lost;
+  ASSERT_GT(lost, 0);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(lost, SIGKILL), 0);
+  const auto job = cluster_->waitForJob(id, 5min);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  std::cout << fmt::format("[ measured ] the job ended {:.1f} s after the loss\n", took.count());
+  ASSERT_TRUE(job.finished) << describe(job);
+  EXPECT_EQ(job.state, "FAILED") << describe(job);
+  EXPECT_NE(job.output.find("the job lost a node: node node2:"), std::string::npos)
+      << describe(job);
+  EXPECT_NE(job.output.find(", node rank 1, lost ("), std::string::npos) << describe(job);
+  for (const char* survivor : {"error-0.json", "error-2.json"}) {
+    const std::string error = readFile(folder_ / survivor);
+    EXPECT_NE(error.find("node node2:"), std::string::npos) << survivor << ": " << error;
+    EXPECT_NE(error.find("fewer than the minimum of 3"), std::string::npos) << error;
+  }
+}
+
+// Slurm's early warning (#SBATCH --signal=USR1@T; here scancel --signal,
+// the same delivery to every process of every step) reaches each worker
+// once, and the job trains on to a normal end.
+TEST_F(Slurm, TheEarlyWarningReachesEachWorkerOnceAndTrainingGoesOn) {
+  const std::string script = fmt::format(
+      "#!/bin/sh\n"
+      "exec srun --ntasks-per-node=1 {} --nproc_per_node=2 {}\n",
+      ddprun_, worker());
+  const int id = cluster_->submit(script, {"-N2", "--time=10"}, folder_);
+  ASSERT_EQ(waitForWorkers(id, 4).size(), 4u);
+  ASSERT_EQ(cluster_->signal(id, SIGUSR1).code, 0);
+  // Both agents decided (they forward nothing), and every worker noted it.
+  ASSERT_TRUE(waitForOutput(id, "Slurm sent SIGUSR1 to the job step", 2)) << output(id);
+  const auto deadline = std::chrono::steady_clock::now() + 1min;
+  auto noted = [&] {
+    std::size_t n = 0;
+    for (int host = 0; host < 2; ++host) {
+      for (int rank = 0; rank < 2; ++rank)
+        n += signalsOf(SlurmCluster::nodeName(host), rank, "USR1") > 0;
+    }
+    return n;
+  };
+  while (noted() < 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  stopWorkers();
+  const auto job = cluster_->waitForJob(id, 3min);
+  ASSERT_TRUE(job.finished) << describe(job);
+  EXPECT_EQ(job.state, "COMPLETED") << describe(job);
+  EXPECT_EQ(countLines(job.output, "worker rank "), 4u) << describe(job);
+  for (int host = 0; host < 2; ++host) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(signalsOf(SlurmCluster::nodeName(host), rank, "USR1"), 1u)
+          << SlurmCluster::nodeName(host) << " local rank " << rank;
+    }
+  }
+}
+
+// scancel: each worker gets Slurm's SIGTERM once (ddprun does not forward
+// it again); a worker that ignores it is killed by ddprun's own escalation
+// (20 s under Slurm) before Slurm's KillWait (30 s), so ddprun's last lines
+// reach the job's output.
+TEST_F(Slurm, ScancelSignalsEachWorkerOnceAndDdprunFinishesFirst) {
+  const std::string script = fmt::format(
+      "#!/bin/sh\n"
+      "exec srun --ntasks-per-node=1 {} --nproc_per_node=2 {}\n",
+      ddprun_, worker("[ $LOCAL_RANK = 1 ] || exit 0"));
+  const int id = cluster_->submit(script, {"-N2", "--time=10"}, folder_);
+  ASSERT_EQ(waitForWorkers(id, 4).size(), 4u);
+  ASSERT_EQ(cluster_->cancel(id).code, 0);
+  const auto job = cluster_->waitForJob(id, 3min);
+  ASSERT_TRUE(job.finished) << describe(job);
+  EXPECT_EQ(job.state, "CANCELLED") << describe(job);
+  for (int host = 0; host < 2; ++host) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(signalsOf(SlurmCluster::nodeName(host), rank, "TERM"), 1u)
+          << SlurmCluster::nodeName(host) << " local rank " << rank;
+    }
+  }
+  // Output written after the job's end state may still be on its way.
+  ASSERT_TRUE(waitForOutput(id, "did not exit within 20000 ms; sending SIGKILL", 2)) << output(id);
+  EXPECT_EQ(countLines(output(id), "Slurm sent SIGTERM to the job step, the workers included"), 2u)
+      << output(id);
+}
+
+// Rank 0 is on the first host of the step's node list in a c10d job too,
+// even when that node's agent joins last.
+TEST_F(Slurm, RankZeroIsOnTheFirstNodeOfTheStep) {
+  const std::string script = fmt::format(
+      "#!/bin/sh\n"
+      "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+      "echo \"first host $head\"\n"
+      "exec srun --ntasks-per-node=1 sh -c '[ $SLURM_NODEID = 0 ] && sleep 2; exec {} --nnodes=2 "
+      "--nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint='$head':29400 "
+      "--rdzv_id=$SLURM_JOB_ID {}'\n",
+      ddprun_, worker());
+  const int id = cluster_->submit(script, {"-N2", "--time=10"}, folder_);
+  ASSERT_EQ(waitForWorkers(id, 4).size(), 4u);
+  stopWorkers();
+  const auto job = cluster_->waitForJob(id, 3min);
+  ASSERT_TRUE(job.finished) << describe(job);
+  EXPECT_EQ(job.state, "COMPLETED") << describe(job);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(job.output, m, std::regex(R"(first host (\S+))"))) << job.output;
+  EXPECT_NE(job.output.find("rank 0 of 4 on " + m[1].str()), std::string::npos) << describe(job);
+  EXPECT_NE(job.output.find("rank 1 of 4 on " + m[1].str()), std::string::npos) << describe(job);
+}
+
+// ddprun alone in a batch script (no srun) starts one ddprun per node of
+// the allocation through srun and returns the job's exit code.
+TEST_F(Slurm, OneCommandInABatchScriptRunsOnEveryNode) {
+  const std::string script =
+      fmt::format("#!/bin/sh\n{} --nproc_per_node=2 {}\n", ddprun_, worker());
+  const int id = cluster_->submit(script, {"-N2", "--time=10"}, folder_);
+  ASSERT_EQ(waitForWorkers(id, 4).size(), 4u);
+  stopWorkers();
+  const auto job = cluster_->waitForJob(id, 3min);
+  ASSERT_TRUE(job.finished) << describe(job);
+  EXPECT_EQ(job.state, "COMPLETED") << describe(job);
+  EXPECT_EQ(job.exitCode, 0) << describe(job);
+  EXPECT_NE(job.output.find("ddprun: one ddprun per node of the Slurm allocation: "),
+            std::string::npos)
+      << describe(job);
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(countLines(job.output, "of 4 on " + SlurmCluster::nodeName(host)), 2u)
+        << describe(job);
+  }
+  // A failing job's code is the batch script's.
+  const int failing = cluster_->submit(
+      fmt::format("#!/bin/sh\n{} --nproc_per_node=2 /bin/sh -c 'exit 3'\n", ddprun_),
+      {"-N2", "--time=10"}, cluster_->jobFolder("failing"));
+  const auto failed = cluster_->waitForJob(failing, 3min);
+  ASSERT_TRUE(failed.finished) << describe(failed);
+  EXPECT_EQ(failed.state, "FAILED") << describe(failed);
+  EXPECT_EQ(failed.exitCode, 3) << describe(failed);
 }
 
 }  // namespace
