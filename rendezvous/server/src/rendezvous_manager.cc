@@ -682,7 +682,8 @@ std::string RendezvousManager::lostNodesReport(const Rendezvous& r) {
       r.lost.size() == 1 ? "a node" : fmt::format("{} nodes", r.lost.size()), names, r.fixedNodes,
       left, left == 1 ? "is" : "are", r.minNodes);
   DDPRUN_WARN("Rendezvous '{}': {}.", printable(r.id), report);
-  return report;
+  // Printed as it is by every other node, like a failing node's report.
+  return fmt::format("ddprun: error: {}.\n", report);
 }
 
 }  // namespace ddprun::rendezvous
