@@ -219,6 +219,9 @@ void NodeLifecycle::onStoreLost(const std::string& what) {
   if (pendingExitCode_ || state_ == S::kDone || state_ == S::kLeaving || state_ == S::kDraining) {
     return drop("the store lost");
   }
+  // The job has failed and this node is stopping for it: the store's host
+  // may close the store before this node is done, and the exit is the job's.
+  if (stopCause_ == StopCause::kJobFailed) return drop("the store lost after the job failed");
   std::cerr << "ddprun: error: " << what << "; stopping this node's workers\n";
   pendingExitCode_ = 1;
   pendingReason_ = what;

@@ -6,6 +6,7 @@
 
 #include "completion.h"
 #include "ddprun/common/env.h"
+#include "ddprun/common/version.h"
 
 namespace ddprun::launcher {
 
@@ -49,6 +50,8 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
       "executable runs directly. Every option can also be set as PET_<NAME> in the "
       "environment (the flag wins).");
   app.get_formatter()->column_width(34);
+  app.set_version_flag("--version", versionText(o.legacyLaunch ? "ddprun-launch" : "ddprun"),
+                       "print the version and the commit it was built from, and exit");
   text(app, "nproc_per_node", o.nprocPerNode,
        "workers on this node: a number, 'cpu', 'gpu', 'xpu' or 'auto' (the GPUs, else the CPUs)");
   text(app, "nnodes", o.nnodes, "number of nodes, or MIN:MAX for an elastic job");
@@ -200,6 +203,8 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& options) {
     std::vector<std::string> args = splitEmptyValues(app, argc, argv);
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::Success&) {
     return 0;  // --print_completion printed its script

@@ -523,6 +523,28 @@ TEST_F(NodeLifecycleTest, TheJobFailingElsewhereEndsTheBackOffAndARoundEndsStop)
   EXPECT_EQ(rounds.joins, 1);
 }
 
+// The job failed (a lost node of a Slurm step): the store's host may close
+// the store while this node still stops its workers; the exit stays the
+// job's failure, not "lost the store".
+TEST_F(NodeLifecycleTest, TheStoreClosingAfterTheJobFailedKeepsTheJobsReport) {
+  make();
+  runRound();
+  protocol::Event jobFailed;
+  jobFailed.type = protocol::EventType::kJobFailed;
+  jobFailed.round = 1;
+  jobFailed.exitCode = 1;
+  jobFailed.message = "ddprun: error: the job lost a node\n";
+  node->onRoundEvent(jobFailed);
+  ASSERT_EQ(node->state(), S::kStopping);
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
+  runner.end(stopped());
+  ASSERT_EQ(node->state(), S::kLeaving);
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_EQ(hook.exits.back().report, "ddprun: error: the job lost a node\n");
+}
+
 TEST_F(NodeLifecycleTest, AnExcludedHostThatServesTheStoreDrainsThenExitsWithItsFailure) {
   rounds.host = true;
   make();

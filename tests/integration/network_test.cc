@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,6 +156,68 @@ TEST(Network, StaticJobAcrossHosts) {
     EXPECT_NE(node.out.find("world 3 master " + net.address(0)), std::string::npos) << node.out;
     EXPECT_NE(node.out.find("done rank"), std::string::npos) << node.out;
   }
+}
+
+// Kubeflow Trainer v2's torch runtime runs torchrun in each pod of a
+// TrainJob with nothing on its command line but the script, and gives it
+// PET_NNODES, PET_NPROC_PER_NODE=auto, PET_NODE_RANK, PET_MASTER_ADDR=
+// <job>-node-0-0.<job> (a headless Service's name for the first pod) and
+// PET_MASTER_PORT=29500. Two hosts named and resolved as those pods are
+// train with ddprun in torchrun's place.
+TEST(Network, KubeflowTrainerPodsRunDdprunInTorchrunsPlace) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 2, .ipv6 = false});
+  const auto pod = [](int h) { return fmt::format("mnist-node-0-{}", h); };
+  // The cluster's DNS for the pods, as each pod's /etc/hosts.
+  const auto hosts = test_support::scratch() / "hosts";
+  std::ofstream(hosts) << fmt::format("127.0.0.1 localhost\n{} {}.mnist {}\n{} {}.mnist {}\n",
+                                      net.address(0), pod(0), pod(0), net.address(1), pod(1),
+                                      pod(1));
+  std::vector<Node> nodes;
+  for (int h = 0; h < 2; ++h) {
+    // The pod: its own host name and resolver file (a mount namespace of
+    // its own: the machine's /etc/hosts is not touched), then the command.
+    const std::vector<std::string> argv = {
+        "/usr/bin/unshare",
+        "--mount",
+        "--uts",
+        "/bin/sh",
+        "-c",
+        "mount --bind \"$1\" /etc/hosts && hostname \"$2\" && shift 2 && "
+        "exec \"$@\"",
+        "sh",
+        hosts.string(),
+        pod(h),
+        kDdprun,
+        kPython,
+        "-c",
+        kTrainScript};
+    nodes.push_back(Node{net.start(h, argv,
+                                   {{"PET_NNODES", "2"},
+                                    {"PET_NPROC_PER_NODE", "auto"},
+                                    {"PET_NODE_RANK", std::to_string(h)},
+                                    {"PET_MASTER_ADDR", pod(0) + ".mnist"},
+                                    {"PET_MASTER_PORT", "29500"},
+                                    {"DDPRUN_TOKEN", ""},
+                                    {"STEPS", "20"}}),
+                         "", ""});
+  }
+  std::set<std::string> worlds;
+  std::size_t workers = 0;
+  for (auto& node : nodes) {
+    ASSERT_EQ(node.finish(120s), 0) << node.out << node.err;
+    for (const auto& line : test_support::linesWith(node.out, "[rank ")) {
+      std::smatch m;
+      if (std::regex_search(line, m, std::regex(R"(done rank \d+ world (\d+))"))) {
+        worlds.insert(m[1]);
+        ++workers;
+      }
+    }
+  }
+  // Every worker of both pods (a CPU count each: "auto" without GPUs) in one world.
+  ASSERT_EQ(worlds.size(), 1u);
+  EXPECT_EQ(std::to_string(workers), *worlds.begin());
+  EXPECT_GE(workers, 2u);
 }
 
 TEST(Network, WorkerHostCutOffC10d) {

@@ -2,7 +2,9 @@
 // three nodes, each a network namespace with its own host name, jobs
 // submitted with sbatch by an unprivileged user. The short form (everything
 // from SLURM_*), torchrun's c10d recipe, and scancel leaving no process of
-// the job on any node. One cluster for the whole binary (one ctest test).
+// the job on any node; Python workers of both PyTorches and NequIP's
+// nequip-train across two nodes. One cluster for the whole binary (one ctest
+// test).
 #include <signal.h>
 
 #include <fmt/format.h>
@@ -19,9 +21,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "launcher_support.h"
+#include "python_scripts.h"
 #include "slurm_cluster.h"
 
 namespace ddprun {
@@ -31,6 +35,19 @@ using namespace std::chrono_literals;
 using test_support::kBinDir;
 using test_support::SlurmCluster;
 namespace fs = std::filesystem;
+
+// The project's environment (the current PyTorch, Lightning, NequIP) and
+// Debian's interpreter (PyTorch 1.13).
+const std::string kVenvBin = DDPRUN_VENV_BIN;
+const std::string kVenvPython = kVenvBin + "/python";
+const std::string kDebianPython = "/usr/bin/python3";
+
+// `text` as one single-quoted shell word.
+std::string shellQuote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
 
 // Every process on the machine whose command line mentions `text`.
 std::vector<pid_t> processesMentioning(const std::string& text) {
@@ -65,6 +82,27 @@ std::size_t countLines(const std::string& text, const std::string& word) {
   return n;
 }
 
+// One worker line, as the prefix [<host> rank <rank>]: gives it.
+struct RankLine {
+  std::string host;
+  int rank = -1;
+  std::string text;  // after the prefix
+};
+constexpr char kHostRankPrefix[] = "--log_line_prefix_template=[${hostname} rank ${rank}]: ";
+
+// The worker lines of `output` (with kHostRankPrefix) that contain `word`.
+std::vector<RankLine> rankLines(const std::string& output, const std::string& word) {
+  static const std::regex prefix(R"(^\[(\S+) rank (\d+)\]: (.*)$)");
+  std::vector<RankLine> lines;
+  std::istringstream stream(output);
+  for (std::string line; std::getline(stream, line);) {
+    std::smatch m;
+    if (line.find(word) == std::string::npos || !std::regex_match(line, m, prefix)) continue;
+    lines.push_back({m[1], std::stoi(m[2]), m[3]});
+  }
+  return lines;
+}
+
 class Slurm : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -83,6 +121,7 @@ class Slurm : public ::testing::Test {
   static void TearDownTestSuite() {
     delete cluster_;
     cluster_ = nullptr;
+    pythonsReady_.clear();  // the next cluster's nodes are new namespaces
   }
 
   void SetUp() override {
@@ -159,6 +198,65 @@ class Slurm : public ::testing::Test {
     return true;
   }
   void stopWorkers() const { std::ofstream(folder_ / "STOP") << "1"; }
+
+  // Makes `python` runnable by kUser, with torch importable, on every node;
+  // "" when it is, else why not. The project's environment is a venv whose
+  // interpreter may lie under a folder other users cannot enter (pyenv's
+  // /root/.pyenv/versions/..., /root being 0700): then, on each node and
+  // only inside that node's mount namespace (the machine's folders keep
+  // their modes, as the cluster's /etc/hosts), the first such folder is
+  // covered with a tmpfs everyone may enter, holding only the entry on the
+  // way to the interpreter, bound from the real one. Done once per python.
+  static std::string letUserRunPython(const std::string& python) {
+    if (pythonsReady_.contains(python)) return "";
+    const std::string user = SlurmCluster::kUser;
+    // Finds torch without importing it (an import costs seconds).
+    const std::string check = fmt::format(
+        "runuser -u {} -- {} -c 'import importlib.util as u; assert u.find_spec(\"torch\")'", user,
+        shellQuote(python));
+    std::error_code ec;
+    const fs::path real = fs::canonical(python, ec);
+    if (ec) return fmt::format("{}: {}", python, ec.message());
+    for (int host = 0; host < cluster_->nodes(); ++host) {
+      if (cluster_->runOnNode(host, check).code == 0) continue;
+      // The first folder on the way to the interpreter kUser cannot enter.
+      fs::path blocked;
+      fs::path next;
+      fs::path walked = "/";
+      for (const auto& part : real.parent_path().relative_path()) {
+        const fs::path path = walked / part;
+        if (!blocked.empty()) {
+          next = path;
+          break;
+        }
+        const auto enter = cluster_->runOnNode(
+            host, fmt::format("runuser -u {} -- test -x {}", user, shellQuote(path.string())));
+        if (enter.code != 0) blocked = path;
+        walked = path;
+      }
+      if (blocked.empty() || next.empty()) {
+        return fmt::format("{} cannot run {} on {}: {}", user, python, SlurmCluster::nodeName(host),
+                           cluster_->runOnNode(host, check).output);
+      }
+      const fs::path stage = cluster_->stateFolder() / fmt::format("python-stage-{}", host);
+      fs::create_directories(stage);
+      const auto mounted = cluster_->runOnNode(
+          host, fmt::format("set -e; mount --bind {0} {1}; mount -t tmpfs -o mode=0755 "
+                            "ddprun-slurm-test {2}; mkdir {0}; mount --move {1} {0}",
+                            shellQuote(next.string()), shellQuote(stage.string()),
+                            shellQuote(blocked.string())));
+      const auto checked = cluster_->runOnNode(host, check);
+      if (mounted.code != 0 || checked.code != 0) {
+        return fmt::format("{} cannot enter {} on {}, and covering it failed: {}{}", user,
+                           blocked.string(), SlurmCluster::nodeName(host), mounted.output,
+                           checked.output);
+      }
+      std::cout << fmt::format("[ cluster  ] {}: {} covered for {} to reach {}\n",
+                               SlurmCluster::nodeName(host), blocked.string(), user, next.string());
+    }
+    pythonsReady_.insert(python);
+    return "";
+  }
   // One line per signal `name` the worker on `host` with `localRank` got.
   std::size_t signalsOf(const std::string& host, int localRank, const std::string& name) const {
     return countLines(readFile(folder_ / "signals" / fmt::format("{}-{}", host, localRank)), name);
@@ -166,6 +264,7 @@ class Slurm : public ::testing::Test {
 
   inline static SlurmCluster* cluster_ = nullptr;
   inline static std::string error_;
+  inline static std::set<std::string> pythonsReady_;
   fs::path folder_;
   std::string ddprun_;
   std::string trainMlp_;
@@ -439,6 +538,140 @@ TEST_F(Slurm, OneCommandInABatchScriptRunsOnEveryNode) {
   ASSERT_TRUE(failed.finished) << describe(failed);
   EXPECT_EQ(failed.state, "FAILED") << describe(failed);
   EXPECT_EQ(failed.exitCode, 3) << describe(failed);
+}
+
+// kDdpTrainScript (60 steps of a 2-rank DDP regression) as the short form
+// runs it, 2 nodes x 2 workers, under Debian's PyTorch 1.13 and under the
+// project's current PyTorch (PYTHON_EXEC): the loss falls on every rank and
+// the 4 replicas end identical.
+TEST_F(Slurm, PythonDdpUnderBothPyTorches) {
+  const fs::path script = folder_ / "ddp_train.py";
+  std::ofstream(script) << test_support::kDdpTrainScript;
+  fs::permissions(script, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+  const std::vector<std::pair<std::string, std::string>> pythons = {
+      {kDebianPython, R"(torch 1\.13\.)"}, {kVenvPython, R"(torch [2-9]\.)"}};
+  for (const auto& [python, version] : pythons) {
+    SCOPED_TRACE(python);
+    const std::string cannot = letUserRunPython(python);
+    ASSERT_EQ(cannot, "") << "(scripts/setup makes the environments)";
+    const std::string batch = fmt::format(
+        "#!/bin/sh\n"
+        "export PYTHON_EXEC={0} OMP_NUM_THREADS=1\n"
+        "$PYTHON_EXEC -c 'import torch; print(\"torch\", torch.__version__)'\n"
+        "exec srun --ntasks-per-node=1 {1} --nproc_per_node=2 {2} ddp_train.py\n",
+        shellQuote(python), ddprun_, shellQuote(kHostRankPrefix));
+    const auto start = std::chrono::steady_clock::now();
+    const int id = cluster_->submit(batch, {"-N2", "--time=10"}, folder_);
+    const auto job = cluster_->waitForJob(id, 5min);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    std::cout << fmt::format("[ measured ] {}: the job took {:.1f} s\n", python, took.count());
+    ASSERT_TRUE(job.finished) << describe(job);
+    EXPECT_EQ(job.state, "COMPLETED") << describe(job);
+    EXPECT_EQ(job.exitCode, 0) << describe(job);
+    EXPECT_TRUE(std::regex_search(job.output, std::regex(version))) << describe(job);
+    // Every rank's loss falls tenfold; ranks 0-1 on one node, 2-3 on the other.
+    std::map<int, std::string> hostOf;
+    std::map<int, double> first;
+    for (const auto& line : rankLines(job.output, "step 0 loss ")) {
+      first[line.rank] = std::stod(line.text.substr(line.text.rfind(' ') + 1));
+      hostOf[line.rank] = line.host;
+    }
+    const auto last = rankLines(job.output, "step 59 loss ");
+    ASSERT_EQ(first.size(), 4u) << describe(job);
+    ASSERT_EQ(last.size(), 4u) << describe(job);
+    for (const auto& line : last) {
+      ASSERT_TRUE(first.contains(line.rank)) << describe(job);
+      EXPECT_LT(std::stod(line.text.substr(line.text.rfind(' ') + 1)), first[line.rank] / 10)
+          << "rank " << line.rank << "\n"
+          << describe(job);
+    }
+    EXPECT_EQ(hostOf[0], hostOf[1]) << describe(job);
+    EXPECT_EQ(hostOf[2], hostOf[3]) << describe(job);
+    EXPECT_NE(hostOf[0], hostOf[2]) << describe(job);
+    // DDP kept the 4 replicas identical.
+    const auto sums = rankLines(job.output, "checksum ");
+    ASSERT_EQ(sums.size(), 4u) << describe(job);
+    for (const auto& sum : sums) EXPECT_EQ(sum.text, sums[0].text) << describe(job);
+  }
+}
+
+// NequIP's nequip-train (Lightning's DDP, gloo) on 2 nodes, one worker each
+// (examples/nequip/tiny.yaml with devices=1, num_nodes=2): both ranks, one
+// per node, train in one process group, which halves the steps per epoch.
+TEST_F(Slurm, NequipTrainsOnTwoNodes) {
+  const std::string cannot = letUserRunPython(kVenvPython);
+  ASSERT_EQ(cannot, "") << "(scripts/setup makes the environment)";
+  const fs::path config = folder_ / "tiny.yaml";
+  fs::copy_file(fs::path(DDPRUN_SOURCE_DIR) / "examples/nequip/tiny.yaml", config,
+                fs::copy_options::overwrite_existing);
+  fs::permissions(config, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+  const fs::path run = folder_ / "run";
+  const std::string batch = fmt::format(
+      "#!/bin/sh\n"
+      "export OMP_NUM_THREADS=1\n"
+      "exec srun --ntasks-per-node=1 {0} --nproc_per_node=1 {1} --no_python {2} -cp {3} -cn tiny "
+      "hydra.run.dir={4} trainer.devices=1 trainer.num_nodes=2\n",
+      ddprun_, shellQuote(kHostRankPrefix), shellQuote(kVenvBin + "/nequip-train"),
+      shellQuote(folder_.string()), shellQuote(run.string()));
+  const auto start = std::chrono::steady_clock::now();
+  const int id = cluster_->submit(batch, {"-N2", "--time=10"}, folder_);
+  const auto job = cluster_->waitForJob(id, 8min);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  std::cout << fmt::format("[ measured ] the NequIP job took {:.1f} s\n", took.count());
+  ASSERT_TRUE(job.finished) << describe(job);
+  EXPECT_EQ(job.state, "COMPLETED") << describe(job);
+  EXPECT_EQ(job.exitCode, 0) << describe(job);
+  // Lightning's process group: rank 0 and rank 1, each on its own node.
+  const auto members = rankLines(job.output, "Initializing distributed: GLOBAL_RANK: ");
+  ASSERT_EQ(members.size(), 2u) << describe(job);
+  std::map<int, std::string> hostOf;
+  for (const auto& member : members) {
+    EXPECT_NE(member.text.find(
+                  fmt::format("GLOBAL_RANK: {0}, MEMBER: {1}/2", member.rank, member.rank + 1)),
+              std::string::npos)
+        << describe(job);
+    hostOf[member.rank] = member.host;
+  }
+  ASSERT_TRUE(hostOf.contains(0) && hostOf.contains(1)) << describe(job);
+  EXPECT_NE(hostOf[0], hostOf[1]) << describe(job);
+  EXPECT_NE(job.output.find("Starting with 2 processes"), std::string::npos) << describe(job);
+  EXPECT_NE(job.output.find("`Trainer.fit` stopped: `max_epochs=4` reached."), std::string::npos)
+      << describe(job);
+  EXPECT_EQ(job.output.find("formed no process group"), std::string::npos) << describe(job);
+  // Rank 0's metrics: each epoch's 12 training frames were shared by the
+  // two ranks, 2 per batch: 3 steps an epoch (6 for one rank alone), and a
+  // validation result every epoch.
+  const std::string metrics = readFile(run / "csv" / "metrics.csv");
+  std::istringstream rows(metrics);
+  std::string header;
+  std::getline(rows, header);
+  auto cells = [](std::string row) {
+    if (row.ends_with("\r")) row.pop_back();  // Python's csv ends rows with \r\n
+    std::vector<std::string> parts;
+    std::istringstream stream(row);
+    for (std::string cell; std::getline(stream, cell, ',');) parts.push_back(cell);
+    if (row.ends_with(",")) parts.emplace_back();
+    return parts;
+  };
+  const auto names = cells(header);
+  const auto column = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  const std::size_t stepLoss = column("train_loss_step/weighted_sum");
+  const std::size_t validation = column("val0_epoch/weighted_sum");
+  ASSERT_LT(stepLoss, names.size()) << metrics;
+  ASSERT_LT(validation, names.size()) << metrics;
+  std::map<std::string, int> stepsPerEpoch;
+  int validations = 0;
+  for (std::string row; std::getline(rows, row);) {
+    const auto values = cells(row);
+    ASSERT_EQ(values.size(), names.size()) << row;
+    stepsPerEpoch[values[0]] += !values[stepLoss].empty();
+    validations += !values[validation].empty();
+  }
+  EXPECT_EQ(stepsPerEpoch, (std::map<std::string, int>{{"0", 3}, {"1", 3}, {"2", 3}, {"3", 3}}))
+      << metrics;
+  EXPECT_EQ(validations, 4) << metrics;
 }
 
 }  // namespace

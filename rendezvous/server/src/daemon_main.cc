@@ -19,6 +19,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/secret.h"
+#include "ddprun/common/version.h"
 #include "ddprun/rendezvous/store_server.h"
 
 namespace {
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   double idleSeconds = 3600;
   double handshakeSeconds = 10;
   double maxWaitSeconds = 7200;
+  app.set_version_flag("--version", ddprun::versionText("ddprun-rendezvous"));
   app.add_option("--host", options.host, "IP address to listen on")->capture_default_str();
   app.add_option("--metrics_port,--metrics-port", options.metricsPort,
                  "serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port, printed)")
