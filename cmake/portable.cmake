@@ -1,9 +1,11 @@
 # The portable build (option DDPRUN_PORTABLE, preset "portable",
-# scripts/build-portable, and the wheel of pyproject.toml): ddprun and
-# ddprun-rendezvous as self-contained executables whose only NEEDED
-# libraries are glibc's (libc, libm, ld-linux), so one binary runs on any
-# x86_64 Linux whose glibc is at least the build machine's (2.36 on
-# Debian 12), without Debian 12's spdlog, fmt, OpenSSL or libstdc++.
+# scripts/build-portable, and the source build of pyproject.toml): ddprun,
+# ddprun-rendezvous and ddprun-launch as self-contained executables whose
+# only NEEDED libraries are glibc's (libc, libm, libpthread, libdl,
+# ld-linux). Built with zig (cmake/zig-toolchain.cmake, DDPRUN_PORTABLE_DEPS:
+# scripts/build-portable) they need glibc 2.28 or newer, on x86_64 and
+# aarch64; built with the host compiler (pip install of the sdist), the
+# build machine's glibc.
 #
 # Only with DDPRUN_PORTABLE=ON, and only in a build directory of its own
 # (find results are cached): the default build, and so the tests, keep
@@ -16,18 +18,64 @@
 #    fmt::fmt / spdlog::spdlog, the project's and spdlog's own, to
 #    fmt::fmt-header-only / spdlog::spdlog_header_only, so that no
 #    translation unit mixes the two modes.
-#  - ddprun and ddprun-rendezvous link libstdc++ and libgcc statically.
+#  - The executables link the C++ runtime statically (libstdc++ and libgcc
+#    with the host compiler; zig's libc++ always).
 #
 # The top-level CMakeLists.txt includes this file before its find_package()
 # calls and calls ddprun_portable_finish() once every part has been added.
 
 option(DDPRUN_PORTABLE
        "Build ddprun and ddprun-rendezvous to need only glibc at run time (no LibTorch)" OFF)
+# With zig (cmake/zig-toolchain.cmake), the dependencies' headers and
+# OpenSSL's static libraries for the target CPU come from this staging
+# folder (include/, lib/; made by scripts/build-portable), never from this
+# machine's /usr/include: zig brings the C library of the glibc version it
+# builds for.
+set(DDPRUN_PORTABLE_DEPS "" CACHE PATH "Staging folder of the zig build's dependencies")
+
+# The zig build's dependency targets, with the names find_package() gives.
+function(ddprun_portable_dependencies)
+  set(deps ${DDPRUN_PORTABLE_DEPS})
+  foreach(file include/boost/version.hpp include/fmt/format.h include/spdlog/spdlog.h
+               include/nlohmann/json.hpp include/CLI/CLI.hpp include/openssl/ssl.h
+               lib/libssl.a lib/libcrypto.a)
+    if(NOT EXISTS ${deps}/${file})
+      message(FATAL_ERROR "DDPRUN_PORTABLE_DEPS=${deps} has no ${file}: run scripts/build-portable")
+    endif()
+  endforeach()
+  find_package(Threads REQUIRED)
+  foreach(target Boost::headers nlohmann_json::nlohmann_json CLI11::CLI11
+                 fmt::fmt-header-only spdlog::spdlog_header_only)
+    add_library(${target} INTERFACE IMPORTED GLOBAL)
+    set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${deps}/include)
+  endforeach()
+  set_target_properties(fmt::fmt-header-only PROPERTIES INTERFACE_COMPILE_DEFINITIONS
+                                                        FMT_HEADER_ONLY=1)
+  set_target_properties(spdlog::spdlog_header_only PROPERTIES
+    INTERFACE_COMPILE_DEFINITIONS SPDLOG_FMT_EXTERNAL
+    INTERFACE_LINK_LIBRARIES fmt::fmt-header-only)
+  # The shared names: the same header-only libraries.
+  add_library(fmt::fmt INTERFACE IMPORTED GLOBAL)
+  set_target_properties(fmt::fmt PROPERTIES INTERFACE_LINK_LIBRARIES fmt::fmt-header-only)
+  add_library(spdlog::spdlog INTERFACE IMPORTED GLOBAL)
+  set_target_properties(spdlog::spdlog PROPERTIES INTERFACE_LINK_LIBRARIES
+                                                  spdlog::spdlog_header_only)
+  add_library(OpenSSL::Crypto STATIC IMPORTED GLOBAL)
+  set_target_properties(OpenSSL::Crypto PROPERTIES
+    IMPORTED_LOCATION ${deps}/lib/libcrypto.a
+    INTERFACE_INCLUDE_DIRECTORIES ${deps}/include
+    INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS}")
+  add_library(OpenSSL::SSL STATIC IMPORTED GLOBAL)
+  set_target_properties(OpenSSL::SSL PROPERTIES
+    IMPORTED_LOCATION ${deps}/lib/libssl.a
+    INTERFACE_INCLUDE_DIRECTORIES ${deps}/include
+    INTERFACE_LINK_LIBRARIES OpenSSL::Crypto)
+endfunction()
 
 if(DDPRUN_PORTABLE)
   set(CMAKE_DISABLE_FIND_PACKAGE_Torch ON)
   set(OPENSSL_USE_STATIC_LIBS TRUE)
-  message(STATUS "ddprun: portable build (static libstdc++, libgcc and OpenSSL; "
+  message(STATUS "ddprun: portable build (static C++ runtime and OpenSSL; "
                  "header-only fmt and spdlog; no LibTorch)")
 endif()
 
@@ -73,7 +121,9 @@ function(ddprun_portable_finish)
     _ddprun_portable_use_header_only(${target} LINK_LIBRARIES)
     _ddprun_portable_use_header_only(${target} INTERFACE_LINK_LIBRARIES)
   endforeach()
-  foreach(executable ddprun ddprun-rendezvous ddprun-launch)
-    target_link_options(${executable} PRIVATE -static-libstdc++ -static-libgcc)
-  endforeach()
+  if(NOT DDPRUN_ZIG)  # zig links its libc++ statically anyway
+    foreach(executable ddprun ddprun-rendezvous ddprun-launch)
+      target_link_options(${executable} PRIVATE -static-libstdc++ -static-libgcc)
+    endforeach()
+  endif()
 endfunction()

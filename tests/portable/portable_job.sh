@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Runs inside the Debian 13 root for runs_on_debian13.sh (no
-# LD_LIBRARY_PATH): two workers under the portable ddprun with its embedded
-# store, then a ddprun-rendezvous daemon with a one-node job of two
-# workers rendezvousing through it, and the daemon's clean stop on SIGTERM.
-#   debian13_inside.sh PORTABLE_BIN_DIR
+# Runs inside another system's root (runs_on_debian13.sh,
+# runs_on_debian11.sh; no LD_LIBRARY_PATH): two workers under the portable
+# ddprun with its embedded store, the same under ddprun-launch, then a
+# ddprun-rendezvous daemon with a one-node job of two workers rendezvousing
+# through it, and the daemon's clean stop on SIGTERM.
+#   portable_job.sh PORTABLE_BIN_DIR
 set -euo pipefail
 bin_dir=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ -z "${LD_LIBRARY_PATH+set}" ]] || fail "LD_LIBRARY_PATH is set: $LD_LIBRARY_PATH"
-echo "inside: Debian $(cat /etc/debian_version), $(ldd --version | head -1)"
+echo "inside: Debian $(cat /etc/debian_version), $(ldd --version | sed -n 1p)"
+"$bin_dir/ddprun" --version
 worker='echo "rank $RANK of $WORLD_SIZE ld_library_path=${LD_LIBRARY_PATH-unset}"'
 
 out=$("$bin_dir/ddprun" --nproc_per_node=2 /bin/sh -c "$worker" 2>&1) ||
@@ -17,6 +19,10 @@ echo "$out"
 for rank in 0 1; do
   grep -q "rank $rank of 2 ld_library_path=unset" <<<"$out" || fail "no rank $rank in: $out"
 done
+
+out=$("$bin_dir/ddprun-launch" --nproc_per_node=2 --no_python --use_env /bin/sh -c "$worker" 2>&1) ||
+  fail "ddprun-launch --nproc_per_node=2 exited with $?: $out"
+grep -q "rank 1 of 2" <<<"$out" || fail "no rank 1 under ddprun-launch in: $out"
 
 "$bin_dir/ddprun-rendezvous" --help | grep -q "rendezvous daemon" ||
   fail "ddprun-rendezvous --help printed no usage"

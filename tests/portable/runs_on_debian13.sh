@@ -4,7 +4,7 @@
 # with that system's libraries only: scripts/torch2-run adds
 # /opt/ddprun-host-libs (Debian 12's spdlog, fmt) to LD_LIBRARY_PATH, and
 # this test removes it again (env -u LD_LIBRARY_PATH) before
-# debian13_inside.sh runs there. As a control, the default build's ddprun
+# portable_job.sh runs there. As a control, the default build's ddprun
 # (BUILD_BIN_DIR, Debian 12's shared libraries) must fail to start there
 # for want of a shared library, or the test would prove nothing.
 # Fails, never skips: without the binaries it says to run
@@ -33,4 +33,4 @@ if [[ "$control" != *"error while loading shared libraries"* ]]; then
   exit 1
 fi
 echo "control (the default build, expected to fail): $control"
-"${run[@]}" /bin/bash "$source_dir/tests/portable/debian13_inside.sh" "$bin_dir"
+"${run[@]}" /bin/bash "$source_dir/tests/portable/portable_job.sh" "$bin_dir"
