@@ -262,6 +262,24 @@ class Slurm : public ::testing::Test {
     return countLines(readFile(folder_ / "signals" / fmt::format("{}-{}", host, localRank)), name);
   }
 
+  // Runs `script` (train_mlp --steps 20 on 2 nodes x 2 workers) to its end:
+  // COMPLETED, exit code 0, rank 0 reporting the whole group, 20 steps and
+  // a final checksum.
+  SlurmCluster::JobResult trainMlpOnTwoNodes(const std::string& script) {
+    const int id = cluster_->submit(script, {"-N2", "--time=10"}, folder_);
+    const auto job = cluster_->waitForJob(id, 5min);
+    EXPECT_TRUE(job.finished) << describe(job);
+    EXPECT_EQ(job.state, "COMPLETED") << describe(job);
+    EXPECT_EQ(job.exitCode, 0) << describe(job);
+    EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(training on 4 rank\(s\))")))
+        << describe(job);
+    EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(step 20/20 loss [0-9.]+)")))
+        << describe(job);
+    EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(final checksum \S+)")))
+        << describe(job);
+    return job;
+  }
+
   inline static SlurmCluster* cluster_ = nullptr;
   inline static std::string error_;
   inline static std::set<std::string> pythonsReady_;
@@ -276,17 +294,7 @@ TEST_F(Slurm, ShortFormTrainsOnTwoNodes) {
       "echo \"batch on $(hostname): $SLURM_JOB_NODELIST\"\n"
       "exec srun --ntasks-per-node=1 {} --nproc_per_node=2 {} --steps 20 --log_every 5\n",
       ddprun_, trainMlp_);
-  const int id = cluster_->submit(script, {"-N2", "--time=10"}, folder_);
-  const auto job = cluster_->waitForJob(id, 5min);
-  ASSERT_TRUE(job.finished) << describe(job);
-  EXPECT_EQ(job.state, "COMPLETED") << describe(job);
-  EXPECT_EQ(job.exitCode, 0) << describe(job);
-  // Rank 0 (on the first node) reports the whole group: 2 nodes x 2 workers.
-  EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(training on 4 rank\(s\))")))
-      << describe(job);
-  EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(step 20/20 loss [0-9.]+)")))
-      << describe(job);
-  EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(final checksum \S+)"))) << describe(job);
+  const auto job = trainMlpOnTwoNodes(script);
   // The batch script runs on the allocation's first node, under its own name.
   EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(batch on node(\d): node\[\1[-,]\d\])")))
       << describe(job);
@@ -300,16 +308,9 @@ TEST_F(Slurm, TorchrunRecipeWithC10d) {
       "exec srun --ntasks-per-node=1 {} --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d "
       "--rdzv_endpoint=$head:29400 --rdzv_id=$SLURM_JOB_ID {} --steps 20 --log_every 5\n",
       ddprun_, trainMlp_);
-  const int id = cluster_->submit(script, {"-N2", "--time=10"}, folder_);
-  const auto job = cluster_->waitForJob(id, 5min);
-  ASSERT_TRUE(job.finished) << describe(job);
-  EXPECT_EQ(job.state, "COMPLETED") << describe(job);
-  EXPECT_EQ(job.exitCode, 0) << describe(job);
+  const auto job = trainMlpOnTwoNodes(script);
   EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(rendezvous at node\d:29400)")))
       << describe(job);
-  EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(training on 4 rank\(s\))")))
-      << describe(job);
-  EXPECT_TRUE(std::regex_search(job.output, std::regex(R"(final checksum \S+)"))) << describe(job);
 }
 
 TEST_F(Slurm, ScancelLeavesNothingBehind) {
