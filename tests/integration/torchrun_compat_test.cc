@@ -96,7 +96,7 @@ TEST(TorchrunCompat, PrintCompletionGivesAWorkingBashScript) {
   EXPECT_TRUE(zsh.out.starts_with("#compdef ddprun\n")) << zsh.out;
   const auto tcsh = runDdprun({"--print_completion", "tcsh"});
   EXPECT_EQ(tcsh.code, 0);
-  EXPECT_NE(tcsh.out.find("complete ddprun 'c/--/(help nproc_per_node"), std::string::npos)
+  EXPECT_NE(tcsh.out.find("complete ddprun 'c/--/(help version nproc_per_node"), std::string::npos)
       << tcsh.out;
   const auto ksh = runDdprun({"--print_completion", "ksh"});
   EXPECT_EQ(ksh.code, 2);

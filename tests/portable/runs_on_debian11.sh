@@ -29,11 +29,12 @@ bind() {
   mount --bind "$1" "$root$1"
 }
 mount -t proc proc "$root/proc"
+# A fresh /tmp first: the folders bound below may lie under /tmp (a clone there).
+mount -t tmpfs tmpfs "$root/tmp"
 bind /dev
 bind "$bin_dir"
 bind "$build_bin_dir"
 bind "$source_dir/tests/portable"
-mount -t tmpfs tmpfs "$root/tmp"
 control=$(chroot "$root" "$build_bin_dir/ddprun" --help 2>&1) && started=1 || started=0
 ((started == 0)) || fail "the default build's ddprun started in Debian 11, so this test cannot tell"
 echo "control (the default build, expected to fail): $control"
