@@ -334,35 +334,9 @@ TEST_F(Slurm, ScancelLeavesNothingBehind) {
   const int id = cluster_->submit(script, {"-N2", "--time=10"}, folder_);
 
   // The four workers run (each wrote its mark) and train (rank 0 logged a step).
-  const auto deadline = std::chrono::steady_clock::now() + 3min;
-  auto countMarks = [&] {
-    int n = 0;
-    for (const auto& entry : fs::directory_iterator(marks)) {
-      if (!entry.path().filename().string().starts_with(".")) ++n;
-    }
-    return n;
-  };
-  auto outputText = [&] {
-    std::ifstream file(folder_ / fmt::format("slurm-{}.out", id));
-    return std::string((std::istreambuf_iterator<char>(file)), {});
-  };
-  while ((countMarks() < 4 || outputText().find("step 1/") == std::string::npos) &&
-         std::chrono::steady_clock::now() < deadline) {
-    const std::string state = cluster_->jobState(id);
-    ASSERT_TRUE(state == "PENDING" || state == "CONFIGURING" || state == "RUNNING" || state.empty())
-        << state << "\n"
-        << outputText();
-    std::this_thread::sleep_for(100ms);
-  }
-  ASSERT_EQ(countMarks(), 4) << cluster_->jobState(id) << "\n" << outputText();
-  ASSERT_NE(outputText().find("step 1/"), std::string::npos) << outputText();
-  std::vector<pid_t> workers;
-  for (const auto& entry : fs::directory_iterator(marks)) {
-    if (entry.path().filename().string().starts_with(".")) continue;
-    pid_t pid = 0;
-    std::ifstream(entry.path()) >> pid;
-    workers.push_back(pid);
-  }
+  const std::vector<pid_t> workers = waitForWorkers(id, 4);
+  ASSERT_EQ(workers.size(), 4u) << cluster_->jobState(id) << "\n" << output(id);
+  ASSERT_TRUE(waitForOutput(id, "step 1/", 1)) << output(id);
   const std::vector<pid_t> running = cluster_->userProcesses();
   for (const pid_t pid : workers) {
     ASSERT_TRUE(std::find(running.begin(), running.end(), pid) != running.end())
