@@ -31,6 +31,12 @@ among them, about 0.85 s: bench/ddp_lazy_imports.py), so the current
 PyTorch also gets a row with --preload torch,torch._dynamo.
 
   bench/preload_bench.py [--repeat 5] [--build build] [--python 1.13|current|both]
+
+On a GPU machine (scripts/gpu-check runs it so) the same job runs on NCCL,
+one rank per GPU (with one GPU, rank 0 dies and comes back), with that
+machine's interpreter and a given ddprun:
+
+  bench/preload_bench.py --backend nccl --python-exe python3 --ddprun DIR/ddprun
 """
 import argparse
 import os
@@ -53,17 +59,27 @@ WORKER = PROLOGUE + r'''
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 record(f"imported_{attempt}_{rank}", time.time())
-dist.init_process_group("gloo")
+backend = os.environ["BENCH_BACKEND"]
+if backend == "nccl":
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
+else:
+    device = torch.device("cpu")
+    dist.init_process_group("gloo")
 torch.manual_seed(0)
-model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)
+model = DDP(model, device_ids=[device.index] if backend == "nccl" else None)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-loss = model(torch.randn(32, 64)).pow(2).mean()
+loss = model(torch.randn(32, 64, device=device)).pow(2).mean()
 opt.zero_grad(); loss.backward(); opt.step()
+if backend == "nccl":
+    torch.cuda.synchronize()
 record(f"step_{attempt}_{rank}", time.time())
 if attempt == 1:
     dist.destroy_process_group()
     sys.exit(0)
-if rank == 1:
+if rank == int(os.environ["BENCH_DYING_RANK"]):
     while len([n for n in os.listdir(out) if n.startswith("step_0_") and "." not in n]) < int(os.environ["WORLD_SIZE"]):
         time.sleep(0.001)
     children = {}  # the job: the launcher and its descendants
@@ -106,7 +122,7 @@ def descendants(root):
     return found
 
 
-def run(launcher, python, preload, build, work):
+def run(launcher, python, preload, ddprun, backend, ranks, work):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     script = os.path.join(work, "worker.py")
@@ -114,15 +130,16 @@ def run(launcher, python, preload, build, work):
         f.write(WORKER)
     out = os.path.join(work, "out")
     os.makedirs(out)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=python)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=python, BENCH_BACKEND=backend,
+               BENCH_DYING_RANK=str(1 if ranks > 1 else 0))
     if launcher == "ddprun":
-        cmd = [os.path.join(build, "bin", "ddprun"), f"--nproc_per_node={RANKS}",
+        cmd = [ddprun, f"--nproc_per_node={ranks}",
                "--max_restarts=1"]
         if preload:
             cmd.append(f"--preload={preload}")
     else:
         logs = os.path.join(work, "logs")
-        cmd = [python, "-m", "torch.distributed.run", f"--nproc_per_node={RANKS}",
+        cmd = [python, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
                "--max_restarts=1", "--monitor_interval=0.1", "--redirects=1", "--tee=2",
                f"--log_dir={logs}"]
         env.pop("PYTHON_EXEC")  # torchrun runs workers with its own interpreter
@@ -154,7 +171,7 @@ def run(launcher, python, preload, build, work):
             return None
 
     def last(prefix):
-        times = [read(f"{prefix}_{r}") for r in range(RANKS)]
+        times = [read(f"{prefix}_{r}") for r in range(ranks)]
         return None if None in times else max(times)
     first, death, pss = last("step_0"), read("death"), read("pss")
     if first is None or death is None:
@@ -174,23 +191,43 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--ddprun", help="the ddprun to run (default BUILD/bin/ddprun)")
     parser.add_argument("--python", choices=["1.13", "current", "both"], default="both",
                         help="the PyTorch of the workers (and of torchrun): Debian's 1.13, "
                              "the project environment's (scripts/python), or both")
+    parser.add_argument("--python-exe", help="an interpreter with torch to use instead of "
+                        "--python's (a GPU machine's own)")
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    parser.add_argument("--ranks", type=int,
+                        help=f"ranks of the job (default {RANKS} on gloo, one per GPU on nccl)")
     args = parser.parse_args()
+    ddprun = args.ddprun or os.path.join(args.build, "bin", "ddprun")
     versions = []
-    if args.python in ("1.13", "both"):
-        versions.append(("1.13", PY113))
-    if args.python in ("current", "both"):
-        # Its interpreter directly, not the scripts/python wrapper (torch_current.py).
-        python, version = current_torch("preload_bench")
-        versions.append((version, python))
+    if args.python_exe:
+        out = subprocess.run([args.python_exe, "-c", "import torch; print(torch.__version__, "
+                              "torch.cuda.device_count())"], capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"preload_bench: {args.python_exe} cannot import torch:\n{out.stderr[-2000:]}")
+        version, gpus = out.stdout.split()
+        versions.append((version.split("+")[0], shutil.which(args.python_exe) or args.python_exe))
+    else:
+        gpus = "0"
+        if args.python in ("1.13", "both"):
+            versions.append(("1.13", PY113))
+        if args.python in ("current", "both"):
+            # Its interpreter directly, not the scripts/python wrapper (torch_current.py).
+            python, version = current_torch("preload_bench")
+            versions.append((version, python))
+    ranks = args.ranks or (int(gpus) if args.backend == "nccl" else RANKS)
+    if ranks < 1:
+        sys.exit("preload_bench: --backend nccl needs a GPU (torch sees none)")
+    print(f"{args.backend}, {ranks} ranks", file=sys.stderr, flush=True)
     cases = []
     for v, python in versions:
         cases += [("ddprun", python, "torch", f"ddprun --preload torch (PyTorch {v})"),
                   ("ddprun", python, None, f"ddprun (PyTorch {v})"),
                   ("torchrun", python, None, f"torchrun {v}")]
-        if v != "1.13":  # DDP's constructor imports torch._dynamo (1.13 has none)
+        if not v.startswith("1."):  # DDP's constructor imports torch._dynamo (1.13 has none)
             cases.insert(-2, ("ddprun", python, "torch,torch._dynamo",
                               f"ddprun --preload torch,torch._dynamo (PyTorch {v})"))
     results = {c[3]: ([], [], [], []) for c in cases}
@@ -200,7 +237,8 @@ def main():
             print(f"run {i + 1}/{args.repeat}", file=sys.stderr, flush=True)
             order = cases if i % 2 == 0 else list(reversed(cases))
             for launcher, python, preload, name in order:
-                launch, restart, bound, pss = run(launcher, python, preload, args.build, work)
+                launch, restart, bound, pss = run(launcher, python, preload, ddprun, args.backend,
+                                                  ranks, work)
                 results[name][0].append(launch)
                 results[name][3].append(pss)
                 if restart is not None:
