@@ -505,7 +505,13 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     // fails with PyTorch's EADDRINUSE when that port is taken, instead of
     // all its ranks waiting as clients of a store nobody serves there
     // (TORCHELASTIC_USE_AGENT_STORE=True: torchrun 2.x hangs so).
-    if (config.nprocPerNode == 1 && config.rendezvous.maxNodes == 1) config.useAgentStore = false;
+    // Except under torchft (its lighthouse named, as its README launches
+    // one worker per replica group): its Manager only connects to
+    // MASTER_ADDR:MASTER_PORT as a client, so the agent's store must be there.
+    const bool torchft = std::getenv("TORCHFT_LIGHTHOUSE") != nullptr;
+    if (config.nprocPerNode == 1 && config.rendezvous.maxNodes == 1 && !torchft) {
+      config.useAgentStore = false;
+    }
   } else if (o.strictStore && config.useAgentStore) {
     throw ConfigError(
         "--strict_store and --worker_store=agent contradict each other: a strict store refuses "

@@ -1,7 +1,7 @@
 // The frameworks users train with, from PyPI (the project's environment:
 // requirements/torch-current.txt), under ddprun and under torchrun of the
-// same PyTorch: Lightning, NequIP, Accelerate, and py-spy's stacks in hang
-// reports. Scripts: tests/integration/frameworks/.
+// same PyTorch: Lightning, NequIP, Accelerate, torchft, and py-spy's stacks
+// in hang reports. Scripts: tests/integration/frameworks/.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -380,6 +380,51 @@ TEST(PlainScripts, ASpawnScriptOnATakenPortFailsWithAClearReport) {
   EXPECT_NE(r.err.find("hint       : port " + port + " is taken by another process"),
             std::string::npos)
       << r.err;
+}
+
+// --- torchft ----------------------------------------------------------------
+
+// torchft's lighthouse (the wheel's own binary) on a free port, once it says
+// it listens; the replicas find it through TORCHFT_LIGHTHOUSE.
+std::unique_ptr<ChildProcess> startLighthouse(std::uint16_t port) {
+  auto lighthouse = std::make_unique<ChildProcess>(std::vector<std::string>{
+      kVenvBin + "/torchft_lighthouse", "--min_replicas", "1", "--join_timeout_ms", "1000",
+      "--bind", fmt::format("127.0.0.1:{}", port)});
+  std::string said;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (said.find("Lighthouse listening on") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline && !lighthouse->wait(0ms)) {
+    said += lighthouse->drainStdout() + lighthouse->drainStderr();
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(said.find("Lighthouse listening on"), std::string::npos) << said;
+  return lighthouse;
+}
+
+std::string checksumIn(const std::string& out) {
+  const auto at = out.find("torchft committed step 3: checksum ");
+  return at == std::string::npos ? "<no checksum line>" : out.substr(at, out.find('\n', at) - at);
+}
+
+TEST(Torchft, OneWorkerPerReplicaGroupTrainsAsUnderTorchrun) {
+  // torchft's README: one worker per replica group. Its Manager is a
+  // TCPStore client of MASTER_ADDR:MASTER_PORT; a one-worker job whose
+  // worker was to host its own store left nobody serving there, and the
+  // job hung.
+  RunResult results[2];
+  for (int launcher = 0; launcher < 2; ++launcher) {
+    const std::uint16_t port = freePort();
+    const auto lighthouse = startLighthouse(port);
+    const std::map<std::string, std::string> env = {
+        {"TORCHFT_LIGHTHOUSE", fmt::format("http://127.0.0.1:{}", port)}};
+    const std::vector<std::string> args = {"--nproc_per_node=1",
+                                           (kScripts / "torchft_train.py").string()};
+    results[launcher] = launcher == 0 ? ddprun(args, env) : torchrun(args, env);
+  }
+  ASSERT_EQ(results[0].code, 0) << results[0].err;
+  ASSERT_EQ(results[1].code, 0) << results[1].err;
+  EXPECT_NE(checksumIn(results[0].out), "<no checksum line>") << results[0].out;
+  EXPECT_EQ(checksumIn(results[0].out), checksumIn(results[1].out));
 }
 
 // --- Hang reports with Python stacks (py-spy) ----------------------------
