@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -171,6 +172,61 @@ class EtcdRendezvousTest : public ::testing::Test {
       }
     }
     return -1;
+  }
+
+  // What srun gives the task of node `nodeId` of an `nnodes`-node job step
+  // (all on this host), and the error file of its ddprun.
+  static std::map<std::string, std::string> slurmStep(int nodeId, int nnodes,
+                                                      const std::filesystem::path& errorFile) {
+    std::string nodelist = "localhost";
+    for (int i = 1; i < nnodes; ++i) nodelist += ",localhost";
+    return {{"SLURM_JOB_ID", "4242"},
+            {"SLURM_STEP_ID", "0"},
+            {"SLURM_STEP_NUM_NODES", std::to_string(nnodes)},
+            {"SLURM_STEP_NODELIST", nodelist},
+            {"SLURM_NODEID", std::to_string(nodeId)},
+            {"TORCHELASTIC_ERROR_FILE", errorFile.string()}};
+  }
+  // A 3-node job inside a Slurm job step (its variables in each node's
+  // environment; node rank = SLURM_NODEID) with 3 s leases, whose workers
+  // wait: one node's ddprun (the coordinator's, or another's) is
+  // SIGKILLed; once its lease expires the two others end the job at once,
+  // exit 1 and name it, its address and node rank in their output and
+  // error files (TORCHELASTIC_ERROR_FILE).
+  void loseANodeOfASlurmStep(bool killCoordinator) {
+    const std::vector<std::string> o =
+        options("3", {"--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=3"});
+    const auto errorFile = [&](int rank) { return dir_ / fmt::format("error-{}.json", rank); };
+    std::vector<Node> nodes;
+    for (int rank = 0; rank < 3; ++rank) {
+      nodes.push_back(startNode(o, "echo started rank=$RANK; exec sleep 600",
+                                slurmStep(rank, 3, errorFile(rank))));
+    }
+    for (auto& n : nodes) ASSERT_TRUE(n.waitFor("started rank=", 2, 60s)) << n.err;
+    const int coordinator = coordinatorOf(nodes);
+    ASSERT_GE(coordinator, 0);
+    const int lost = killCoordinator ? coordinator : (coordinator + 1) % 3;
+    const auto killed = std::chrono::steady_clock::now();
+    nodes[lost].process->signal(SIGKILL);
+    ASSERT_EQ(nodes[lost].finish(), 128 + SIGKILL);
+    const std::string named =
+        fmt::format(", node rank {}, lost (stopped renewing its etcd lease)", lost);
+    for (int rank = 0; rank < 3; ++rank) {
+      if (rank == lost) continue;
+      // Bounded at 120 s, a fifth of the join timeout the job waited for.
+      ASSERT_EQ(nodes[rank].finish(120s), 1) << nodes[rank].err;
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - killed;
+      std::cout << fmt::format("[ measured ] node rank {} exited {:.1f} s after the SIGKILL\n",
+                               rank, took.count());
+      for (const std::string& text : {nodes[rank].err, test_support::readText(errorFile(rank))}) {
+        EXPECT_NE(text.find("the job lost a node: node "), std::string::npos) << text;
+        EXPECT_NE(text.find(named), std::string::npos) << text;
+        EXPECT_NE(text.find("Its nodes are a fixed set (a Slurm job step's 3), so a lost node "
+                            "never returns, and 2 of them are left, fewer than the minimum of 3"),
+                  std::string::npos)
+            << text;
+      }
+    }
   }
 
   static EtcdCluster* cluster_;
@@ -595,6 +651,38 @@ TEST_F(EtcdRendezvousTest, AFailedJobEndsEveryNodeAndItsIdCanBeUsedAgain) {
   nodes.clear();
   for (int i = 0; i < 2; ++i) nodes.push_back(node(options("2"), "echo ok=$RANK"));
   expectAllExit(nodes, 0);
+  EXPECT_EQ(keysLeft(), 0u);
+}
+
+// Inside a Slurm job step a node whose ddprun dies never returns: the job
+// ends as soon as its lease expires, not at the join timeout (600 s).
+TEST_F(EtcdRendezvousTest, InASlurmStepALostNodeEndsTheJobAtOnce) { loseANodeOfASlurmStep(false); }
+
+// The same when the node lost coordinates: its successor finds the loss
+// when it takes over.
+TEST_F(EtcdRendezvousTest, InASlurmStepALostCoordinatorEndsTheJobAtOnce) {
+  loseANodeOfASlurmStep(true);
+}
+
+// A node of a step that finishes first leaves (its left key, then its
+// lease): it is not lost, and the job ends well.
+TEST_F(EtcdRendezvousTest, InASlurmStepNodesThatFinishFirstAreNotLost) {
+  std::vector<Node> nodes;
+  for (int rank = 0; rank < 3; ++rank) {
+    nodes.push_back(startNode(options("3"),
+                              fmt::format("if [ $GROUP_RANK = 0 ]; then while [ ! -e {}/go ]; do "
+                                          "sleep 0.05; done; fi; echo done rank=$RANK",
+                                          dir_.string()),
+                              slurmStep(rank, 3, dir_ / fmt::format("error-{}.json", rank))));
+  }
+  // Group ranks 1 and 2 finish and leave while group rank 0 works on.
+  for (int rank = 0; rank < 3; ++rank) {
+    if (rank == 0) continue;
+    ASSERT_EQ(nodes[rank].finish(60s), 0) << nodes[rank].err;
+  }
+  std::ofstream(dir_ / "go").put('1');
+  ASSERT_EQ(nodes[0].finish(60s), 0) << nodes[0].err;
+  EXPECT_EQ(nodes[0].err.find("lost"), std::string::npos) << nodes[0].err;
   EXPECT_EQ(keysLeft(), 0u);
 }
 

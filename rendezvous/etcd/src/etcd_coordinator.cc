@@ -58,6 +58,12 @@ struct CoordinatorView {
   std::set<std::string> expectedMissing;  // forming: the ended round's alive nodes not back yet
   std::string endReason;                  // running: why the round must end ("" none)
   std::int64_t minReachedAtMs = 0;        // forming: when MIN nodes were first there
+  // A fixed set of nodes (RoundState::fixedNodes): the members (of the
+  // state's round, or waiting) whose alive key went without a leave, not in
+  // the state's `lost` yet; and every node's address and node rank, to name
+  // them.
+  std::map<std::string, LostNode> lostNow;
+  std::map<std::string, NodeInfo> known;
 
   bool running() const { return state && state->phase == Phase::kRunning; }
   bool forming() const { return state && state->phase == Phase::kForming; }
@@ -78,11 +84,30 @@ struct CoordinatorView {
     }
   }
 
+  // A member of a fixed set gone without a leave: it never returns.
+  void noteLostMember(const std::string& id) {
+    if (!state || state->fixedNodes == 0 || state->phase == Phase::kClosed) return;
+    if (left.contains(id) || state->lost.contains(id) || lostNow.contains(id)) return;
+    if (!participants.contains(id) && !joining.contains(id)) return;
+    const auto node = known.find(id);
+    lostNow[id] = {node == known.end() ? "" : node->second.address,
+                   node == known.end() ? -1 : node->second.requestedRank,
+                   "stopped renewing its etcd lease"};
+  }
+
   void recount() {
     minReachedAtMs = 0;
     participants.clear();
     if (state && recordRound == state->round) {
       for (const auto& n : record) participants.insert(n.id);
+    }
+    // Those the state holds now are recorded; the round's members whose
+    // keys went before this view (a new coordinator's) are found here.
+    std::erase_if(lostNow, [&](const auto& entry) {
+      return !state || state->phase == Phase::kClosed || state->lost.contains(entry.first);
+    });
+    for (const auto& id : participants) {
+      if (!alive.contains(id)) noteLostMember(id);
     }
     joinedAlive = 0;
     for (const auto& [id, j] : joining) joinedAlive += alive.contains(id) ? 1 : 0;
@@ -129,6 +154,7 @@ struct CoordinatorView {
         if (alive.erase(*id) > 0 && joining.contains(*id)) --joinedAlive;
         expectedMissing.erase(*id);
         noteLost(*id);
+        noteLostMember(*id);
       } else if (alive.emplace(*id, kv.createRevision).second) {
         if (joining.contains(*id)) ++joinedAlive;
         if (forming() && participants.contains(*id) && !joining.contains(*id)) {
@@ -143,6 +169,7 @@ struct CoordinatorView {
         }
       } else if (auto node = nodeFromJson(kv.value)) {
         node->id = *joiner;
+        known[*joiner] = *node;
         const bool added = !joining.contains(*joiner);
         joining[*joiner] = {*node, kv.modRevision};
         if (added && alive.contains(*joiner)) ++joinedAlive;
@@ -161,6 +188,7 @@ struct CoordinatorView {
       if (r < recordRound) return false;
       recordRound = r;
       record = participantsFromJson(kv.value);
+      for (const auto& n : record) known[n.id] = n;
       return true;
     } else if (auto failure = member("failure/")) {
       // "<round>/<node>": only the state's round counts.
@@ -384,6 +412,21 @@ EtcdCoordinator::Action EtcdCoordinator::decide(Clock::time_point& wakeAt) {
       action.request = *request_;
       action.oldJobLease = s.jobLease;
       action.why = "a failed job's state with none of its nodes left: starting anew";
+    }
+    return action;
+  }
+  if (!v.lostNow.empty()) {
+    // Nodes of a fixed set (a Slurm step's) were lost: they never return,
+    // so the job fails now if fewer than MIN are left (the c10d store's
+    // rule and words); otherwise a round they ran in ends.
+    action.kind = Action::Kind::kUpdate;
+    action.next = loseNodes(s, v.lostNow, v.endReason, now);
+    action.why = fmt::format("{} node(s) of a fixed set lost", v.lostNow.size());
+    if (action.next.phase == Phase::kClosed) {
+      DDPRUN_WARN(
+          "Rendezvous '{}' is closed: the job lost {} of its fixed set of {} nodes, so fewer "
+          "than its minimum of {} are left.",
+          options_.rdzvId, action.next.lost.size(), s.fixedNodes, s.minNodes);
     }
     return action;
   }

@@ -5,12 +5,12 @@
 // them, with counts kept as the events come, so a round of N nodes costs it
 // O(N) work. It writes: the state (a new rendezvous, a round that
 // completes, a running round that ends because a node was lost, joined
-// again or asked to join, a host excluded or readmitted, a failed job's
-// leftover started afresh), the round's record and each node's assign key
-// (in transactions of at most 127 operations). Every write is guarded by
-// its own alive key's create revision, so a coordinator that was paused
-// past its lease writes nothing once it resumes: its successor (the next
-// oldest node, woken by that key's deletion) has taken over.
+// again or asked to join, a node of a fixed set (a Slurm step's) lost,
+// which closes the job once fewer than MIN are left, a host excluded or
+// readmitted, a failed job's leftover started afresh), the round's record and each node's assign
+// key (in transactions of at most 127 operations). Every write is guarded by its own alive key's
+// create revision, so a coordinator that was paused past its lease writes nothing once it resumes:
+// its successor (the next oldest node, woken by that key's deletion) has taken over.
 //
 // Thread-safety: run() on one thread; offer() and stop() from any.
 // Ownership: owns its watch and the watch's thread; uses the node's

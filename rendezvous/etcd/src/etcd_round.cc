@@ -84,6 +84,10 @@ std::string toJson(const RoundState& s) {
     hosts[address] = {
         {"streak", host.streak}, {"excluded_until_ms", host.excludedUntilMs}, {"node", host.node}};
   }
+  json lost = json::object();
+  for (const auto& [id, node] : s.lost) {
+    lost[id] = {{"address", node.address}, {"node_rank", node.nodeRank}, {"reason", node.reason}};
+  }
   return json{{"min_nodes", s.minNodes},
               {"max_nodes", s.maxNodes},
               {"last_call_ms", s.lastCallMs},
@@ -91,6 +95,7 @@ std::string toJson(const RoundState& s) {
               {"max_node_failures", s.maxNodeFailures},
               {"node_cooldown_ms", s.nodeCooldownMs},
               {"job_lease", s.jobLease},
+              {"fixed_nodes", s.fixedNodes},
               {"round", s.round},
               {"phase", phaseName(s.phase)},
               {"forming_since_ms", s.formingSinceMs},
@@ -110,7 +115,8 @@ std::string toJson(const RoundState& s) {
                 {"failed_at_ms", s.lastFailure.failedAtMs},
                 {"report", s.lastFailure.report}}},
               {"failed_exit_code", s.failedExitCode},
-              {"failure_report", s.failureReport}}
+              {"failure_report", s.failureReport},
+              {"lost", lost}}
       .dump();
 }
 
@@ -124,6 +130,7 @@ std::optional<RoundState> stateFromJson(const std::string& text) {
     s.maxNodeFailures = j.value("max_node_failures", 0u);
     s.nodeCooldownMs = j.value("node_cooldown_ms", 0u);
     s.jobLease = j.value("job_lease", std::int64_t{0});
+    s.fixedNodes = j.value("fixed_nodes", 0u);
     s.round = j.value("round", std::int64_t{0});
     const std::string phase = j.value("phase", "forming");
     s.phase = phase == "running"  ? Phase::kRunning
@@ -152,6 +159,11 @@ std::optional<RoundState> stateFromJson(const std::string& text) {
     }
     s.failedExitCode = j.value("failed_exit_code", std::int64_t{0});
     s.failureReport = j.value("failure_report", "");
+    const json lost = j.value("lost", json::object());  // outlives the loop
+    for (const auto& [id, node] : lost.items()) {
+      s.lost[id] = {node.value("address", ""), node.value("node_rank", std::int64_t{-1}),
+                    node.value("reason", "")};
+    }
     return s;
   });
 }
@@ -210,6 +222,7 @@ RoundState initialState(const protocol::JoinRequest& j, std::int64_t nowMs, std:
   s.maxNodeFailures = j.maxNodeFailures;
   s.nodeCooldownMs = j.nodeCooldownMs;
   s.jobLease = jobLease;
+  s.fixedNodes = j.fixedNodes;
   s.formingSinceMs = nowMs;
   return s;
 }
@@ -251,6 +264,33 @@ RoundState endRound(const RoundState& state, const std::string& reason, std::int
   next.phase = Phase::kForming;
   next.endedReason = reason;
   next.formingSinceMs = nowMs;
+  return next;
+}
+
+bool cannotReachMinimum(const RoundState& state) {
+  return state.fixedNodes > 0 && state.fixedNodes < state.minNodes + state.lost.size();
+}
+
+RoundState loseNodes(const RoundState& state, const std::map<std::string, LostNode>& lost,
+                     const std::string& endReason, std::int64_t nowMs) {
+  RoundState next = state;
+  next.lost.insert(lost.begin(), lost.end());
+  if (cannotReachMinimum(next)) {
+    std::vector<std::string> names;
+    for (const auto& [id, node] : next.lost) {
+      names.push_back(protocol::lostNodeText(id, node.address, node.nodeRank, node.reason));
+    }
+    next.phase = Phase::kClosed;
+    next.endedReason = endReason.empty() ? "a node of its fixed set was lost" : endReason;
+    next.failedExitCode = 1;
+    // Printed as it is by every other node, like a failing node's report.
+    next.failureReport = fmt::format(
+        "ddprun: error: {}.\n", protocol::lostNodesReport(names, next.fixedNodes, next.minNodes));
+    return next;
+  }
+  if (state.phase == Phase::kRunning && !endReason.empty()) {
+    return endRound(next, endReason, nowMs);
+  }
   return next;
 }
 

@@ -4,7 +4,8 @@
 //   state              small, whatever N: the job's settings, the round
 //                      (phase, number, world, master, publish id), restarts,
 //                      hosts' failure streaks and exclusions, the last
-//                      failure; changed only by compare-and-swap
+//                      failure, a fixed set's lost nodes; changed only by
+//                      compare-and-swap
 //   round/<r>          round r's nodes by group rank, written once
 //   assign/<node>      the node's place in the round, written once a round
 //   failure/<r>/<node> a failing node's address and failure time
@@ -54,6 +55,15 @@ struct HostRecord {
   bool operator==(const HostRecord&) const = default;
 };
 
+// A node of a fixed set (RoundState::fixedNodes) whose alive key went
+// without a leave: it never returns.
+struct LostNode {
+  std::string address;
+  std::int64_t nodeRank = -1;  // the node rank it asked for; -1: none
+  std::string reason;
+  bool operator==(const LostNode&) const = default;
+};
+
 enum class Phase { kForming, kRunning, kClosed };
 
 struct RoundState {
@@ -65,6 +75,9 @@ struct RoundState {
   std::uint32_t maxNodeFailures = 0;  // 0: never exclude a host
   std::uint32_t nodeCooldownMs = 0;
   std::int64_t jobLease = 0;  // the lease of every job key
+  // The nodes that can ever take part (a Slurm job step's); 0: any node may
+  // join later.
+  std::uint32_t fixedNodes = 0;
   // The round.
   std::int64_t round = 0;  // rounds completed
   Phase phase = Phase::kForming;
@@ -81,6 +94,9 @@ struct RoundState {
   protocol::FailureSummary lastFailure;
   std::int64_t failedExitCode = 0;  // kClosed
   std::string failureReport;
+  // With fixedNodes: every node lost so far, by node id (they count against
+  // MIN for good; at most fixedNodes - MIN + 1 of them).
+  std::map<std::string, LostNode> lost;
 };
 
 // A node's place in a round (its assign key).
@@ -145,6 +161,19 @@ std::vector<AssignRecord> assignments(const RoundState& running,
 
 // The running round ends (a failure, a lost node, a node asking to join).
 RoundState endRound(const RoundState& state, const std::string& reason, std::int64_t nowMs);
+
+// With a fixed set of nodes (fixedNodes > 0): whether the nodes lost leave
+// fewer than MIN that can ever join (the c10d store's rule).
+bool cannotReachMinimum(const RoundState& state);
+
+// `state` with `lost` (node id -> what it was) recorded, when nodes of a
+// fixed set were lost (their alive keys gone without a leave): once fewer
+// than MIN can be left the job is closed with exit code 1 and the c10d
+// store's report naming every lost node; otherwise a running round ends
+// with `endReason` (when not "": a lost node took part in it) and a
+// forming one goes on without them.
+RoundState loseNodes(const RoundState& state, const std::map<std::string, LostNode>& lost,
+                     const std::string& endReason, std::int64_t nowMs);
 
 // `nodeId`'s assignment when `record` belongs to `state`'s running round.
 std::optional<protocol::Assignment> assignmentOf(const RoundState& state,

@@ -98,13 +98,10 @@ protocol::JobFailure failureOf(const Rendezvous& r) {
 }
 
 // "node node2:4121:ab12cd at 10.0.0.2, node rank 1, lost (connection
-// closed)": the node id begins with its host's name.
+// closed)" (the etcd backend's words too).
 template <typename LostNode>
 std::string describeLost(const std::string& id, const LostNode& node) {
-  return fmt::format(
-      "node {} at {}{}, lost ({})", printable(id), printable(node.address),
-      node.requestedRank >= 0 ? fmt::format(", node rank {}", node.requestedRank) : "",
-      printable(node.reason, 200));
+  return protocol::lostNodeText(id, node.address, node.requestedRank, node.reason);
 }
 
 }  // namespace
@@ -670,17 +667,9 @@ bool RendezvousManager::cannotReachMinimum(const Rendezvous& r) {
 }
 
 std::string RendezvousManager::lostNodesReport(const Rendezvous& r) {
-  std::string names;
-  for (const auto& [id, node] : r.lost) {
-    names += fmt::format("{}{}", names.empty() ? "" : "; ", describeLost(id, node));
-  }
-  const std::size_t left = r.fixedNodes - std::min<std::size_t>(r.fixedNodes, r.lost.size());
-  const std::string report = fmt::format(
-      "the job lost {}: {}. Its nodes are a fixed set (a Slurm job step's {}), so a lost node "
-      "never returns, and {} of them {} left, fewer than the minimum of {}; the job ends now "
-      "instead of waiting for it",
-      r.lost.size() == 1 ? "a node" : fmt::format("{} nodes", r.lost.size()), names, r.fixedNodes,
-      left, left == 1 ? "is" : "are", r.minNodes);
+  std::vector<std::string> names;
+  for (const auto& [id, node] : r.lost) names.push_back(describeLost(id, node));
+  const std::string report = protocol::lostNodesReport(names, r.fixedNodes, r.minNodes);
   DDPRUN_WARN("Rendezvous '{}': {}.", printable(r.id), report);
   // Printed as it is by every other node, like a failing node's report.
   return fmt::format("ddprun: error: {}.\n", report);

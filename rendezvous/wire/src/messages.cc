@@ -1,6 +1,11 @@
 #include "ddprun/rendezvous/messages.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "ddprun/common/logging.h"
 
 namespace ddprun::rendezvous::protocol {
 
@@ -90,6 +95,24 @@ std::string missingNodesText(const RendezvousStatus& status) {
     text += fmt::format(" and {} more", status.missingCount - status.missing.size());
   }
   return text;
+}
+
+std::string lostNodeText(std::string_view nodeId, std::string_view address, std::int64_t nodeRank,
+                         std::string_view reason) {
+  return fmt::format("node {} at {}{}, lost ({})", printable(nodeId), printable(address),
+                     nodeRank >= 0 ? fmt::format(", node rank {}", nodeRank) : "",
+                     printable(reason, 200));
+}
+
+std::string lostNodesReport(const std::vector<std::string>& lost, std::uint32_t fixedNodes,
+                            std::uint32_t minNodes) {
+  const std::size_t left = fixedNodes - std::min<std::size_t>(fixedNodes, lost.size());
+  return fmt::format(
+      "the job lost {}: {}. Its nodes are a fixed set (a Slurm job step's {}), so a lost node "
+      "never returns, and {} of them {} left, fewer than the minimum of {}; the job ends now "
+      "instead of waiting for it",
+      lost.size() == 1 ? "a node" : fmt::format("{} nodes", lost.size()), fmt::join(lost, "; "),
+      fixedNodes, left, left == 1 ? "is" : "are", minNodes);
 }
 
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout) {

@@ -171,6 +171,21 @@ inline constexpr std::size_t kMaxMissingShown = 16;
 // agent's progress line.
 std::string missingNodesText(const RendezvousStatus& status);
 
+// "node node2:4121:ab12cd at 10.0.0.2, node rank 1, lost (connection
+// closed)": a node lost without leaving, as the c10d store and etcd name it
+// (the node id begins with its host's name; nodeRank -1: none asked for).
+// Each part is made printable: it came from another node.
+std::string lostNodeText(std::string_view nodeId, std::string_view address, std::int64_t nodeRank,
+                         std::string_view reason);
+
+// The report of a job whose nodes are a fixed set (a Slurm job step's
+// `fixedNodes`) that lost `lost` (lostNodeText()s) and so can no longer
+// reach `minNodes`: "the job lost a node: ... Its nodes are a fixed set ...;
+// the job ends now instead of waiting for it" (no prefix, no full stop).
+// The same words from the c10d store and from etcd.
+std::string lostNodesReport(const std::vector<std::string>& lost, std::uint32_t fixedNodes,
+                            std::uint32_t minNodes);
+
 // HELLO: the agents' token or a worker credential; the name is for logs.
 struct Hello {
   static constexpr Op kOp = Op::kHello;
