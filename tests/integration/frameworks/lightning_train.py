@@ -93,6 +93,12 @@ def main():
     if trainer.global_rank == 0:
         weights = torch.cat([p.detach().flatten() for p in model.parameters()])
         print("weights " + " ".join(float(w).hex() for w in weights.double()), flush=True)
+    # Lightning leaves its process group to the interpreter's exit, where
+    # PyTorch 2.13's Gloo threads can be destroyed still joinable: "terminate
+    # called without an active exception", SIGABRT, under any launcher (once
+    # in a cold CI run here). Ending the group joins them first.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
