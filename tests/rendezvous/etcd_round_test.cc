@@ -1,6 +1,8 @@
 // The etcd rendezvous's pure round decisions (rendezvous/etcd/src/
-// etcd_round.h), without an etcd: a fixed set of nodes (a Slurm job step's)
-// that loses nodes, and the state's JSON that carries it.
+// etcd_round.h), without an etcd: the order of a round's nodes, the running
+// round and each node's place in it, the blame of a failed round and host
+// exclusion, a fixed set of nodes (a Slurm job step's) that loses nodes, and
+// the state's JSON that carries them.
 #include "etcd_round.h"
 
 #include <gtest/gtest.h>
@@ -116,6 +118,150 @@ TEST(EtcdRound, TheStateKeepsTheFixedSetAndItsLostNodesInJson) {
   ASSERT_TRUE(old);
   EXPECT_EQ(old->fixedNodes, 0u);
   EXPECT_TRUE(old->lost.empty());
+}
+
+NodeInfo node(const std::string& id, std::int64_t requestedRank, std::int64_t firstSeen,
+              std::uint32_t localWorldSize = 1) {
+  NodeInfo n;
+  n.id = id;
+  n.requestedRank = requestedRank;
+  n.firstSeen = firstSeen;
+  n.localWorldSize = localWorldSize;
+  n.address = "10.0.0." + id.substr(id.size() - 1);
+  n.masterPort = 29500 + static_cast<std::uint32_t>(firstSeen);
+  return n;
+}
+
+std::vector<std::string> ids(const std::vector<NodeInfo>& nodes) {
+  std::vector<std::string> out;
+  for (const auto& n : nodes) out.push_back(n.id);
+  return out;
+}
+
+// Requested node ranks first (SLURM_NODEID, --node_rank), then the order of
+// first arrival (the alive keys' create revisions), then the id; at most MAX.
+TEST(EtcdRound, ARoundOrdersRequestedRanksFirstThenArrivalAndTakesAtMostMax) {
+  const std::vector<NodeInfo> joined = {node("node1", -1, 5), node("node2", 1, 9),
+                                        node("node3", -1, 2), node("node4", 0, 7),
+                                        node("node5", -1, 2)};
+  EXPECT_EQ(ids(orderParticipants(joined, 5)),
+            (std::vector<std::string>{"node4", "node2", "node3", "node5", "node1"}));
+  EXPECT_EQ(ids(orderParticipants(joined, 3)),
+            (std::vector<std::string>{"node4", "node2", "node3"}));
+}
+
+// The running round: its number, nodes and workers, group rank 0's address
+// as the master; each node's place (group rank, first global rank).
+TEST(EtcdRound, ARunningRoundGivesEachNodeItsPlace) {
+  protocol::JoinRequest join;
+  join.minNodes = 2;
+  join.maxNodes = 3;
+  RoundState s = initialState(join, 1000, 7);
+  s.endedReason = "a worker on node node9 failed";
+  const std::vector<NodeInfo> nodes = {node("node1", -1, 1, 4), node("node2", -1, 2, 2),
+                                       node("node3", -1, 3, 4)};
+  const RoundState r = startRound(s, nodes, "p1");
+  EXPECT_EQ(r.phase, Phase::kRunning);
+  EXPECT_EQ(r.round, 1);
+  EXPECT_EQ(r.publishId, "p1");
+  EXPECT_EQ(r.groupWorldSize, 3u);
+  EXPECT_EQ(r.worldSize, 10u);
+  EXPECT_EQ(r.masterAddr, "10.0.0.1");
+  EXPECT_EQ(r.masterPort, 29501u);
+  EXPECT_EQ(r.endedReason, "");
+
+  const auto records = assignments(r, nodes);
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[1].groupRank, 1u);
+  EXPECT_EQ(records[1].rankOffset, 4u);
+  EXPECT_EQ(records[2].rankOffset, 6u);
+  const auto place = assignmentOf(r, records[2]);
+  ASSERT_TRUE(place);
+  EXPECT_EQ(place->groupRank, 2u);
+  EXPECT_EQ(place->rankOffset, 6u);
+  EXPECT_EQ(place->worldSize, 10u);
+  EXPECT_EQ(place->groupWorldSize, 3u);
+  EXPECT_EQ(place->masterAddr, "10.0.0.1");
+
+  // A record of another round, or of an earlier publication of this one,
+  // is no place; nor is any record once the round ended.
+  AssignRecord old = records[2];
+  old.publishId = "p0";
+  EXPECT_FALSE(assignmentOf(r, old));
+  old = records[2];
+  old.round = 0;
+  EXPECT_FALSE(assignmentOf(r, old));
+  const RoundState ended = endRound(r, "node node3 joined again", 5000);
+  EXPECT_EQ(ended.phase, Phase::kForming);
+  EXPECT_EQ(ended.endedReason, "node node3 joined again");
+  EXPECT_EQ(ended.formingSinceMs, 5000);
+  EXPECT_EQ(ended.round, 1);
+  EXPECT_FALSE(assignmentOf(ended, records[2]));
+}
+
+// The earliest failure is blamed (ties: the lower address); the blamed
+// host's streak grows, the round's other hosts start again from 0, and
+// hosts with nothing to remember are dropped from the state.
+TEST(EtcdRound, TheFirstFailureIsBlamedAndStreaksCountOnlyTheRoundsHosts) {
+  RoundState s = running(1, 3, 0);
+  const std::vector<NodeInfo> round = {node("node1", 0, 1), node("node2", 1, 2),
+                                       node("node3", 2, 3)};
+  s.hosts["10.0.0.1"] = {2, 0, "node1"};  // a streak from earlier rounds
+  s.hosts["10.0.0.9"] = {1, 0, "node9"};  // a host not in this round keeps its own
+  const std::string blamed = attributeFailures(
+      s, round,
+      {{"node1", {"10.0.0.1", 300}}, {"node3", {"10.0.0.3", 100}}, {"node2", {"10.0.0.2", 100}}});
+  EXPECT_EQ(blamed, "10.0.0.2");
+  EXPECT_EQ(s.attributedRound, s.round);
+  EXPECT_EQ(s.hosts.count("10.0.0.1"), 0u);  // back to 0: dropped
+  EXPECT_EQ(s.hosts.at("10.0.0.2"), (HostRecord{1, 0, "node2"}));
+  EXPECT_EQ(s.hosts.at("10.0.0.9"), (HostRecord{1, 0, "node9"}));
+  EXPECT_EQ(s.hosts.count("10.0.0.3"), 0u);
+
+  // The same host first again: its streak grows.
+  EXPECT_EQ(attributeFailures(s, round, {{"node2", {"10.0.0.2", 50}}}), "10.0.0.2");
+  EXPECT_EQ(s.hosts.at("10.0.0.2").streak, 2);
+
+  // A round ended by a membership change blames nobody and changes no streak.
+  EXPECT_EQ(attributeFailures(s, round, {}), "");
+  EXPECT_EQ(s.hosts.at("10.0.0.2").streak, 2);
+}
+
+// An excluded host is refused until its cooldown ends; the message rounds
+// the seconds left up and names the rounds in a row.
+TEST(EtcdRound, AnExcludedHostIsRefusedUntilItsCooldownEnds) {
+  RoundState s = running(1, 3, 0);
+  s.maxNodeFailures = 2;
+  s.hosts["10.0.0.2"] = {0, 61'001, "node2"};
+  EXPECT_TRUE(excluded(s, "10.0.0.2", 1'000));
+  EXPECT_FALSE(excluded(s, "10.0.0.2", 61'001));
+  EXPECT_FALSE(excluded(s, "10.0.0.3", 1'000));
+  EXPECT_EQ(exclusionMessage(s, "job", "node2:41:ab", "10.0.0.2", 1'000),
+            "node node2:41:ab at 10.0.0.2 is excluded from rendezvous 'job' for 61 more s: its "
+            "workers failed first in 2 rounds in a row");
+  EXPECT_NE(exclusionMessage(s, "job", "node2:41:ab", "10.0.0.2", 60'002).find("for 1 more s"),
+            std::string::npos);  // 999 ms left
+}
+
+// Every field the coordinator decides on survives the state's JSON.
+TEST(EtcdRound, TheStateRoundTripsThroughJson) {
+  RoundState s = running(2, 4, 0);
+  s.lastCallMs = 3000;
+  s.maxRestarts = 5;
+  s.maxNodeFailures = 2;
+  s.nodeCooldownMs = 60000;
+  s.restarts = 3;
+  s.attributedRound = 1;
+  s.hosts["10.0.0.2"] = {1, 99, "node2"};
+  s.lastFailure = {"node2", 1, 7, 1234, "report"};
+  const auto read = stateFromJson(toJson(s));
+  ASSERT_TRUE(read);
+  EXPECT_EQ(toJson(*read), toJson(s));
+  EXPECT_EQ(read->phase, Phase::kRunning);
+  EXPECT_EQ(read->hosts, s.hosts);
+  EXPECT_EQ(read->lastFailure.exitCode, 7);
+  EXPECT_FALSE(stateFromJson("not json"));
+  EXPECT_FALSE(stateFromJson(R"({"round": 1})"));  // no settings
 }
 
 }  // namespace
