@@ -15,10 +15,10 @@
 #include <mutex>
 #include <thread>
 
+#include "ddprun/common/proc_info.h"
 #include "ddprun/rendezvous/etcd_rendezvous.h"
 #include "etcd_cluster.h"
 #include "monotonic_clock.h"
-#include "proc_info.h"
 
 namespace ddprun::bench {
 
@@ -30,7 +30,7 @@ constexpr rlim_t kNodesPerProcess = 1024;
 double clusterCpuSeconds(const test_support::EtcdCluster& cluster) {
   std::uint64_t ticks = 0;
   for (pid_t pid : cluster.pids()) {
-    if (const auto stat = agent::readProcStat(pid)) ticks += stat->cpuTicks;
+    if (const auto stat = readProcStat(pid)) ticks += stat->cpuTicks;
   }
   return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }

@@ -14,13 +14,9 @@
 #include <optional>
 #include <string>
 
-namespace ddprun::agent {
+#include "outcome.h"
 
-struct WorkerError {
-  std::string message;
-  std::string traceback;       // py_callstack, when present
-  std::int64_t timestamp = 0;  // seconds since the epoch, 0 if absent
-};
+namespace ddprun::agent {
 
 // Nullopt when the file does not exist, is empty, or is not one of the two
 // shapes (a garbled file never hides the exit code).

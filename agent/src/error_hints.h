@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "failure_report.h"
+#include "outcome.h"
 
 namespace ddprun::agent {
 

@@ -39,46 +39,6 @@ void indentLines(std::ostringstream& out, const std::string& text, const char* i
 
 }  // namespace
 
-std::string describeExit(const WorkerFailure& f) {
-  if (f.status.signaled) {
-    return fmt::format("worker rank {} (local rank {}, pid {}) was killed by {}", f.rank,
-                       f.localRank, f.pid, signalName(f.status.signal));
-  }
-  return fmt::format("worker rank {} (local rank {}, pid {}) exited with code {}", f.rank,
-                     f.localRank, f.pid, f.status.code);
-}
-
-void FailureHistory::add(int attempt, const WorkerFailure& f) {
-  ++count_;
-  last_ = fmt::format("attempt {}: {}", attempt, describeExit(f));
-  if (firstLines_.size() < 3) firstLines_.push_back(last_);
-  const std::string cause = f.status.signaled
-                                ? fmt::format("rank {} {}", f.rank, signalName(f.status.signal))
-                                : fmt::format("rank {} exit code {}", f.rank, f.status.code);
-  for (auto& [known, times] : causes_) {
-    if (known == cause) {
-      ++times;
-      return;
-    }
-  }
-  if (causes_.size() < kMaxCauses) {
-    causes_.emplace_back(cause, 1);
-  } else {
-    ++otherCauses_;
-  }
-}
-
-std::vector<std::string> FailureHistory::lines() const {
-  if (count_ <= 3) return firstLines_;
-  std::vector<std::string> out{"first: " + firstLines_.front(), "last:  " + last_};
-  std::string causes = "causes:";
-  for (const auto& [cause, times] : causes_) causes += fmt::format(" {} x{};", cause, times);
-  if (otherCauses_ > 0) causes += fmt::format(" other causes x{};", otherCauses_);
-  causes.pop_back();
-  out.push_back(causes);
-  return out;
-}
-
 std::string formatFailureReport(const FailureSummary& s) {
   const WorkerFailure& root = s.rootCause;
   std::ostringstream out;

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "proc_info.h"
+#include "ddprun/common/proc_info.h"
 #include "python_stack.h"
 
 namespace ddprun::agent {

@@ -41,12 +41,9 @@
 #include <string>
 #include <vector>
 
-namespace ddprun::agent {
+#include "outcome.h"
 
-struct WatchedWorker {
-  int localRank = 0;
-  pid_t pid = 0;  // also its process group
-};
+namespace ddprun::agent {
 
 // What ddprun can see of a hung worker.
 struct HangReport {

@@ -36,8 +36,7 @@
 
 #include "ddprun/agent/agent_config.h"
 #include "ddprun/rendezvous/messages.h"
-#include "failure_report.h"
-#include "group_outcome.h"
+#include "outcome.h"
 #include "restart_backoff.h"
 #include "round_source.h"
 

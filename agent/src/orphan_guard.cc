@@ -19,7 +19,7 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
-#include "proc_info.h"
+#include "ddprun/common/proc_info.h"
 
 namespace ddprun::agent {
 

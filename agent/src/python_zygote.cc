@@ -20,10 +20,10 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
+#include "ddprun/common/proc_info.h"
 #include "ddprun/common/signal_names.h"
 #include "fd_wait.h"
 #include "preload_zygote_source.h"
-#include "proc_info.h"
 
 namespace ddprun::agent {
 

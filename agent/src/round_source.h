@@ -17,7 +17,7 @@
 #include <string>
 
 #include "ddprun/rendezvous/messages.h"
-#include "failure_report.h"
+#include "outcome.h"
 
 namespace ddprun::agent {
 

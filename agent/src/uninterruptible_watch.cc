@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "proc_info.h"
+#include "ddprun/common/proc_info.h"
 
 namespace ddprun::agent {
 

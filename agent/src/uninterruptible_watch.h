@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "hang_watchdog.h"
+#include "outcome.h"
 
 namespace ddprun::agent {
 

@@ -8,8 +8,9 @@
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
+#include "ddprun/common/proc_info.h"
 #include "ddprun/common/signal_names.h"
-#include "proc_info.h"
+#include "error_file.h"
 
 namespace ddprun::agent {
 

@@ -21,11 +21,9 @@
 
 #include "ddprun/agent/agent_config.h"
 #include "event_log.h"
-#include "failure_report.h"
-#include "group_outcome.h"
-#include "hang_watchdog.h"
 #include "log_pump.h"
 #include "orphan_guard.h"
+#include "outcome.h"
 #include "output_router.h"
 #include "run_directory.h"
 #include "worker_env.h"

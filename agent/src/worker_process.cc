@@ -32,17 +32,6 @@ namespace ddprun::agent {
 namespace asio = boost::asio;
 namespace bp = boost::process::v2;
 
-ExitStatus ExitStatus::fromWaitStatus(int status) {
-  ExitStatus result;
-  if (WIFSIGNALED(status)) {
-    result.signaled = true;
-    result.signal = WTERMSIG(status);
-  } else {
-    result.code = WEXITSTATUS(status);
-  }
-  return result;
-}
-
 namespace {
 
 // Closes every descriptor from 3 up except `keep` and `alsoKeep` (-1:

@@ -21,6 +21,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/readable_pipe.hpp>
+#include "outcome.h"
 #include "process_v2.h"
 
 #include <functional>
@@ -29,17 +30,6 @@
 #include <vector>
 
 namespace ddprun::agent {
-
-struct ExitStatus {
-  int code = 0;    // exit code, when !signaled
-  int signal = 0;  // terminating signal, when signaled
-  bool signaled = false;
-
-  bool success() const { return !signaled && code == 0; }
-  // The shell convention: the code, or 128 + the signal number.
-  int shellCode() const { return signaled ? 128 + signal : code; }
-  static ExitStatus fromWaitStatus(int status);
-};
 
 // Where a worker may run and allocate (--numa_binding).
 struct CpuPlacement {

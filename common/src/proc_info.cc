@@ -1,10 +1,10 @@
-#include "proc_info.h"
+#include "ddprun/common/proc_info.h"
 
 #include <fstream>
 #include <sstream>
 #include <string_view>
 
-namespace ddprun::agent {
+namespace ddprun {
 
 namespace {
 
@@ -53,4 +53,4 @@ std::uint64_t readProcIoBytes(pid_t pid) {
   return total;
 }
 
-}  // namespace ddprun::agent
+}  // namespace ddprun

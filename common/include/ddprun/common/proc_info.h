@@ -1,7 +1,8 @@
-// What the agent reads about a process from /proc: its stat line (state,
+// What ddprun reads about a process from /proc: its stat line (state,
 // parent, process group, CPU time), one-line files (comm, wchan) and its
-// I/O byte counters. One parser for the agent's several readers (the file
-// timer's pid check, the hang watchdog, the leftover-process report).
+// I/O byte counters. One parser for its several readers (the workers' group
+// and orphan guard, the zygote, the hang watchdog and D-state watch, the
+// benchmarks' CPU accounting).
 //
 // Thread-safety: pure functions; a process may vanish between two reads,
 // which they report as nullopt / empty / 0.
@@ -13,7 +14,7 @@
 #include <optional>
 #include <string>
 
-namespace ddprun::agent {
+namespace ddprun {
 
 struct ProcStat {
   char state = '?';  // R, S, D, T, Z, ...
@@ -33,4 +34,4 @@ std::string readProcLine(pid_t pid, const char* file);
 // map that the descriptor counters miss); 0 when unreadable.
 std::uint64_t readProcIoBytes(pid_t pid);
 
-}  // namespace ddprun::agent
+}  // namespace ddprun
