@@ -14,6 +14,7 @@
 #include <random>
 
 #include "attempt_store.h"
+#include "ddprun/agent/core/node_lifecycle.h"
 #include "ddprun/common/env.h"
 #include "ddprun/common/environment.h"
 #include "ddprun/common/error.h"
@@ -29,7 +30,6 @@
 #include "lifecycle_hooks.h"
 #include "local_rounds.h"
 #include "network_interface.h"
-#include "node_lifecycle.h"
 #include "node_rendezvous.h"
 #include "numa_binding.h"
 #include "orphan_guard.h"
@@ -319,7 +319,7 @@ void Agent::Impl::buildLifecycle() {
   settings.maxRestarts = config.maxRestarts;
   settings.workersPerNode = config.nprocPerNode;
   settings.shutdownTimeout = config.shutdownTimeout;
-  settings.backoff = config.restartBackoff;
+  settings.backoff = {config.restartBackoff.initial, config.restartBackoff.max};
   settings.backoffSeed = std::random_device{}();
   settings.describeFailure = [this](const GroupOutcome& outcome, const FailureContext& context) {
     return reportFor(outcome, context);

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "outcome.h"
+#include "ddprun/agent/core/outcome.h"
 
 namespace ddprun::agent {
 

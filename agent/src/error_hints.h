@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "outcome.h"
+#include "ddprun/agent/core/outcome.h"
 
 namespace ddprun::agent {
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "outcome.h"
+#include "ddprun/agent/core/outcome.h"
 
 namespace ddprun::agent {
 

@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "outcome.h"
+#include "ddprun/agent/core/outcome.h"
 
 namespace ddprun::agent {
 

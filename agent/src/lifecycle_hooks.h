@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/core/node_lifecycle.h"
 #include "event_log.h"
 #include "file_timer_server.h"
 #include "hang_watchdog.h"
-#include "node_lifecycle.h"
 #include "output_router.h"
 #include "uninterruptible_watch.h"
 

@@ -10,7 +10,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "attempt_store.h"
-#include "round_source.h"
+#include "ddprun/agent/core/round_source.h"
 
 namespace ddprun::agent {
 

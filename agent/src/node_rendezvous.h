@@ -32,10 +32,10 @@
 #include <thread>
 
 #include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/core/round_source.h"
 #include "ddprun/rendezvous/protocol.h"
 #include "ddprun/rendezvous/rendezvous_backend.h"
 #include "ddprun/rendezvous/store_server.h"
-#include "round_source.h"
 
 namespace ddprun::agent {
 

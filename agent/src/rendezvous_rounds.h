@@ -11,8 +11,8 @@
 #include <functional>
 
 #include "attempt_store.h"
+#include "ddprun/agent/core/round_source.h"
 #include "node_rendezvous.h"
-#include "round_source.h"
 
 namespace ddprun::agent {
 

@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "outcome.h"
+#include "ddprun/agent/core/outcome.h"
 
 namespace ddprun::agent {
 

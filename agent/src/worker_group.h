@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/core/outcome.h"
 #include "event_log.h"
 #include "log_pump.h"
 #include "orphan_guard.h"
-#include "outcome.h"
 #include "output_router.h"
 #include "run_directory.h"
 #include "worker_env.h"

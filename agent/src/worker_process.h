@@ -21,7 +21,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/readable_pipe.hpp>
-#include "outcome.h"
+#include "ddprun/agent/core/outcome.h"
 #include "process_v2.h"
 
 #include <functional>

@@ -2,7 +2,7 @@
 // runner, a round source, a start gate and a manual clock. No process,
 // socket or timer: each test delivers the answers itself, in the order it
 // is about.
-#include "node_lifecycle.h"
+#include "ddprun/agent/core/node_lifecycle.h"
 
 #include <signal.h>
 
@@ -196,7 +196,7 @@ protocol::Event roundEnded(std::int64_t round) {
 class NodeLifecycleTest : public ::testing::Test {
  protected:
   // `gated`: a start gate that is closed until the test opens it.
-  void make(bool gated = false, RestartBackoffConfig backoff = {0ms, 0ms}) {
+  void make(bool gated = false, BackoffLimits backoff = {0ms, 0ms}) {
     LifecycleSettings settings;
     settings.maxRestarts = 3;
     settings.workersPerNode = 2;

@@ -1,4 +1,4 @@
-#include "restart_backoff.h"
+#include "ddprun/agent/core/restart_backoff.h"
 
 #include <gtest/gtest.h>
 

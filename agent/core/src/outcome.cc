@@ -1,4 +1,4 @@
-#include "outcome.h"
+#include "ddprun/agent/core/outcome.h"
 
 #include <sys/wait.h>
 

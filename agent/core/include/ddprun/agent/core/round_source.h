@@ -16,8 +16,8 @@
 #include <optional>
 #include <string>
 
+#include "ddprun/agent/core/outcome.h"
 #include "ddprun/rendezvous/messages.h"
-#include "outcome.h"
 
 namespace ddprun::agent {
 

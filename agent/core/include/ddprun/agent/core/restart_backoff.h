@@ -15,13 +15,17 @@
 #include <cstdint>
 #include <random>
 
-#include "ddprun/agent/agent_config.h"
-
 namespace ddprun::agent {
+
+// The waits' bounds (--restart_backoff_initial, --restart_backoff_max).
+struct BackoffLimits {
+  std::chrono::milliseconds initial{std::chrono::seconds(1)};
+  std::chrono::milliseconds max{std::chrono::seconds(30)};
+};
 
 class RestartBackoff {
  public:
-  explicit RestartBackoff(RestartBackoffConfig config, std::uint64_t seed = std::random_device{}());
+  explicit RestartBackoff(BackoffLimits config, std::uint64_t seed = std::random_device{}());
 
   // The wait before restarting after an attempt that ran for `ranFor`.
   std::chrono::milliseconds next(std::chrono::milliseconds ranFor);
@@ -30,7 +34,7 @@ class RestartBackoff {
   int failuresInARow() const { return failuresInARow_; }
 
  private:
-  RestartBackoffConfig config_;
+  BackoffLimits config_;
   std::mt19937_64 random_;
   int failuresInARow_ = 0;
 };

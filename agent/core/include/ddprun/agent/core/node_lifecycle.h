@@ -34,11 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/core/outcome.h"
+#include "ddprun/agent/core/restart_backoff.h"
+#include "ddprun/agent/core/round_source.h"
 #include "ddprun/rendezvous/messages.h"
-#include "outcome.h"
-#include "restart_backoff.h"
-#include "round_source.h"
 
 namespace ddprun::agent {
 
@@ -132,7 +131,7 @@ struct LifecycleSettings {
   int maxRestarts = 0;
   int workersPerNode = 1;
   std::chrono::milliseconds shutdownTimeout{0};
-  RestartBackoffConfig backoff;
+  BackoffLimits backoff;
   std::uint64_t backoffSeed = 0;
   std::function<std::string(const GroupOutcome&, const FailureContext&)> describeFailure;
   std::function<void(int code)> exit;  // after every hook saw the exit

@@ -1,10 +1,10 @@
-#include "restart_backoff.h"
+#include "ddprun/agent/core/restart_backoff.h"
 
 #include <algorithm>
 
 namespace ddprun::agent {
 
-RestartBackoff::RestartBackoff(RestartBackoffConfig config, std::uint64_t seed)
+RestartBackoff::RestartBackoff(BackoffLimits config, std::uint64_t seed)
     : config_(config), random_(seed) {}
 
 std::chrono::milliseconds RestartBackoff::next(std::chrono::milliseconds ranFor) {

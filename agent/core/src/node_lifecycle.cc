@@ -1,4 +1,4 @@
-#include "node_lifecycle.h"
+#include "ddprun/agent/core/node_lifecycle.h"
 
 #include <signal.h>
 
