@@ -387,15 +387,20 @@ TEST(PlainScripts, ASpawnScriptOnATakenPortFailsWithAClearReport) {
 // torchft's lighthouse (the wheel's own binary) on a free port, once it says
 // it listens; the replicas find it through TORCHFT_LIGHTHOUSE.
 std::unique_ptr<ChildProcess> startLighthouse(std::uint16_t port) {
+  // Its log goes to stderr: through stdout, the test reads it line by line.
   auto lighthouse = std::make_unique<ChildProcess>(std::vector<std::string>{
-      kVenvBin + "/torchft_lighthouse", "--min_replicas", "1", "--join_timeout_ms", "1000",
-      "--bind", fmt::format("127.0.0.1:{}", port)});
+      "/bin/sh", "-c",
+      fmt::format("exec {}/torchft_lighthouse --min_replicas 1 --join_timeout_ms 1000 "
+                  "--bind 127.0.0.1:{} 2>&1",
+                  kVenvBin, port)});
   std::string said;
   const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (said.find("Lighthouse listening on") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline && !lighthouse->wait(0ms)) {
-    said += lighthouse->drainStdout() + lighthouse->drainStderr();
-    std::this_thread::sleep_for(10ms);
+  while (said.find("Lighthouse listening on") == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const auto line = left.count() > 0 ? lighthouse->readStdoutLine(left) : std::nullopt;
+    if (!line) break;  // the deadline passed, or the lighthouse exited
+    said += *line + "\n";
   }
   EXPECT_NE(said.find("Lighthouse listening on"), std::string::npos) << said;
   return lighthouse;
