@@ -622,8 +622,7 @@ void RendezvousManager::describeMissing(const Rendezvous& r, protocol::Rendezvou
     // Its node rank: the one it asks for, else the one it had last round.
     const std::int64_t rank =
         node->second.requestedRank >= 0 ? node->second.requestedRank : node->second.groupRank;
-    add(fmt::format("node {} at {}{}, not back yet", printable(id), printable(node->second.address),
-                    rank >= 0 ? fmt::format(", node rank {}", rank) : ""));
+    add(protocol::nodeText(id, node->second.address, rank) + ", not back yet");
     if (node->second.requestedRank >= 0) named.insert(node->second.requestedRank);
   }
   // Every node asks for its rank (static jobs, Slurm steps): the ranks

@@ -97,11 +97,14 @@ std::string missingNodesText(const RendezvousStatus& status) {
   return text;
 }
 
+std::string nodeText(std::string_view nodeId, std::string_view address, std::int64_t nodeRank) {
+  return fmt::format("node {} at {}{}", printable(nodeId), printable(address),
+                     nodeRank >= 0 ? fmt::format(", node rank {}", nodeRank) : "");
+}
+
 std::string lostNodeText(std::string_view nodeId, std::string_view address, std::int64_t nodeRank,
                          std::string_view reason) {
-  return fmt::format("node {} at {}{}, lost ({})", printable(nodeId), printable(address),
-                     nodeRank >= 0 ? fmt::format(", node rank {}", nodeRank) : "",
-                     printable(reason, 200));
+  return fmt::format("{}, lost ({})", nodeText(nodeId, address, nodeRank), printable(reason, 200));
 }
 
 std::string lostNodesReport(const std::vector<std::string>& lost, std::uint32_t fixedNodes,

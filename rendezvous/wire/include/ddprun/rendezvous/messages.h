@@ -171,6 +171,12 @@ inline constexpr std::size_t kMaxMissingShown = 16;
 // agent's progress line.
 std::string missingNodesText(const RendezvousStatus& status);
 
+// "node node2:4121:ab12cd at 10.0.0.2, node rank 1": a node as waiting
+// and failure messages name it (the node id begins with its host's name;
+// nodeRank -1: none known). Each part is made printable: it came from
+// another node.
+std::string nodeText(std::string_view nodeId, std::string_view address, std::int64_t nodeRank);
+
 // "node node2:4121:ab12cd at 10.0.0.2, node rank 1, lost (connection
 // closed)": a node lost without leaving, as the c10d store and etcd name it
 // (the node id begins with its host's name; nodeRank -1: none asked for).
