@@ -6,6 +6,8 @@
 
 #include <boost/asio/read.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -13,6 +15,8 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+
+#include "ddprun/common/signal_names.h"
 
 namespace ddprun::agent {
 namespace {
@@ -87,6 +91,29 @@ std::string SignalSource::commandOf(pid_t pid) {
   std::string name;
   std::getline(in, name);
   return name;
+}
+
+SignalDecision decideSignal(const SignalSource::Received& received,
+                            const std::vector<int>& forwardedSignals, bool underSlurm,
+                            const std::string& senderCommand) {
+  const int sig = received.signal;
+  const bool forwarded =
+      std::find(forwardedSignals.begin(), forwardedSignals.end(), sig) != forwardedSignals.end();
+  const bool fromSlurm = underSlurm && received.sender > 0 && senderCommand == "slurmstepd";
+  if (!fromSlurm) {
+    if (forwarded) return {SignalAction::kStop, ""};
+    // Handled only for Slurm's sake: anyone else's has its default meaning.
+    return {SignalAction::kDefault,
+            fmt::format("ddprun received {} (not in --signals_to_handle) from pid {}; it ends "
+                        "ddprun.",
+                        signalName(sig), received.sender)};
+  }
+  if (sig == SIGTERM || sig == SIGINT) return {SignalAction::kStopWithoutForwarding, ""};
+  return {SignalAction::kLeaveWorkersTraining,
+          fmt::format("Slurm sent {} to the job step: every worker received it; ddprun neither "
+                      "forwards it nor stops them (the early warning of --signal={}@TIME: "
+                      "checkpoint, requeue, train on).",
+                      signalName(sig), signalName(sig).substr(3))};
 }
 
 }  // namespace ddprun::agent

@@ -20,6 +20,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace ddprun::agent {
@@ -53,5 +54,25 @@ class SignalSource {
   std::vector<int> signals_;
   Received pending_;
 };
+
+// What a received signal means for the node (docs/multinode.md, "Slurm"):
+//   - a signal in --signals_to_handle from anyone but Slurm: stop the
+//     workers, forwarding it (torchrun's meaning);
+//   - SIGTERM or SIGINT from a slurmstepd (scancel, the time limit,
+//     preemption): stop, without forwarding (every worker has it already);
+//   - any other signal from a slurmstepd (--signal=SIG@TIME's early
+//     warning, scancel --signal): leave the workers training;
+//   - USR1/USR2 caught only for Slurm's sake, from anyone else: the signal's
+//     default action.
+// `warning` is the line to log, or empty.
+enum class SignalAction { kStop, kStopWithoutForwarding, kLeaveWorkersTraining, kDefault };
+struct SignalDecision {
+  SignalAction action = SignalAction::kStop;
+  std::string warning;
+};
+// `senderCommand`: the sender's command name (SignalSource::commandOf).
+SignalDecision decideSignal(const SignalSource::Received& received,
+                            const std::vector<int>& forwardedSignals, bool underSlurm,
+                            const std::string& senderCommand);
 
 }  // namespace ddprun::agent

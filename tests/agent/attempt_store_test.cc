@@ -1,6 +1,6 @@
 // AttemptStore: every attempt's workers start on a store no earlier worker
 // has written to; a fixed port is bound again for each.
-#include "attempt_store.h"
+#include "ddprun/agent/rounds/attempt_store.h"
 
 #include <gtest/gtest.h>
 

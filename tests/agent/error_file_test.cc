@@ -1,4 +1,4 @@
-#include "error_file.h"
+#include "ddprun/agent/workers/error_file.h"
 
 #include <gtest/gtest.h>
 

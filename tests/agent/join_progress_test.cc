@@ -1,5 +1,5 @@
 // The rendezvous progress line: what a waiting node prints.
-#include "join_progress.h"
+#include "ddprun/agent/rounds/join_progress.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "live_console.h"
+#include "ddprun/agent/output/live_console.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // One node's rounds (agent/src/local_rounds.h) on a real attempt store:
 // the restart budget and a fresh store for each attempt.
-#include "local_rounds.h"
+#include "ddprun/agent/rounds/local_rounds.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "attempt_store.h"
+#include "ddprun/agent/rounds/attempt_store.h"
 
 namespace ddprun::agent {
 namespace {

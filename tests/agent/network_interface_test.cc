@@ -1,4 +1,4 @@
-#include "network_interface.h"
+#include "ddprun/agent/rounds/network_interface.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // planNumaBinding over a fake sysfs tree: 2 NUMA nodes on 2 sockets, 8 CPUs
 // as 4 cores with 2 threads each, 2 L3 caches per node, 4 NVIDIA GPUs (two
 // per node) plus a non-NVIDIA device.
-#include "numa_binding.h"
+#include "ddprun/agent/workers/numa_binding.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "worker_env.h"
+#include "ddprun/agent/workers/worker_env.h"
 
 #include <gtest/gtest.h>
 

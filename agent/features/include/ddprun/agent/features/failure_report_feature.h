@@ -1,0 +1,46 @@
+// FailureReportFeature: the node's failure report. It writes the report the
+// lifecycle asks for when a worker failed (describe: the root cause, the
+// other failures, the earlier attempts, a host that failed round after
+// round in a job of several nodes) and prints it on the node's exit, after
+// the workers' last lines (flushConsole).
+//
+// Thread-safety: the agent's loop thread only.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/core/node_lifecycle.h"
+
+namespace ddprun::agent {
+
+class FailureReportFeature : public LifecycleHook {
+ public:
+  // `filesKept`: the run directory stays (--log_dir); `flushConsole` writes
+  // out the workers' pending console lines.
+  FailureReportFeature(const AgentConfig& config, bool filesKept,
+                       std::function<void()> flushConsole);
+
+  // LifecycleSettings::describeFailure.
+  std::string describe(const GroupOutcome& outcome, const FailureContext& context) const;
+  void exiting(const NodeExit& exit) override;
+
+ private:
+  const AgentConfig& config_;
+  const bool filesKept_;
+  std::function<void()> flushConsole_;
+};
+
+// TORCHELASTIC_ERROR_FILE of the launcher: every failing exit names its
+// cause there (launcher_error_file.h).
+class LauncherErrorFileFeature : public LifecycleHook {
+ public:
+  explicit LauncherErrorFileFeature(std::filesystem::path path) : path_(std::move(path)) {}
+  void exiting(const NodeExit& exit) override;
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,61 @@
+#include "ddprun/agent/features/failure_report_feature.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "ddprun/agent/features/failure_report.h"
+#include "ddprun/agent/features/launcher_error_file.h"
+
+namespace ddprun::agent {
+
+FailureReportFeature::FailureReportFeature(const AgentConfig& config, bool filesKept,
+                                           std::function<void()> flushConsole)
+    : config_(config), filesKept_(filesKept), flushConsole_(std::move(flushConsole)) {}
+
+std::string FailureReportFeature::describe(const GroupOutcome& outcome,
+                                           const FailureContext& context) const {
+  FailureSummary summary;
+  summary.programName = config_.programName;
+  summary.attempts = context.attempt.restartCount + 1;
+  summary.maxRestarts = config_.maxRestarts;
+  summary.rootCause = *outcome.rootCause;
+  summary.otherFailures = outcome.otherFailures;
+  summary.stoppedRanks = outcome.stoppedRanks;
+  summary.history = context.history;
+  const bool multiNode = config_.rendezvous.mode != RendezvousMode::kStandalone;
+  if (multiNode && context.failedRunsInARow >= 2) {
+    // In a static job this host cannot be left out: name it.
+    summary.repeatedFailure = fmt::format(
+        "workers on this node ({}, {}) failed in {} rounds in a row; if they failed first (see "
+        "the root cause), check this host",
+        config_.hostname,
+        config_.rendezvous.localAddr.empty() ? context.attempt.assignment.masterAddr
+                                             : config_.rendezvous.localAddr,
+        context.failedRunsInARow);
+  }
+  summary.filesKept = filesKept_;
+  return formatFailureReport(summary);
+}
+
+void FailureReportFeature::exiting(const NodeExit& exit) {
+  if (exit.report.empty()) return;
+  flushConsole_();  // the workers' last lines come before the report
+  std::cerr << exit.report << std::flush;
+}
+
+void LauncherErrorFileFeature::exiting(const NodeExit& exit) {
+  if (exit.code == 0) return;
+  // Every failing exit names its cause there, not only a worker's failure
+  // (torchrun's @record writes its exception: a signal, a rendezvous
+  // timeout).
+  if (!exit.report.empty()) {
+    writeLauncherErrorFile(path_, exit.rootCause, exit.code, exit.report);
+    return;
+  }
+  const std::string what =
+      exit.reason.empty() ? fmt::format("ddprun exited with code {}", exit.code) : exit.reason;
+  writeLauncherErrorFile(path_, exit.rootCause, exit.code, what, what);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,188 @@
+#include "ddprun/agent/features/file_timer_server.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/read_until.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
+
+namespace ddprun::agent {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::system_clock;
+
+namespace {
+
+int openPipe(const std::filesystem::path& path, bool& created) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0) {
+    if (!S_ISFIFO(info.st_mode)) {
+      throw Error(fmt::format(
+          "TORCHELASTIC_TIMER_FILE={} exists and is not a named pipe; remove it or name another "
+          "path",
+          path.string()));
+    }
+  } else if (::mkfifo(path.c_str(), 0600) == 0) {
+    created = true;
+  } else {
+    throw Error(fmt::format("cannot create the file timer's pipe {}: {}", path.string(),
+                            std::strerror(errno)));
+  }
+  // Read and write: clients can always open it (O_WRONLY|O_NONBLOCK fails
+  // without a reader) and reads never see end of file.
+  const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    throw Error(fmt::format("cannot open the file timer's pipe {}: {}", path.string(),
+                            std::strerror(errno)));
+  }
+  return fd;
+}
+
+}  // namespace
+
+FileTimerServer::FileTimerServer(asio::io_context& io, std::filesystem::path path, AcceptFn accept,
+                                 ExpiredFn onExpired)
+    : path_(std::move(path)),
+      accept_(std::move(accept)),
+      onExpired_(std::move(onExpired)),
+      pipe_(io),
+      input_(PIPE_BUF + 1),
+      alarm_(io) {
+  pipe_.assign(openPipe(path_, created_));
+  DDPRUN_INFO("The file timer server reads {} (TORCHELASTIC_TIMER_FILE).", path_.string());
+  readLine();
+}
+
+FileTimerServer::~FileTimerServer() {
+  boost::system::error_code ignored;
+  pipe_.close(ignored);
+  if (created_) ::unlink(path_.c_str());
+}
+
+void FileTimerServer::clear() {
+  timers_.clear();
+  alarm_.cancel();
+}
+
+void FileTimerServer::readLine() {
+  asio::async_read_until(pipe_, input_, '\n', [this](boost::system::error_code ec, std::size_t n) {
+    if (ec == asio::error::operation_aborted) return;
+    if (ec == asio::error::not_found) {
+      // A line longer than PIPE_BUF (PyTorch's clients never write one):
+      // drop what was buffered and carry on.
+      ++dropped_["a request longer than PIPE_BUF"];
+      input_.consume(input_.size());
+    } else if (ec) {
+      DDPRUN_WARN("The file timer's pipe {} failed ({}); timers are no longer served.",
+                  path_.string(), ec.message());
+      return;
+    } else {
+      std::string line(asio::buffers_begin(input_.data()),
+                       asio::buffers_begin(input_.data()) + static_cast<std::ptrdiff_t>(n));
+      input_.consume(n);
+      handle(line);
+    }
+    readLine();
+  });
+}
+
+void FileTimerServer::handle(const std::string& line) {
+  auto drop = [this](const std::string& reason) {
+    if (dropped_[reason]++ == 0) {
+      DDPRUN_WARN("The file timer server dropped {} (further ones are dropped silently).", reason);
+    }
+  };
+  const auto request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!request.is_object() || !request.contains("pid") || !request["pid"].is_number_integer() ||
+      !request.contains("scope_id") || !request["scope_id"].is_string() ||
+      !request.contains("expiration_time") || !request["expiration_time"].is_number() ||
+      (request.contains("signal") && !request["signal"].is_number_integer())) {
+    drop("a request that is not FileTimerClient's JSON");
+    return;
+  }
+  const int pid = request["pid"].get<int>();
+  const std::string scope = request["scope_id"].get<std::string>();
+  const double expiration = request["expiration_time"].get<double>();
+  const int signal = request.value("signal", 0);
+  if (pid <= 0 || !accept_(pid)) {
+    drop("a request from a pid that is not one of this node's workers");
+    return;
+  }
+  const auto key = std::make_pair(pid, scope);
+  if (expiration < 0) {
+    timers_.erase(key);  // release
+  } else if (!std::isfinite(expiration) || expiration > 9e9 || signal >= NSIG) {
+    // 9e9 s (the year 2255) keeps the deadline inside system_clock's range.
+    drop("a timer with an impossible deadline or signal");
+    return;
+  } else if (timers_.size() >= kMaxTimers && !timers_.contains(key)) {
+    drop(fmt::format("a timer beyond the limit of {} live timers", kMaxTimers));
+    return;
+  } else {
+    const auto deadline = Clock::time_point(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expiration)));
+    timers_[key] = Timer{deadline, signal};
+  }
+  rearm();
+}
+
+void FileTimerServer::rearm() {
+  alarm_.cancel();
+  if (timers_.empty()) return;
+  auto earliest = Clock::time_point::max();
+  for (const auto& [key, timer] : timers_) earliest = std::min(earliest, timer.deadline);
+  // The deadline is wall-clock; the alarm waits on the steady clock for
+  // the distance to it (an early wake-up only re-arms).
+  alarm_.expires_after(std::max(earliest - Clock::now(), Clock::duration::zero()));
+  alarm_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) expire();
+  });
+}
+
+void FileTimerServer::expire() {
+  const auto now = Clock::now();
+  // pid -> its expired timer with the earliest deadline and a signal (as
+  // PyTorch picks the signal), else its earliest.
+  std::map<int, ExpiredTimer> fired;
+  for (const auto& [key, timer] : timers_) {
+    if (timer.deadline > now) continue;
+    auto [it, inserted] = fired.try_emplace(key.first);
+    ExpiredTimer& chosen = it->second;
+    const bool better =
+        inserted || (timer.signal > 0 && chosen.signal <= 0) ||
+        ((timer.signal > 0) == (chosen.signal > 0) && timer.deadline < chosen.deadline);
+    if (better) chosen = ExpiredTimer{key.first, key.second, timer.signal, timer.deadline, now};
+  }
+  for (const auto& [pid, timer] : fired) {
+    // Still one of the workers (or theirs)? A pid may have been reused.
+    if (!accept_(pid)) {
+      dropTimersOf(pid);
+      continue;
+    }
+    onExpired_(timer);
+    if (timer.signal > 0 && ::kill(pid, timer.signal) != 0 && errno != ESRCH) {
+      DDPRUN_WARN("The file timer could not signal pid {}: {}.", pid, std::strerror(errno));
+    }
+    dropTimersOf(pid);  // that process's timers are done with (PyTorch clears them too)
+  }
+  rearm();
+}
+
+void FileTimerServer::dropTimersOf(int pid) {
+  timers_.erase(timers_.lower_bound({pid, std::string()}),
+                timers_.lower_bound({pid + 1, std::string()}));
+}
+
+}  // namespace ddprun::agent

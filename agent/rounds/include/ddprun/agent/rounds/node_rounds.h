@@ -1,0 +1,66 @@
+// NodeRounds: what this node's rounds are made of, built for its mode.
+//   - One node (makeLocalRounds): a private store on 127.0.0.1, new for each
+//     attempt (AttemptStore), and LocalRounds, which counts --max_restarts
+//     here. MASTER_ADDR/MASTER_PORT: that store with the agent store, else
+//     --master_addr and --master_port (or a free port).
+//   - Several nodes (makeRendezvousRounds): the job's rendezvous
+//     (NodeRendezvous: the job's store or etcd) and RendezvousRounds, with
+//     the workers' store served by whichever node is group rank 0 when the
+//     workers use the agent store (always with etcd).
+// Workers never get the agents' token: workerToken is a credential for this
+// job's keys only.
+//
+// Also: the interface for the workers' Gloo and NCCL sockets, and the
+// warning that Python workers trained alone.
+//
+// Thread-safety: the agent's loop thread only.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/core/node_lifecycle.h"
+#include "ddprun/agent/core/round_source.h"
+#include "ddprun/agent/rounds/attempt_store.h"
+#include "ddprun/agent/rounds/node_rendezvous.h"
+
+namespace ddprun::agent {
+
+struct NodeRounds {
+  std::unique_ptr<AttemptStore> attemptStore;  // null: the workers use the job's store
+  std::unique_ptr<NodeRendezvous> rendezvous;  // several nodes only
+  std::unique_ptr<RoundSource> source;
+  std::string workerToken;
+};
+
+// Throws ddprun::Error when the store cannot listen (a taken --master_port).
+NodeRounds makeLocalRounds(boost::asio::io_context& io, const AgentConfig& config);
+NodeRounds makeRendezvousRounds(
+    boost::asio::io_context& io, const AgentConfig& config,
+    std::function<void(const rendezvous::protocol::Assignment&)> onAssigned);
+
+// The interface that carries `address` (this node's address in the
+// rendezvous), for the workers' GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME;
+// says so in the log when ddprun chooses one; "" when none.
+std::string socketInterfaceFor(const std::string& address);
+
+// Python workers of a job of several that all succeeded without one of them
+// connecting to the workers' store formed no process group: each trained
+// alone (Lightning on CPU with devices="auto"). Says so on the node that
+// served that store.
+class TrainedAloneNote : public LifecycleHook {
+ public:
+  TrainedAloneNote(const AgentConfig& config, const AttemptStore* store)
+      : config_(config), store_(store) {}
+  void attemptEnded(const Attempt& attempt, const GroupOutcome& outcome) override;
+
+ private:
+  const AgentConfig& config_;
+  const AttemptStore* store_;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,64 @@
+#include "ddprun/agent/rounds/rendezvous_rounds.h"
+
+#include <fmt/format.h>
+
+#include "ddprun/common/logging.h"
+
+namespace ddprun::agent {
+
+RendezvousRounds::RendezvousRounds(
+    NodeRendezvous& rendezvous, AttemptStore* workersStore, const AgentConfig& config,
+    std::function<void(const rendezvous::protocol::Assignment&)> assigned)
+    : rendezvous_(rendezvous),
+      workersStore_(workersStore),
+      config_(config),
+      assigned_(std::move(assigned)) {}
+
+void RendezvousRounds::join(std::function<void(JoinResult)> done) {
+  DDPRUN_INFO("Node {} is joining rendezvous '{}' ({} to {} nodes).", rendezvous_.nodeId(),
+              config_.runId, config_.rendezvous.minNodes, config_.rendezvous.maxNodes);
+  // This node's offer of a store for the round's workers, used if it
+  // becomes group rank 0.
+  if (workersStore_ != nullptr) rendezvous_.setMasterPort(workersStore_->fresh());
+  rendezvous_.asyncJoin([this, done = std::move(done)](JoinResult result) {
+    if (result.assignment) {
+      const auto& a = *result.assignment;
+      if (workersStore_ != nullptr && a.groupRank == 0) workersStore_->markUsed();
+      assigned_(a);
+      DDPRUN_INFO("Round {}: this node is group rank {} of {}; workers are ranks {} to {} of {}.",
+                  a.round, a.groupRank, a.groupWorldSize, a.rankOffset,
+                  a.rankOffset + config_.nprocPerNode - 1, a.worldSize);
+    }
+    done(std::move(result));
+  });
+}
+
+void RendezvousRounds::reportFailure(std::int64_t round, const WorkerFailure& root,
+                                     const std::string& report,
+                                     std::function<void(FailureAnswer)> done) {
+  rendezvous_.asyncReportFailure(round, root.status.shellCode(), report, root.time,
+                                 std::move(done));
+}
+
+void RendezvousRounds::leave(std::int64_t round, std::function<void()> done) {
+  rendezvous_.asyncLeave(round, std::move(done));
+}
+
+void RendezvousRounds::waitUntilAllLeft(std::function<void()> done) {
+  rendezvous_.asyncWaitUntilAllLeft(std::move(done));
+}
+
+WorkersStore RendezvousRounds::workersStore(const rendezvous::protocol::Assignment& round) const {
+  const std::string prefix = fmt::format("{}/round_{}/", config_.runId, round.round);
+  if (config_.rendezvous.backend == RendezvousBackendKind::kEtcd)
+    // No ddprun store holds the rounds: the workers' store is group rank 0's.
+    return {round.masterAddr, static_cast<int>(round.masterPort), prefix};
+  return {config_.rendezvous.endpointHost, config_.rendezvous.endpointPort, prefix};
+}
+
+std::string RendezvousRounds::restartMessage(std::int64_t restarts, int maxRestarts) const {
+  return fmt::format("Restarting the job (restart {} of {}, counted for the whole job).", restarts,
+                     maxRestarts);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,118 @@
+// PythonZygote: --preload's Python process on this node. It imports the
+// listed modules once (never CUDA, never a thread) and forks every worker
+// from that state, at launch and at each restart, so a Python worker starts
+// without importing torch again (docs/cli.md, --preload).
+//
+// The agent starts it as soon as it starts, so the import overlaps the
+// rendezvous; the first worker group waits for whenReady(). Its program is
+// preload_zygote.py (embedded in ddprun, written into the run directory).
+// Each worker it forks is the agent's own child (clone3 CLONE_PARENT, born
+// in the worker group's cgroup) with its process group, death-of-parent
+// protection, environment, working directory, pipes and CPU placement, so
+// exit codes, signals, logs and the orphan guarantees are those of an
+// exec'd worker. A zygote that dies after it was ready is replaced (workers
+// it forked run on: they are not its children); one that fails before, or
+// whose modules start a thread at import, is fatal if it is the first: onFatal
+// gets the reason (a replacement that fails is counted; after three in a row
+// ddprun stops replacing them and execs workers).
+// When it cannot fork (dead, replaced, not ready), fork() answers nullopt and
+// the worker is exec'd as without --preload.
+//
+// Thread-safety: the agent's loop thread only. fork() blocks that thread
+// for one request (a fork of the zygote, milliseconds; bounded by a
+// timeout).
+// Ownership: owns the zygote process and the agent's end of its socket.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ddprun/agent/core/node_lifecycle.h"
+#include "ddprun/agent/workers/orphan_guard.h"
+#include "ddprun/agent/workers/worker_process.h"
+
+namespace ddprun::agent {
+
+class PythonZygote {
+ public:
+  struct Settings {
+    // The workers' command: PYTHON -u SCRIPT ARGS... or PYTHON -u -m MODULE ARGS...
+    std::vector<std::string> command;
+    std::vector<std::string> modules;  // imported once, in this order
+    std::vector<std::string> env;      // the zygote's own environment, KEY=VALUE
+    std::filesystem::path scriptPath;  // where its program is written
+  };
+  using FatalFn = std::function<void(const std::string& why)>;
+
+  PythonZygote(boost::asio::io_context& io, OrphanGuard& guard, Settings settings, FatalFn onFatal);
+  ~PythonZygote();
+  PythonZygote(const PythonZygote&) = delete;
+  PythonZygote& operator=(const PythonZygote&) = delete;
+
+  bool ready() const { return ready_; }
+  // A zygote is importing: worker groups should wait for it.
+  bool starting() const { return !ready_ && !fatal_ && !gaveUp_; }
+  // Runs `then` once the zygote is ready, or ddprun gave up forking
+  // workers (they are exec'd): now, if so. Not run if the zygote is fatal.
+  void whenReady(std::function<void()> then);
+  // The Forker workers are started with (see WorkerProcess).
+  const Forker& forker() const { return forker_; }
+
+ private:
+  void start();
+  void readHello();
+  void onExit(ExitStatus status);
+  std::optional<pid_t> fork(const ForkRequest& request);
+  // Gives up on the current zygote (it is killed; onExit replaces it).
+  void discard(const std::string& why);
+  // Stops replacing zygotes: workers are exec'd from now on.
+  void giveUp(const std::string& why);
+
+  boost::asio::io_context& io_;
+  OrphanGuard& guard_;
+  const Settings settings_;
+  FatalFn onFatal_;
+  Forker forker_;
+  const std::set<std::string> zygoteEnv_;  // settings_.env, for lookups
+  std::unique_ptr<WorkerProcess> process_;
+  std::unique_ptr<boost::asio::local::stream_protocol::socket> socket_;
+  std::vector<std::function<void()>> waiting_;
+  std::vector<char> hello_;
+  bool ready_ = false;
+  bool readyOnce_ = false;  // this zygote was ready
+  bool everReady_ = false;  // a zygote was: from then on failures are not fatal
+  bool counted_ = false;    // this zygote's failure is in unusableInARow_
+  bool fatal_ = false;
+  bool stopping_ = false;
+  // Zygotes in a row that were ready but could not fork: at kMaxUnusable
+  // ddprun stops replacing them and execs the workers.
+  int unusableInARow_ = 0;
+  bool gaveUp_ = false;
+  // Bumped by every start: exit handlers of an older zygote do nothing.
+  std::shared_ptr<int> life_;
+};
+
+// --preload's zygote as the lifecycle's start gate: a group starts once the
+// zygote imported the modules (or gave up: then workers are exec'd).
+class ZygoteGate : public StartGate {
+ public:
+  explicit ZygoteGate(PythonZygote& zygote) : zygote_(zygote) {}
+  bool ready() const override { return !zygote_.starting(); }
+  void whenReady(std::function<void()> then) override { zygote_.whenReady(std::move(then)); }
+
+ private:
+  PythonZygote& zygote_;
+};
+
+}  // namespace ddprun::agent
