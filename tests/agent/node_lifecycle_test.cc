@@ -1,7 +1,7 @@
-// The node's lifecycle (agent/src/node_lifecycle.h) driven by fakes: a group
-// runner, a round source, a start gate and a manual clock. No process,
+// The node's lifecycle (agent/core/.../node_lifecycle.h) driven by fakes: a
+// group runner, a round source, a start gate and a manual clock. No process,
 // socket or timer: each test delivers the answers itself, in the order it
-// is about.
+// is about. Also which stop request stands when two come (stop_request.h).
 #include "ddprun/agent/core/node_lifecycle.h"
 
 #include <signal.h>
@@ -192,6 +192,14 @@ protocol::Event roundEnded(std::int64_t round) {
   event.message = "node x left";
   return event;
 }
+protocol::Event jobFailed(std::int64_t round, std::int64_t code = 6) {
+  protocol::Event event;
+  event.type = protocol::EventType::kJobFailed;
+  event.round = round;
+  event.exitCode = code;
+  event.message = "the job's report\n";
+  return event;
+}
 
 class NodeLifecycleTest : public ::testing::Test {
  protected:
@@ -249,6 +257,38 @@ TEST(NodeLifecycleTable, RefusesWhatNoInputDoes) {
   for (int to = 0; to <= static_cast<int>(S::kDone); ++to) {
     EXPECT_FALSE(transitionAllowed(S::kDone, static_cast<S>(to))) << stateName(static_cast<S>(to));
   }
+}
+
+// Which stop request stands when a second one comes (stop_request.h).
+TEST(StopRequestPrecedence, TheNodesEndBeatsTheAttemptsAndTheFirstOfTheNodesEndsStands) {
+  const StopRequest ended = RoundEnded{"node x left"};
+  const StopRequest failed = JobFailed{6, "report"};
+  const StopRequest lost = StoreLost{"lost"};
+  const StopRequest signal = SignalStop{SIGTERM};
+  for (const auto& next : {ended, failed, lost, signal}) {
+    EXPECT_TRUE(overrides(next, std::nullopt)) << next.index();
+  }
+  EXPECT_FALSE(overrides(ended, ended));
+  EXPECT_TRUE(overrides(failed, ended));
+  EXPECT_TRUE(overrides(lost, ended));
+  EXPECT_TRUE(overrides(signal, ended));
+  // The job's failure: only the user's signal replaces it.
+  EXPECT_FALSE(overrides(ended, failed));
+  EXPECT_FALSE(overrides(failed, failed));
+  EXPECT_FALSE(overrides(lost, failed));
+  EXPECT_TRUE(overrides(signal, failed));
+  // The node's own ends: the first stands.
+  for (const auto& standing : {lost, signal}) {
+    for (const auto& next : {ended, failed, lost, signal}) {
+      EXPECT_FALSE(overrides(next, standing)) << standing.index() << " " << next.index();
+    }
+  }
+  const std::optional<StopRequest> none;
+  EXPECT_EQ(requestIf<JobFailed>(none), nullptr);
+  EXPECT_EQ(requestIf<JobFailed>(std::optional<StopRequest>(ended)), nullptr);
+  const std::optional<StopRequest> standing = failed;
+  ASSERT_NE(requestIf<JobFailed>(standing), nullptr);
+  EXPECT_EQ(requestIf<JobFailed>(standing)->exitCode, 6);
 }
 
 TEST_F(NodeLifecycleTest, AFailureRestartsWhileTheBudgetAllowsThenTheNodeFails) {
@@ -591,6 +631,185 @@ TEST_F(NodeLifecycleTest, AnUnhealthyNodeFailsWithoutAskingForARestart) {
   rounds.answerLeave();
   EXPECT_EQ(exits, std::vector<int>{137});
   EXPECT_EQ(hook.rootCauseRank, 1);
+}
+
+// The job failed while the group ran: the stop carries the job's code and
+// report (no event to dereference), and the outcome leaves with them.
+TEST_F(NodeLifecycleTest, TheJobFailingWhileRunningStopsTheGroupAndExitsWithTheJobsReport) {
+  make();
+  runRound();
+  node->onRoundEvent(jobFailed(1));
+  ASSERT_EQ(node->state(), S::kStopping);
+  EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
+  EXPECT_EQ(hook.stoppings[0], 1);
+  node->onRoundEvent(roundEnded(1));  // the job's end stands
+  runner.end(stopped());
+  ASSERT_EQ(node->state(), S::kLeaving);
+  EXPECT_EQ(rounds.left, std::vector<std::int64_t>{1});
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{6});
+  ASSERT_EQ(hook.exits.size(), 1u);
+  EXPECT_EQ(hook.exits[0].report, "the job's report\n");
+  EXPECT_EQ(hook.exits[0].reason, "");
+  EXPECT_EQ(rounds.joins, 1);
+  EXPECT_TRUE(hook.restarts.empty());
+  EXPECT_TRUE(rounds.reported.empty());
+}
+
+TEST_F(NodeLifecycleTest, TheJobFailingWhileWaitingForTheGateLeavesWithTheJobsReport) {
+  make(true);
+  node->start();
+  rounds.assign(1);
+  ASSERT_EQ(node->state(), S::kWaitingForGate);
+  node->onRoundEvent(jobFailed(1, 4));
+  ASSERT_EQ(node->state(), S::kLeaving);
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{4});
+  EXPECT_EQ(hook.exits[0].report, "the job's report\n");
+  gate.openNow();
+  EXPECT_TRUE(runner.started.empty());
+  EXPECT_EQ(rounds.joins, 1);
+}
+
+// A lost store replaces a round's end: the node stops for good (exit 1)
+// instead of joining again.
+TEST_F(NodeLifecycleTest, TheStoreLostWhileStoppingForARoundEndExitsOneWithoutRejoining) {
+  make();
+  runRound();
+  node->onRoundEvent(roundEnded(1));
+  ASSERT_EQ(node->state(), S::kStopping);
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGTERM}));
+  EXPECT_EQ(hook.stoppings[0], 1);  // stopping once
+  runner.end(stopped());
+  ASSERT_EQ(node->state(), S::kLeaving);
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_EQ(hook.exits[0].reason, "lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(rounds.joins, 1);
+  EXPECT_TRUE(hook.restarts.empty());
+}
+
+// A signal replaces a round's end as well: exit 128+N, no new round.
+TEST_F(NodeLifecycleTest, ASignalWhileStoppingForARoundEndExitsWithoutRejoining) {
+  make();
+  runRound();
+  node->onRoundEvent(roundEnded(1));
+  node->onSignal(SIGINT);
+  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGINT}));
+  runner.end(stopped());
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGINT});
+  EXPECT_NE(hook.exits[0].reason.find("received SIGINT"), std::string::npos);
+  EXPECT_EQ(rounds.joins, 1);
+  EXPECT_TRUE(hook.restarts.empty());
+}
+
+// The user's signal replaces the job's pending failure: the node exits
+// 128+N with the signal's reason, not the job's report.
+TEST_F(NodeLifecycleTest, ASignalWhileTheJobsFailureIsPendingExitsWithTheSignal) {
+  make();
+  runRound();
+  node->onRoundEvent(jobFailed(1));
+  ASSERT_EQ(node->state(), S::kStopping);
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGTERM}));
+  runner.end(stopped());
+  ASSERT_EQ(node->state(), S::kLeaving);
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+  ASSERT_EQ(hook.exits.size(), 1u);
+  EXPECT_NE(hook.exits[0].reason.find("received SIGTERM"), std::string::npos);
+  EXPECT_EQ(hook.exits[0].report, "");
+}
+
+// Once a signal or a lost store stands, the job's failure, a round's end or
+// a (second) lost store change neither the stop nor the exit.
+TEST_F(NodeLifecycleTest, NothingReplacesASignalsOrALostStoresStop) {
+  make();
+  runRound();
+  node->onSignal(SIGTERM);
+  node->onRoundEvent(jobFailed(1));
+  node->onRoundEvent(roundEnded(1));
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
+  runner.end(stopped());
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+  EXPECT_NE(hook.exits[0].reason.find("received SIGTERM"), std::string::npos);
+  EXPECT_EQ(hook.exits[0].report, "");
+
+  rounds = FakeRounds{};
+  runner = FakeRunner{};
+  hook = RecordingHook{};
+  exits.clear();
+  make();
+  runRound();
+  node->onStoreLost("lost etcd at a:1 (lease expired)");
+  node->onRoundEvent(jobFailed(1));
+  node->onStoreLost("lost etcd at a:1 (again)");
+  EXPECT_EQ(runner.stops, std::vector<int>{SIGTERM});
+  runner.end(stopped());
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_EQ(hook.exits[0].reason, "lost etcd at a:1 (lease expired)");
+  EXPECT_EQ(hook.exits[0].report, "");
+}
+
+// A lost store's exit outlives every state until the node can exit: a
+// restart decision that still came and the join that follows end with it.
+TEST_F(NodeLifecycleTest, TheStoreLostWhileDecidingEndsTheNodeAtTheNextJoin) {
+  make();
+  runRound();
+  runner.end(failed(3));
+  ASSERT_EQ(node->state(), S::kDeciding);
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(node->state(), S::kDeciding);  // the report in flight fails on its own
+  rounds.decide(true, 1);
+  ASSERT_EQ(node->state(), S::kJoining);
+  rounds.assign(2, 1);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_EQ(hook.exits[0].reason, "lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(runner.started.size(), 1u);
+}
+
+// The job's failure stands after the group's outcome (a worker failed while
+// it stopped) until the next round: a store closed meanwhile is not this
+// node's exit, so a later signal is the first stop that ends it.
+TEST_F(NodeLifecycleTest, TheJobsFailureStandsWhileDecidingSoAStoreClosingIsNotTheExit) {
+  make();
+  runRound();
+  node->onRoundEvent(jobFailed(1));
+  runner.end(failed(3));
+  ASSERT_EQ(node->state(), S::kDeciding);
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(node->state(), S::kDeciding);
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
+  EXPECT_NE(hook.exits[0].reason.find("received SIGTERM"), std::string::npos);
+}
+
+// A new round forgets the last attempt's request: after the job's failure
+// (a worker failed too, and a restart was still allowed), the next round's
+// lost store stops the group and is the exit.
+TEST_F(NodeLifecycleTest, ANewRoundForgetsTheLastAttemptsJobFailure) {
+  make();
+  runRound();
+  node->onRoundEvent(jobFailed(1));
+  runner.end(failed(3));
+  ASSERT_EQ(node->state(), S::kDeciding);
+  rounds.decide(true, 1);
+  runRound(2, 1);
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  ASSERT_EQ(node->state(), S::kStopping);
+  EXPECT_EQ(runner.stops, (std::vector<int>{SIGTERM, SIGTERM}));
+  runner.end(stopped());
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_EQ(hook.exits[0].reason, "lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(hook.exits[0].report, "");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <iostream>
 #include <stdexcept>
+#include <variant>
 
 #include "ddprun/common/logging.h"
 #include "ddprun/common/signal_names.h"
@@ -26,6 +27,21 @@ NodeExit exitOf(int code, std::string reason, std::string report = "",
   exit.rootCause = rootCause;
   return exit;
 }
+
+NodeExit exitOf(const JobFailed& failed) { return exitOf(failed.exitCode, "", failed.report); }
+NodeExit exitOf(const StoreLost& lost) { return exitOf(1, lost.reason); }
+NodeExit exitOf(const SignalStop& stop) {
+  return exitOf(128 + stop.signal,
+                fmt::format("ddprun (pid {}) received {} and stopped its workers", ::getpid(),
+                            signalName(stop.signal)));
+}
+
+// One overload per request (std::visit needs them all): the exit it asks
+// for once nothing runs, whatever the group's outcome.
+std::optional<NodeExit> finalExitOf(const RoundEnded&) { return std::nullopt; }
+std::optional<NodeExit> finalExitOf(const JobFailed&) { return std::nullopt; }
+std::optional<NodeExit> finalExitOf(const StoreLost& lost) { return exitOf(lost); }
+std::optional<NodeExit> finalExitOf(const SignalStop& stop) { return exitOf(stop); }
 
 RestartNote noteOf(std::int64_t round, std::int64_t restarts, int failedCode, std::string reason) {
   RestartNote note;
@@ -117,7 +133,7 @@ void NodeLifecycle::join() {
 
 void NodeLifecycle::onJoined(JoinResult result) {
   if (state_ != S::kJoining) return drop("a join's answer");
-  if (pendingExitCode_) return exitWith(pendingExit());  // the store was lost meanwhile
+  if (const auto exit = finalExit()) return exitWith(*exit);  // the store was lost meanwhile
   if (result.closed) {
     return exitWith(exitOf(result.exitCode, "", result.report));
   }
@@ -136,8 +152,7 @@ void NodeLifecycle::onJoined(JoinResult result) {
   attempt_.assignment = *result.assignment;
   attempt_.restartCount = static_cast<int>(attempt_.assignment.restarts);
   attempt_.runIndex = static_cast<int>(attempt_.assignment.round) - 1;
-  stopCause_ = StopCause::kNone;
-  stopEvent_.reset();
+  stop_.reset();  // a round's end or the job's failure stopped the attempt before
   startWhenOpen();
   // The join's answer and an event travel by different paths: an event for
   // this round that came first applies now.
@@ -192,47 +207,42 @@ void NodeLifecycle::onRoundEvent(const protocol::Event& event) {
   if (event.round != attempt_.assignment.round) return drop("a stale round event");
   if (event.type == protocol::EventType::kJobFailed) {
     // The job's budget is spent: nothing of this node restarts or rejoins.
-    if (state_ == S::kBackoff) {
-      return exitWith(exitOf(static_cast<int>(event.exitCode), "", event.message));
-    }
-    if (state_ == S::kStopping && stopCause_ == StopCause::kRoundEnded) {
-      stopEvent_ = event;
-      stopCause_ = StopCause::kJobFailed;
-      return;
-    }
+    const JobFailed failed{static_cast<int>(event.exitCode), event.message};
+    if (state_ == S::kBackoff) return exitWith(exitOf(failed));
+    // Stopping for a round's end: the outcome leaves with the job's report
+    // instead of joining again.
+    if (state_ == S::kStopping && request(failed)) return;
+    if (state_ != S::kRunning && state_ != S::kWaitingForGate) return drop("a round event");
+    if (!request(failed)) return drop("the job failed while another stop stands");
+    if (state_ == S::kRunning) return stopGroup(SIGTERM);
+    return leaveThenExit(exitOf(failed), false);  // waiting for the gate
   }
   if (state_ != S::kRunning && state_ != S::kWaitingForGate) return drop("a round event");
-  stopEvent_ = event;
-  stopCause_ = event.type == protocol::EventType::kJobFailed ? StopCause::kJobFailed
-                                                             : StopCause::kRoundEnded;
-  if (event.type == protocol::EventType::kRoundEnded) {
-    DDPRUN_WARN("Round {} ended ({}); stopping the workers to join again.", event.round,
-                event.message);
-  }
+  if (!request(RoundEnded{event.message})) return drop("a round's end while another stop stands");
+  DDPRUN_WARN("Round {} ended ({}); stopping the workers to join again.", event.round,
+              event.message);
   if (state_ == S::kRunning) return stopGroup(SIGTERM);
   // Waiting for the gate: as if the group had ended without a failure.
-  if (stopCause_ == StopCause::kRoundEnded) return rejoin(event.message);
-  leaveThenExit(exitOf(static_cast<int>(event.exitCode), "", event.message), false);
+  rejoin(event.message);
 }
 
 void NodeLifecycle::onStoreLost(const std::string& what) {
-  if (pendingExitCode_ || state_ == S::kDone || state_ == S::kLeaving || state_ == S::kDraining) {
+  if (state_ == S::kDone || state_ == S::kLeaving || state_ == S::kDraining) {
     return drop("the store lost");
   }
-  // The job has failed and this node is stopping for it: the store's host
-  // may close the store before this node is done, and the exit is the job's.
-  if (stopCause_ == StopCause::kJobFailed) return drop("the store lost after the job failed");
+  // A signal or an earlier loss stands. Or the job has failed and this node
+  // is stopping for it: the store's host may close the store before this
+  // node is done, and the exit is the job's.
+  const StoreLost lost{what};
+  if (!request(lost)) return drop("the store lost while another stop stands");
   std::cerr << "ddprun: error: " << what << "; stopping this node's workers\n";
-  pendingExitCode_ = 1;
-  pendingReason_ = what;
-  stopCause_ = StopCause::kStoreLost;
   switch (state_) {
     case S::kRunning:
     case S::kStopping:
       return stopGroup(SIGTERM);
     case S::kWaitingForGate:
     case S::kBackoff:
-      return exitWith(pendingExit());
+      return exitWith(exitOf(lost));
     default:
       return;  // joining, deciding: the call in flight fails on its own
   }
@@ -246,12 +256,7 @@ void NodeLifecycle::onSignal(int signal, bool forward) {
   int send = forward ? signal : 0;
   if (!firstSignalAt_) {
     firstSignalAt_ = now;
-    if (!pendingExitCode_) {
-      pendingExitCode_ = 128 + signal;
-      pendingReason_ = fmt::format("ddprun (pid {}) received {} and stopped its workers",
-                                   ::getpid(), signalName(signal));
-      stopCause_ = StopCause::kSignal;
-    }
+    request(SignalStop{signal});  // a lost store's request, if first, stands
     if (forward) {
       DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
                   signalName(signal), settings_.shutdownTimeout.count());
@@ -278,15 +283,12 @@ void NodeLifecycle::onSignal(int signal, bool forward) {
     DDPRUN_WARN("ddprun received {} again; killing the workers now.", signalName(signal));
     send = SIGKILL;
   }
-  switch (state_) {
-    case S::kRunning:
-    case S::kStopping:
-      return stopGroup(send);
-    case S::kWaitingForGate:
-      return leaveThenExit(pendingExit(), false);
-    default:
-      return exitWith(pendingExit());  // nothing runs: joining, deciding, backoff, leaving
-  }
+  if (state_ == S::kRunning || state_ == S::kStopping) return stopGroup(send);
+  // Nothing runs: the node exits as the first signal, or a lost store before
+  // it, asked (the request stands from the first signal on).
+  const NodeExit exit = finalExit().value_or(exitOf(SignalStop{signal}));
+  if (state_ == S::kWaitingForGate) return leaveThenExit(exit, false);
+  exitWith(exit);  // joining, deciding, backoff, leaving, draining
 }
 
 void NodeLifecycle::fail(const std::string& report, int code) {
@@ -294,8 +296,15 @@ void NodeLifecycle::fail(const std::string& report, int code) {
   exitWith(exitOf(code, "", report));
 }
 
-NodeExit NodeLifecycle::pendingExit() const {
-  return exitOf(pendingExitCode_.value_or(1), pendingReason_);
+bool NodeLifecycle::request(StopRequest next) {
+  if (!overrides(next, stop_)) return false;
+  stop_ = std::move(next);
+  return true;
+}
+
+std::optional<NodeExit> NodeLifecycle::finalExit() const {
+  if (!stop_) return std::nullopt;
+  return std::visit([](const auto& request) { return finalExitOf(request); }, *stop_);
 }
 
 void NodeLifecycle::onGroupDone(std::uint64_t run, GroupOutcome outcome) {
@@ -303,12 +312,13 @@ void NodeLifecycle::onGroupDone(std::uint64_t run, GroupOutcome outcome) {
     return drop("a group's outcome");
   }
   for (auto* hook : hooks_) hook->attemptEnded(attempt_, outcome);
-  if (pendingExitCode_) {
-    if (stopCause_ == StopCause::kSignal) {
+  // A lost store or a signal: the node exits whatever the outcome.
+  if (const auto exit = finalExit()) {
+    if (const auto* stop = requestIf<SignalStop>(stop_)) {
       DDPRUN_WARN("ddprun stopped {} workers after receiving {}.", settings_.workersPerNode,
-                  signalName(*pendingExitCode_ - 128));
+                  signalName(stop->signal));
     }
-    return leaveThenExit(pendingExit(), false);
+    return leaveThenExit(*exit, false);
   }
   if (!outcome.rootCause) failedRunsInARow_ = 0;  // this node's workers did not fail
   // Success first (as torchelastic checks SUCCEEDED first): workers that all
@@ -316,11 +326,11 @@ void NodeLifecycle::onGroupDone(std::uint64_t run, GroupOutcome outcome) {
   // output drained.
   if (outcome.succeeded) return leaveThenExit(exitOf(0, ""), true);
   if (outcome.rootCause) return onFailure(outcome);
-  if (stopCause_ == StopCause::kJobFailed) {
-    return leaveThenExit(exitOf(static_cast<int>(stopEvent_->exitCode), "", stopEvent_->message),
-                         false);
+  if (const auto* failed = requestIf<JobFailed>(stop_)) {
+    return leaveThenExit(exitOf(*failed), false);
   }
-  rejoin(stopEvent_ ? stopEvent_->message : std::string("the workers ended without a failure"));
+  const auto* ended = requestIf<RoundEnded>(stop_);
+  rejoin(ended ? ended->reason : std::string("the workers ended without a failure"));
 }
 
 void NodeLifecycle::onFailure(const GroupOutcome& outcome) {

@@ -11,6 +11,8 @@
 // state is dropped (logged at debug level), and every change of state goes
 // through one table that refuses an impossible change (std::logic_error: a
 // bug here) and logs it at debug level.
+// Why the node stops is one StopRequest (stop_request.h), so that no
+// impossible mix of causes, codes and events can be written.
 //
 // Side effects are behind the ports it is given (GroupRunner, RoundSource,
 // StartGate, LifecycleClock), and features are LifecycleHooks called on
@@ -37,6 +39,7 @@
 #include "ddprun/agent/core/outcome.h"
 #include "ddprun/agent/core/restart_backoff.h"
 #include "ddprun/agent/core/round_source.h"
+#include "ddprun/agent/core/stop_request.h"
 #include "ddprun/rendezvous/messages.h"
 
 namespace ddprun::agent {
@@ -178,8 +181,6 @@ class NodeLifecycle {
   std::optional<int> exitCode() const { return exitCode_; }
 
  private:
-  enum class StopCause { kNone, kSignal, kStoreLost, kRoundEnded, kJobFailed };
-
   void moveTo(NodeState next);
   void drop(const char* input) const;
   void join();
@@ -197,25 +198,36 @@ class NodeLifecycle {
   void leaveThenExit(NodeExit exit, bool drain);
   void drainThenExit(NodeExit exit);
   void exitWith(NodeExit exit);
-  // A signal's or a lost store's exit, once nothing runs.
-  NodeExit pendingExit() const;
+  // Makes `next` the stop request unless the standing one wins
+  // (stop_request.h); whether it did.
+  bool request(StopRequest next);
+  // The exit a lost store or a signal asks for once nothing runs; none when
+  // nothing, a round's end or the job's failure stopped the node (the
+  // group's outcome decides first).
+  std::optional<NodeExit> finalExit() const;
 
   LifecycleSettings settings_;
   LifecyclePorts ports_;
   std::vector<LifecycleHook*> hooks_;
   NodeState state_ = NodeState::kIdle;
   Attempt attempt_;
-  // Why the node stops (set by the first stop input) and the exit code a
-  // signal or a lost store asks for, applied once the group is done.
-  StopCause stopCause_ = StopCause::kNone;
-  std::optional<int> pendingExitCode_;
-  std::string pendingReason_;
-  std::optional<rendezvous::protocol::Event> stopEvent_;   // the round event that stops the group
-  std::optional<rendezvous::protocol::Event> earlyEvent_;  // for a round not joined yet
-  std::optional<int> exitCode_;                            // final
+  // Why the node stops: none until a stop input for this attempt. A round's
+  // end or the job's failure stands until the next assignment; a lost store
+  // or a signal until the exit.
+  std::optional<StopRequest> stop_;
+  // An event for a round not joined yet: news about the next round, apart
+  // from why this attempt stops (the node may stop for round r's end and
+  // hear of round r+1's before its join is answered).
+  std::optional<rendezvous::protocol::Event> earlyEvent_;
+  std::optional<int> exitCode_;  // final
+  // When the first signal came (escalation), even if a lost store's request
+  // stands: the user's first signal still gets the grace period.
   std::optional<std::chrono::steady_clock::time_point> firstSignalAt_;
   std::uint64_t runs_ = 0;       // groups started: matches `done`
   std::uint64_t gateWaits_ = 0;  // matches the gate's callback
+  // A worker wedged in the kernel (markUnhealthy): a fact about this host,
+  // not a stop, that outlives every attempt and any request; it only
+  // refuses a restart.
   bool unhealthy_ = false;
   int failedRunsInARow_ = 0;
   int lastFailureCode_ = 0;
