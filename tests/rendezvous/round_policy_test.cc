@@ -194,7 +194,7 @@ TEST(RoundPolicy, StreaksCountOnlyTheRoundsHosts) {
                                              {"10.0.0.9", {1, 0, "node9"}}};
   const std::set<std::string> round = {"10.0.0.1", "10.0.0.2", "10.0.0.3"};
   Attribution a = attributeFailures(
-      settings(1, 3), hosts, round,
+      excluding(1, 3), hosts, round,
       {{"node1", "10.0.0.1", 300}, {"node3", "10.0.0.3", 100}, {"node2", "10.0.0.2", 100}}, {},
       clock.nowMs);
   EXPECT_EQ(a.blamed, "10.0.0.2");
@@ -202,11 +202,17 @@ TEST(RoundPolicy, StreaksCountOnlyTheRoundsHosts) {
   EXPECT_FALSE(a.exclusion);
   EXPECT_EQ(hosts, (std::map<std::string, HostRecord>{{"10.0.0.2", {1, 0, "node2"}},
                                                       {"10.0.0.9", {1, 0, "node9"}}}));
-  a = attributeFailures(settings(1, 3), hosts, round, {{"node2", "10.0.0.2", 50}}, {}, clock.nowMs);
+  a = attributeFailures(excluding(1, 3), hosts, round, {{"node2", "10.0.0.2", 50}}, {},
+                        clock.nowMs);
   EXPECT_EQ(hosts.at("10.0.0.2").streak, 2);
   // A round ended by a membership change blames nobody and changes nothing.
-  a = attributeFailures(settings(1, 3), hosts, round, {}, {}, clock.nowMs);
+  a = attributeFailures(excluding(1, 3), hosts, round, {}, {}, clock.nowMs);
   EXPECT_EQ(a.blamed, "");
+  EXPECT_EQ(hosts.at("10.0.0.2").streak, 2);
+  // A static job keeps no streaks (nobody can be left out).
+  a = attributeFailures(excluding(3, 3), hosts, round, {{"node2", "10.0.0.2", 50}}, {},
+                        clock.nowMs);
+  EXPECT_EQ(a.blamed, "10.0.0.2");
   EXPECT_EQ(hosts.at("10.0.0.2").streak, 2);
 }
 
@@ -262,9 +268,8 @@ TEST(RoundPolicy, AHostStaysWhenExcludingItWouldLeaveFewerThanMin) {
   EXPECT_EQ(staysText("job", a.blamed, a.streak, 2),
             "Rendezvous 'job': 10.0.0.3 failed first in 2 rounds in a row but stays: without it "
             "fewer than 2 nodes are waiting");
-  Settings fixed = excluding(3, 3);
   hosts = {{"10.0.0.3", {5, 0, "node3"}}};
-  a = attributeFailures(fixed, hosts, {"10.0.0.3"}, {{"node3", "10.0.0.3", 10}},
+  a = attributeFailures(excluding(3, 3), hosts, {"10.0.0.3"}, {{"node3", "10.0.0.3", 10}},
                         {member("node1"), member("node2"), member("node4"), member("node3")},
                         clock.nowMs);
   EXPECT_FALSE(a.exclusion);

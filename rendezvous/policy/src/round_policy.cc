@@ -114,6 +114,9 @@ Attribution attributeFailures(const Settings& s, std::map<std::string, HostRecor
   const auto blamed = blame(failures);
   if (!blamed) return out;  // ended by a membership change
   out.blamed = blamed->address;
+  // Streaks matter only for exclusion: a static job, or one that never
+  // excludes, keeps none (etcd's state stays small).
+  if (!s.elastic() || s.maxNodeFailures == 0) return out;
   // Only the ended round's hosts: a host's streak counts its own rounds.
   for (const auto& address : roundHosts) {
     if (address != blamed->address) {
@@ -125,8 +128,7 @@ Attribution attributeFailures(const Settings& s, std::map<std::string, HostRecor
   host.node = blamed->node;
   out.streak = host.streak;
   dropEmptyHosts(hosts);
-  if (!s.elastic() || s.maxNodeFailures == 0 || host.excludedUntilMs > nowMs ||
-      host.streak < static_cast<std::int64_t>(s.maxNodeFailures)) {
+  if (host.excludedUntilMs > nowMs || host.streak < static_cast<std::int64_t>(s.maxNodeFailures)) {
     return out;
   }
   const auto others = std::count_if(joining.begin(), joining.end(),

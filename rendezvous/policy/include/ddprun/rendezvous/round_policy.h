@@ -116,7 +116,9 @@ struct Attribution {
   bool stays = false;  // at its limit but kept: fewer than MIN would wait without it (log it)
 };
 
-// Applies the ended round's `failures` to `hosts`: the blamed host's streak
+// Applies the ended round's `failures` to `hosts` (only in an elastic job
+// with maxNodeFailures > 0: else streaks serve nothing and none is kept):
+// the blamed host's streak
 // grows, the other hosts of that round (`roundHosts`) start again from 0,
 // hosts with nothing to remember are dropped; then excludes the blamed host
 // if the job is elastic with maxNodeFailures > 0, its streak has reached
