@@ -1,8 +1,9 @@
-// The etcd rendezvous's pure round decisions (rendezvous/etcd/src/
-// etcd_round.h), without an etcd: the order of a round's nodes, the running
-// round and each node's place in it, the blame of a failed round and host
-// exclusion, a fixed set of nodes (a Slurm job step's) that loses nodes, and
-// the state's JSON that carries them.
+// The etcd rendezvous's state (rendezvous/etcd/src/etcd_round.h), without
+// an etcd: how it keeps the round policy's values (the running round and
+// each node's place in it, a fixed set of nodes (a Slurm job step's) that
+// loses nodes) and the JSON that carries them. The rules themselves (order,
+// blame, streaks, exclusion, the lost-node rule and their words) are the
+// policy's: round_policy_test.cc.
 #include "etcd_round.h"
 
 #include <gtest/gtest.h>
@@ -48,10 +49,9 @@ TEST(EtcdRound, TheFirstJoinFixesTheSetOfNodes) {
 // word (every other node prints it and writes it to its error file).
 TEST(EtcdRound, AFixedSetFailsTheJobWhenALostNodeLeavesFewerThanItsMinimum) {
   const RoundState s = running(3, 3, 3);
-  EXPECT_FALSE(cannotReachMinimum(s));
+  EXPECT_EQ(s.settings().fixedNodes, 3u);
   const RoundState next = loseNodes(s, lost("node3", "10.0.0.3", 2),
                                     "node node3 stopped renewing its etcd lease", 2000);
-  EXPECT_TRUE(cannotReachMinimum(next));
   EXPECT_EQ(next.phase, Phase::kClosed);
   EXPECT_EQ(next.failedExitCode, 1);
   EXPECT_EQ(next.failureReport,
@@ -98,14 +98,6 @@ TEST(EtcdRound, ALostNodeOutsideTheRunningRoundLeavesTheRoundRunning) {
   EXPECT_EQ(next.lost.size(), 1u);
 }
 
-// Outside Slurm a lost node may come back: no count of lost nodes fails
-// the job.
-TEST(EtcdRound, WithoutAFixedSetTheMinimumIsNeverOutOfReach) {
-  RoundState s = running(3, 3, 0);
-  s.lost = {{"node2", {}}, {"node3", {}}};
-  EXPECT_FALSE(cannotReachMinimum(s));
-}
-
 TEST(EtcdRound, TheStateKeepsTheFixedSetAndItsLostNodesInJson) {
   RoundState s = running(2, 3, 3);
   s.lost = lost("node3:41:ab", "10.0.0.3", 2);
@@ -130,24 +122,6 @@ NodeInfo node(const std::string& id, std::int64_t requestedRank, std::int64_t fi
   n.address = "10.0.0." + id.substr(id.size() - 1);
   n.masterPort = 29500 + static_cast<std::uint32_t>(firstSeen);
   return n;
-}
-
-std::vector<std::string> ids(const std::vector<NodeInfo>& nodes) {
-  std::vector<std::string> out;
-  for (const auto& n : nodes) out.push_back(n.id);
-  return out;
-}
-
-// Requested node ranks first (SLURM_NODEID, --node_rank), then the order of
-// first arrival (the alive keys' create revisions), then the id; at most MAX.
-TEST(EtcdRound, ARoundOrdersRequestedRanksFirstThenArrivalAndTakesAtMostMax) {
-  const std::vector<NodeInfo> joined = {node("node1", -1, 5), node("node2", 1, 9),
-                                        node("node3", -1, 2), node("node4", 0, 7),
-                                        node("node5", -1, 2)};
-  EXPECT_EQ(ids(orderParticipants(joined, 5)),
-            (std::vector<std::string>{"node4", "node2", "node3", "node5", "node1"}));
-  EXPECT_EQ(ids(orderParticipants(joined, 3)),
-            (std::vector<std::string>{"node4", "node2", "node3"}));
 }
 
 // The running round: its number, nodes and workers, group rank 0's address
@@ -197,50 +171,6 @@ TEST(EtcdRound, ARunningRoundGivesEachNodeItsPlace) {
   EXPECT_EQ(ended.formingSinceMs, 5000);
   EXPECT_EQ(ended.round, 1);
   EXPECT_FALSE(assignmentOf(ended, records[2]));
-}
-
-// The earliest failure is blamed (ties: the lower address); the blamed
-// host's streak grows, the round's other hosts start again from 0, and
-// hosts with nothing to remember are dropped from the state.
-TEST(EtcdRound, TheFirstFailureIsBlamedAndStreaksCountOnlyTheRoundsHosts) {
-  RoundState s = running(1, 3, 0);
-  const std::vector<NodeInfo> round = {node("node1", 0, 1), node("node2", 1, 2),
-                                       node("node3", 2, 3)};
-  s.hosts["10.0.0.1"] = {2, 0, "node1"};  // a streak from earlier rounds
-  s.hosts["10.0.0.9"] = {1, 0, "node9"};  // a host not in this round keeps its own
-  const std::string blamed = attributeFailures(
-      s, round,
-      {{"node1", {"10.0.0.1", 300}}, {"node3", {"10.0.0.3", 100}}, {"node2", {"10.0.0.2", 100}}});
-  EXPECT_EQ(blamed, "10.0.0.2");
-  EXPECT_EQ(s.attributedRound, s.round);
-  EXPECT_EQ(s.hosts.count("10.0.0.1"), 0u);  // back to 0: dropped
-  EXPECT_EQ(s.hosts.at("10.0.0.2"), (HostRecord{1, 0, "node2"}));
-  EXPECT_EQ(s.hosts.at("10.0.0.9"), (HostRecord{1, 0, "node9"}));
-  EXPECT_EQ(s.hosts.count("10.0.0.3"), 0u);
-
-  // The same host first again: its streak grows.
-  EXPECT_EQ(attributeFailures(s, round, {{"node2", {"10.0.0.2", 50}}}), "10.0.0.2");
-  EXPECT_EQ(s.hosts.at("10.0.0.2").streak, 2);
-
-  // A round ended by a membership change blames nobody and changes no streak.
-  EXPECT_EQ(attributeFailures(s, round, {}), "");
-  EXPECT_EQ(s.hosts.at("10.0.0.2").streak, 2);
-}
-
-// An excluded host is refused until its cooldown ends; the message rounds
-// the seconds left up and names the rounds in a row.
-TEST(EtcdRound, AnExcludedHostIsRefusedUntilItsCooldownEnds) {
-  RoundState s = running(1, 3, 0);
-  s.maxNodeFailures = 2;
-  s.hosts["10.0.0.2"] = {0, 61'001, "node2"};
-  EXPECT_TRUE(excluded(s, "10.0.0.2", 1'000));
-  EXPECT_FALSE(excluded(s, "10.0.0.2", 61'001));
-  EXPECT_FALSE(excluded(s, "10.0.0.3", 1'000));
-  EXPECT_EQ(exclusionMessage(s, "job", "node2:41:ab", "10.0.0.2", 1'000),
-            "node node2:41:ab at 10.0.0.2 is excluded from rendezvous 'job' for 61 more s: its "
-            "workers failed first in 2 rounds in a row");
-  EXPECT_NE(exclusionMessage(s, "job", "node2:41:ab", "10.0.0.2", 60'002).find("for 1 more s"),
-            std::string::npos);  // 999 ms left
 }
 
 // Every field the coordinator decides on survives the state's JSON.

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/rendezvous/round_policy.h"
+#include "ddprun/rendezvous/round_text.h"
 #include "etcd_round.h"
 
 namespace ddprun::rendezvous::etcd {
@@ -55,9 +57,13 @@ struct CoordinatorView {
   // Derived (recount() from scratch, then kept by each event):
   std::set<std::string> participants;     // of the state's round (running, or just ended)
   std::size_t joinedAlive = 0;            // joining and alive
+  std::size_t participantsBack = 0;       // participants joining and alive
   std::set<std::string> expectedMissing;  // forming: the ended round's alive nodes not back yet
   std::string endReason;                  // running: why the round must end ("" none)
-  std::int64_t minReachedAtMs = 0;        // forming: when MIN nodes were first there
+  std::int64_t minReachedAtMs = -1;       // forming: the policy's last call (when MIN joined)
+  // Waiting nodes that replace a lost node of a fixed set (its id or node
+  // rank): the coordinator takes those out of the state's `lost`.
+  std::map<std::string, NodeInfo> replacing;
   // A fixed set of nodes (RoundState::fixedNodes): the members (of the
   // state's round, or waiting) whose alive key went without a leave, not in
   // the state's `lost` yet; and every node's address and node rank, to name
@@ -71,17 +77,30 @@ struct CoordinatorView {
   // A joining key written after the running round started asks for a round.
   void noteJoin(const std::string& id) {
     if (!running() || !endReason.empty()) return;
-    if (participants.contains(id)) {
-      endReason = fmt::format("node {} joined again", id);
-    } else if (participants.size() < state->maxNodes) {
-      endReason = fmt::format("node {} asked to join", id);
-    }
+    endReason =
+        policy::endOnJoin(state->settings(), participants.size(), participants.contains(id), id);
   }
 
   void noteLost(const std::string& id) {
     if (running() && endReason.empty() && participants.contains(id) && !left.contains(id)) {
-      endReason = fmt::format("node {} stopped renewing its etcd lease", id);
+      endReason = policy::lostText(id, kLeaseLapsed);
     }
+  }
+
+  // A waiting node with a lost node's id or node rank (a fixed set's).
+  void noteReplacing(const NodeInfo& node) {
+    if (!state || state->lost.empty() || state->phase == Phase::kClosed) return;
+    for (const auto& [id, lostNode] : state->lost) {
+      if (id == node.id || (node.requestedRank >= 0 && lostNode.nodeRank == node.requestedRank)) {
+        replacing[node.id] = node;
+        return;
+      }
+    }
+  }
+
+  // Whether `id` counts in participantsBack.
+  bool back(const std::string& id) const {
+    return participants.contains(id) && joining.contains(id) && alive.contains(id);
   }
 
   // A member of a fixed set gone without a leave: it never returns.
@@ -91,12 +110,11 @@ struct CoordinatorView {
     if (!participants.contains(id) && !joining.contains(id)) return;
     const auto node = known.find(id);
     lostNow[id] = {node == known.end() ? "" : node->second.address,
-                   node == known.end() ? -1 : node->second.requestedRank,
-                   "stopped renewing its etcd lease"};
+                   node == known.end() ? -1 : node->second.requestedRank, kLeaseLapsed};
   }
 
   void recount() {
-    minReachedAtMs = 0;
+    minReachedAtMs = -1;
     participants.clear();
     if (state && recordRound == state->round) {
       for (const auto& n : record) participants.insert(n.id);
@@ -110,7 +128,13 @@ struct CoordinatorView {
       if (!alive.contains(id)) noteLostMember(id);
     }
     joinedAlive = 0;
-    for (const auto& [id, j] : joining) joinedAlive += alive.contains(id) ? 1 : 0;
+    participantsBack = 0;
+    replacing.clear();
+    for (const auto& [id, j] : joining) {
+      joinedAlive += alive.contains(id) ? 1 : 0;
+      participantsBack += back(id) ? 1 : 0;
+      noteReplacing(j.node);
+    }
     expectedMissing.clear();
     endReason.clear();
     if (forming()) {
@@ -151,18 +175,22 @@ struct CoordinatorView {
     }
     if (auto id = member("alive/")) {
       if (deleted) {
+        if (back(*id)) --participantsBack;
         if (alive.erase(*id) > 0 && joining.contains(*id)) --joinedAlive;
         expectedMissing.erase(*id);
         noteLost(*id);
         noteLostMember(*id);
       } else if (alive.emplace(*id, kv.createRevision).second) {
         if (joining.contains(*id)) ++joinedAlive;
+        if (back(*id)) ++participantsBack;
         if (forming() && participants.contains(*id) && !joining.contains(*id)) {
           expectedMissing.insert(*id);
         }
       }
     } else if (auto joiner = member("joining/")) {
       if (deleted) {
+        if (back(*joiner)) --participantsBack;
+        replacing.erase(*joiner);
         if (joining.erase(*joiner) > 0 && alive.contains(*joiner)) --joinedAlive;
         if (forming() && participants.contains(*joiner) && alive.contains(*joiner)) {
           expectedMissing.insert(*joiner);
@@ -173,6 +201,8 @@ struct CoordinatorView {
         const bool added = !joining.contains(*joiner);
         joining[*joiner] = {*node, kv.modRevision};
         if (added && alive.contains(*joiner)) ++joinedAlive;
+        if (added && back(*joiner)) ++participantsBack;
+        noteReplacing(*node);
         expectedMissing.erase(*joiner);
         noteJoin(*joiner);
       }
@@ -430,26 +460,28 @@ EtcdCoordinator::Action EtcdCoordinator::decide(Clock::time_point& wakeAt) {
     }
     return action;
   }
-  // Cooldowns that ended: the host may join again.
   RoundState next = s;
-  bool readmitted = false;
-  for (auto& [address, host] : next.hosts) {
-    if (host.excludedUntilMs == 0) continue;
-    if (host.excludedUntilMs <= now) {
-      host.excludedUntilMs = 0;
-      readmitted = true;
-    } else {
-      wakeAtMs(host.excludedUntilMs);
+  const policy::Settings settings = s.settings();
+  // Waiting nodes that replace lost nodes of a fixed set: no longer lost.
+  if (!v.replacing.empty()) {
+    for (const auto& [id, node] : v.replacing) policy::releaseLost(next.lost, memberOf(node));
+    v.replacing.clear();
+    if (next.lost != s.lost) {
+      action.kind = Action::Kind::kUpdate;
+      action.next = next;
+      action.why = "a lost node of the fixed set was replaced";
+      return action;
     }
   }
-  if (readmitted) {
-    std::erase_if(next.hosts, [](const auto& h) {
-      return h.second.streak == 0 && h.second.excludedUntilMs == 0;
-    });
+  // Cooldowns that ended: the host may join again.
+  if (!policy::readmit(next.hosts, now).empty()) {
     action.kind = Action::Kind::kUpdate;
     action.next = next;
     action.why = "a host's cooldown ended";
     return action;
+  }
+  if (const std::int64_t cooldown = policy::nextCooldownEnd(s.hosts); cooldown >= 0) {
+    wakeAtMs(cooldown);
   }
   if (s.phase == Phase::kRunning) {
     if (!v.endReason.empty()) {
@@ -459,51 +491,48 @@ EtcdCoordinator::Action EtcdCoordinator::decide(Clock::time_point& wakeAt) {
     }
     return action;
   }
-  // Forming.
-  if (v.joinedAlive < s.minNodes) {
-    v.minReachedAtMs = 0;
+  // Forming: the policy's readiness on the counts kept per event (O(1));
+  // only a ready round costs a pass over the waiting nodes.
+  const std::size_t expected = v.expectedMissing.size() + v.participantsBack;
+  const policy::Readiness ready = policy::readiness(
+      settings, {v.joinedAlive, expected, v.participantsBack}, v.minReachedAtMs, now);
+  v.minReachedAtMs = ready.minReachedAtMs;
+  if (!ready.ready) {
+    if (ready.wakeAtMs >= 0) wakeAtMs(ready.wakeAtMs);
     return action;
   }
-  if (v.minReachedAtMs == 0) v.minReachedAtMs = std::max(now, s.formingSinceMs);
-  const bool expectedBack = !v.participants.empty() && v.expectedMissing.empty();
-  const bool ready = v.joinedAlive >= s.maxNodes || s.lastCallMs == 0 || expectedBack ||
-                     now >= v.minReachedAtMs + s.lastCallMs;
-  if (!ready) {
-    wakeAtMs(v.minReachedAtMs + s.lastCallMs);
-    return action;
-  }
-  std::vector<NodeInfo> joined;
-  joined.reserve(v.joinedAlive);
+  policy::FormInput in;
+  in.settings = settings;
+  in.round = s.round;
+  in.hosts = s.hosts;
+  in.expected = expected;
+  in.expectedBack = v.participantsBack;
+  in.minReachedAtMs = v.minReachedAtMs;
+  std::map<std::string, const NodeInfo*> byId;
+  in.joining.reserve(v.joinedAlive);
   for (const auto& [id, j] : v.joining) {
     const auto alive = v.alive.find(id);
     if (alive == v.alive.end()) continue;
-    joined.push_back(j.node);
-    joined.back().firstSeen = alive->second;  // arrival order: the alive key's creation
+    in.joining.push_back(memberOf(j.node));
+    in.joining.back().firstSeen = alive->second;  // arrival order: the alive key's creation
+    byId[id] = &j.node;
   }
-  const bool elastic = s.minNodes < s.maxNodes;
-  if (elastic && s.maxNodeFailures > 0 && s.round > 0 && s.attributedRound < s.round) {
-    const std::string blamed = attributeFailures(next, v.record, v.failures);
-    if (!blamed.empty() && next.hosts[blamed].streak >= s.maxNodeFailures) {
-      const auto others = std::count_if(joined.begin(), joined.end(),
-                                        [&](const NodeInfo& n) { return n.address != blamed; });
-      if (static_cast<std::uint32_t>(others) >= s.minNodes) {
-        next.hosts[blamed].streak = 0;
-        next.hosts[blamed].excludedUntilMs = now + s.nodeCooldownMs;
-        DDPRUN_WARN(
-            "Rendezvous '{}': the host at {} is excluded for {:g} s: its workers failed "
-            "first in {} rounds in a row (rdzv_conf max_node_failures={}).",
-            options_.rdzvId, blamed, s.nodeCooldownMs / 1000.0, s.maxNodeFailures,
-            s.maxNodeFailures);
-      } else {
-        DDPRUN_WARN(
-            "Rendezvous '{}': {} failed first in {} rounds in a row but stays: without it fewer "
-            "than {} nodes are waiting.",
-            options_.rdzvId, blamed, next.hosts[blamed].streak, s.minNodes);
-      }
-    }
+  if (s.round > 0 && s.attributedRound < s.round) {
+    for (const auto& n : v.record) in.roundHosts.insert(n.address);
+    for (const auto& [node, f] : v.failures) in.failures.push_back({node, f.address, f.failedAtMs});
   }
-  std::erase_if(joined, [&](const NodeInfo& n) { return excluded(next, n.address, now); });
-  if (joined.size() < s.minNodes) {
+  const policy::Formation f = policy::formRound(in, now);
+  v.minReachedAtMs = f.minReachedAtMs;
+  if (f.wakeAtMs >= 0) wakeAtMs(f.wakeAtMs);
+  if (s.round > 0) next.attributedRound = s.round;
+  if (f.attributed) next.hosts = f.hosts;
+  if (f.attribution.exclusion) {
+    DDPRUN_WARN("{}.", policy::exclusionText(options_.rdzvId, settings, *f.attribution.exclusion));
+  } else if (f.attribution.stays) {
+    DDPRUN_WARN("{}.", policy::staysText(options_.rdzvId, f.attribution.blamed,
+                                         f.attribution.streak, s.minNodes));
+  }
+  if (!f.form) {
     if (next.attributedRound != s.attributedRound || next.hosts != s.hosts) {
       action.kind = Action::Kind::kUpdate;  // the attribution, at least
       action.next = next;
@@ -512,7 +541,10 @@ EtcdCoordinator::Action EtcdCoordinator::decide(Clock::time_point& wakeAt) {
     return action;
   }
   action.kind = Action::Kind::kPublish;
-  action.participants = orderParticipants(std::move(joined), s.maxNodes);
+  for (const auto& m : f.participants) {
+    action.participants.push_back(*byId.at(m.id));
+    action.participants.back().firstSeen = m.firstSeen;
+  }
   action.next = startRound(next, action.participants, newPublishId());
   action.previousRound = s.round;
   action.why = fmt::format("round {} of {} nodes", action.next.round, action.participants.size());

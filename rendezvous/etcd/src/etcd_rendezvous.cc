@@ -6,6 +6,8 @@
 #include <random>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/rendezvous/round_policy.h"
+#include "ddprun/rendezvous/round_text.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "etcd_coordinator.h"
 #include "etcd_round.h"
@@ -380,21 +382,18 @@ void EtcdRendezvous::onState(std::optional<RoundState> after, std::int64_t modRe
   // Hosts excluded and readmitted: every node hears it, as from the c10d
   // server.
   for (const auto& [address, host] : after->hosts) {
-    const bool was = before && etcd::excluded(*before, address, 0);
+    const bool was = before && policy::excluded(before->hosts, address, 0);
     if (host.excludedUntilMs > 0 && !was) {
       push(protocol::EventType::kNodeExcluded, after->round,
-           fmt::format("node {} at {} is excluded from rendezvous '{}' for {:g} s: its workers "
-                       "failed first in {} rounds in a row (rdzv_conf max_node_failures={})",
-                       host.node, address, options_.rdzvId, after->nodeCooldownMs / 1000.0,
-                       after->maxNodeFailures, after->maxNodeFailures));
+           policy::exclusionText(options_.rdzvId, after->settings(),
+                                 {address, host.node, host.streak, host.excludedUntilMs}));
     }
   }
   if (before) {
     for (const auto& [address, host] : before->hosts) {
-      if (host.excludedUntilMs > 0 && !etcd::excluded(*after, address, 0)) {
+      if (host.excludedUntilMs > 0 && !policy::excluded(after->hosts, address, 0)) {
         push(protocol::EventType::kNodeReadmitted, after->round,
-             fmt::format("the cooldown of {} in rendezvous '{}' ended: it may join again", address,
-                         options_.rdzvId));
+             policy::readmittedText(options_.rdzvId, address));
       }
     }
   }
@@ -521,17 +520,10 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
     auto until = deadline;
     if (state) {
       const RoundState& s = *state;
-      if (request.minNodes != s.minNodes || request.maxNodes != s.maxNodes) {
-        throw ServerError(fmt::format(
-            "rendezvous '{}' in etcd is for {}:{} nodes but this node asked for {}:{}; give every "
-            "node the same --nnodes",
-            options_.rdzvId, s.minNodes, s.maxNodes, request.minNodes, request.maxNodes));
-      }
-      if (std::max<std::int64_t>(0, request.maxRestarts) != s.maxRestarts) {
-        throw ServerError(fmt::format(
-            "rendezvous '{}' in etcd has a budget of {} restarts but this node asked for {}; give "
-            "every node the same --max_restarts",
-            options_.rdzvId, s.maxRestarts, request.maxRestarts));
+      if (const std::string mismatch =
+              policy::settingsMismatch(options_.rdzvId, s.settings(), request);
+          !mismatch.empty()) {
+        throw ServerError(mismatch);
       }
       if (s.phase == Phase::kClosed && aliveBefore(revision) > 0) {
         throw RendezvousClosedError(
@@ -540,9 +532,9 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
       }
       // (A closed state with none of its nodes left: the coordinator starts
       // it afresh.)
-      if (etcd::excluded(s, me.address, nowMs())) {
-        throw NodeExcludedError(
-            etcd::exclusionMessage(s, options_.rdzvId, me.id, me.address, nowMs()));
+      if (const std::int64_t now = nowMs(); policy::excluded(s.hosts, me.address, now)) {
+        throw NodeExcludedError(policy::refusalText(options_.rdzvId, s.settings(), me.id,
+                                                    me.address, s.hosts.at(me.address), now));
       }
       if (s.phase == Phase::kRunning && s.round > lastRound_) {
         if (readFor < s.round) {
@@ -567,11 +559,9 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
       }
     }
     if (Clock::now() >= deadline) {
-      const protocol::RendezvousStatus st = status(options_.rdzvId);
-      throw TimeoutError(fmt::format("rendezvous '{}' did not complete: {} of {}{} nodes joined{}",
-                                     options_.rdzvId, st.joined,
-                                     st.minNodes == st.maxNodes ? "" : "at least ", st.minNodes,
-                                     protocol::missingNodesText(st)));
+      // One read of every key, once: who is missing, in the policy's words.
+      throw TimeoutError(
+          policy::joinTimeoutText(options_.rdzvId, statusOf(options_.rdzvId, false, true)));
     }
     waitForChange(revision, until);
   }
@@ -612,12 +602,11 @@ protocol::RestartDecision EtcdRendezvous::reportFailure(const protocol::NodeRepo
     RoundState next = s;
     next.lastFailure = {report.nodeId, report.round, report.exitCode, report.failedAtMs,
                         report.report};
-    if (s.restarts < s.maxRestarts) {
-      ++next.restarts;
-      next = etcd::endRound(next,
-                            fmt::format("a worker on node {} failed (restart {} of {})",
-                                        report.nodeId, next.restarts, next.maxRestarts),
-                            nowMs());
+    const policy::FailureOutcome out =
+        policy::spendRestart(s.settings(), s.restarts, report.nodeId);
+    next.restarts = out.restarts;
+    if (out.restartAllowed) {
+      next = etcd::endRound(next, out.endReason, nowMs());
     } else {
       next.phase = Phase::kClosed;
       next.failedExitCode = report.exitCode;
@@ -667,14 +656,22 @@ void EtcdRendezvous::leave(const protocol::NodeReport& report) {
 }
 
 protocol::RendezvousStatus EtcdRendezvous::status(const std::string& rdzvId, bool details) {
+  // A waiting node's progress line: its own view and one count (a read of
+  // every key by every waiting node at each line would cost O(N^2)).
+  const bool cheap = rdzvId == options_.rdzvId && registered_ && !details;
+  return statusOf(rdzvId, details, !cheap);
+}
+
+protocol::RendezvousStatus EtcdRendezvous::statusOf(const std::string& rdzvId, bool details,
+                                                    bool full) {
   const etcd::Keys keys{base(rdzvId)};
   protocol::RendezvousStatus st;
   std::optional<RoundState> state;
   std::map<std::string, etcd::NodeInfo> joining;
   std::set<std::string> alive;
+  std::set<std::string> left;
   std::vector<etcd::NodeInfo> participants;
-  if (rdzvId == options_.rdzvId && registered_ && !details) {
-    // A waiting node's progress line: its own view and one count.
+  if (!full) {
     std::lock_guard lock(mutex_);
     if (state_) state = *state_;
   } else {
@@ -685,6 +682,8 @@ protocol::RendezvousStatus EtcdRendezvous::status(const std::string& rdzvId, boo
         state = etcd::stateFromJson(kv.value);
       } else if (rest.starts_with("alive/")) {
         alive.insert(rest.substr(6));
+      } else if (rest.starts_with("left/")) {
+        left.insert(rest.substr(5));
       } else if (rest.starts_with("joining/")) {
         if (auto node = etcd::nodeFromJson(kv.value)) joining[rest.substr(8)] = *node;
       }
@@ -702,18 +701,34 @@ protocol::RendezvousStatus EtcdRendezvous::status(const std::string& rdzvId, boo
   st.running = s.phase == Phase::kRunning;
   st.minNodes = s.minNodes;
   st.maxNodes = s.maxNodes;
-  if (rdzvId == options_.rdzvId && registered_ && !details) {
+  if (!full) {
     st.joined = static_cast<std::uint32_t>(client_.range(countOf(keys.joining(""))).count);
     return st;
   }
-  for (const auto& [id, node] : joining) st.joined += alive.contains(id) ? 1 : 0;
+  std::vector<policy::Member> waiting;
+  for (const auto& [id, node] : joining) {
+    if (!alive.contains(id)) continue;
+    ++st.joined;
+    waiting.push_back(etcd::memberOf(node));
+    waiting.back().id = id;
+  }
   if (s.phase == Phase::kForming) {
-    for (const auto& n : participants) {
-      if (alive.contains(n.id) && !joining.contains(n.id)) {
-        ++st.missingCount;
-        if (st.missing.size() < protocol::kMaxMissingShown) st.missing.push_back("node " + n.id);
+    // The policy's words: the lost nodes (a fixed set's, and the ended
+    // round's gone without a leave), the ended round's nodes not back yet,
+    // the node ranks nobody took.
+    std::map<std::string, policy::LostNode> lost = s.lost;
+    std::vector<policy::NotBack> notBack;
+    for (std::size_t rank = 0; rank < participants.size(); ++rank) {
+      const etcd::NodeInfo& n = participants[rank];
+      if (joining.contains(n.id) && alive.contains(n.id)) continue;
+      if (!alive.contains(n.id)) {
+        if (!left.contains(n.id))
+          lost.try_emplace(n.id, n.address, n.requestedRank, etcd::kLeaseLapsed);
+      } else {
+        notBack.push_back({etcd::memberOf(n), static_cast<std::uint32_t>(rank)});
       }
     }
+    policy::describeMissing(s.settings(), lost, notBack, waiting, st);
   }
   if (!details) return st;
   st.closed = s.phase == Phase::kClosed;

@@ -1,11 +1,11 @@
 #include "etcd_round.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "ddprun/rendezvous/round_policy.h"
+#include "ddprun/rendezvous/round_text.h"
 
 namespace ddprun::rendezvous::etcd {
 
@@ -47,16 +47,6 @@ NodeInfo nodeOf(const json& j) {
   return n;
 }
 
-// Requested node ranks first, then the order of first arrival.
-bool before(const NodeInfo& a, const NodeInfo& b) {
-  const auto rankA =
-      a.requestedRank >= 0 ? a.requestedRank : std::numeric_limits<std::int64_t>::max();
-  const auto rankB =
-      b.requestedRank >= 0 ? b.requestedRank : std::numeric_limits<std::int64_t>::max();
-  if (rankA != rankB) return rankA < rankB;
-  return a.firstSeen != b.firstSeen ? a.firstSeen < b.firstSeen : a.id < b.id;
-}
-
 // Parses `text` as a JSON object and reads it with `read`; nullopt when it
 // is not one or lacks what `read` needs.
 template <typename T, typename Read>
@@ -71,6 +61,14 @@ std::optional<T> parsed(const std::string& text, Read read) {
 }
 
 }  // namespace
+
+policy::Member memberOf(const NodeInfo& n) {
+  return {n.id, n.requestedRank, n.localWorldSize, n.address, n.masterPort, n.firstSeen};
+}
+
+policy::Settings RoundState::settings() const {
+  return {minNodes, maxNodes, lastCallMs, maxRestarts, maxNodeFailures, nodeCooldownMs, fixedNodes};
+}
 
 std::string toJson(const NodeInfo& node) { return nodeJson(node).dump(); }
 
@@ -214,24 +212,30 @@ std::vector<NodeInfo> participantsFromJson(const std::string& text) {
 }
 
 RoundState initialState(const protocol::JoinRequest& j, std::int64_t nowMs, std::int64_t jobLease) {
+  const policy::Settings settings = policy::settingsOf(j);
   RoundState s;
-  s.minNodes = std::max<std::uint32_t>(1, j.minNodes);
-  s.maxNodes = std::max(s.minNodes, j.maxNodes);
-  s.lastCallMs = j.lastCallMs;
-  s.maxRestarts = std::max<std::int64_t>(0, j.maxRestarts);
-  s.maxNodeFailures = j.maxNodeFailures;
-  s.nodeCooldownMs = j.nodeCooldownMs;
+  s.minNodes = settings.minNodes;
+  s.maxNodes = settings.maxNodes;
+  s.lastCallMs = settings.lastCallMs;
+  s.maxRestarts = settings.maxRestarts;
+  s.maxNodeFailures = settings.maxNodeFailures;
+  s.nodeCooldownMs = settings.nodeCooldownMs;
   s.jobLease = jobLease;
-  s.fixedNodes = j.fixedNodes;
+  s.fixedNodes = settings.fixedNodes;
   s.formingSinceMs = nowMs;
   return s;
 }
 
-std::vector<NodeInfo> orderParticipants(std::vector<NodeInfo> joined, std::uint32_t maxNodes) {
-  std::sort(joined.begin(), joined.end(), before);
-  if (joined.size() > maxNodes) joined.resize(maxNodes);
-  return joined;
+namespace {
+
+std::vector<policy::Member> membersOf(const std::vector<NodeInfo>& nodes) {
+  std::vector<policy::Member> out;
+  out.reserve(nodes.size());
+  for (const auto& n : nodes) out.push_back(memberOf(n));
+  return out;
 }
+
+}  // namespace
 
 RoundState startRound(const RoundState& state, const std::vector<NodeInfo>& participants,
                       const std::string& publishId) {
@@ -239,11 +243,11 @@ RoundState startRound(const RoundState& state, const std::vector<NodeInfo>& part
   next.phase = Phase::kRunning;
   ++next.round;
   next.publishId = publishId;
+  const auto places = policy::placeRound(membersOf(participants), next.round, next.restarts);
   next.groupWorldSize = static_cast<std::uint32_t>(participants.size());
-  next.worldSize = 0;
-  for (const auto& n : participants) next.worldSize += n.localWorldSize;
-  next.masterAddr = participants.empty() ? "" : participants.front().address;
-  next.masterPort = participants.empty() ? 0 : participants.front().masterPort;
+  next.worldSize = places.empty() ? 0 : places.front().worldSize;
+  next.masterAddr = places.empty() ? "" : places.front().masterAddr;
+  next.masterPort = places.empty() ? 0 : places.front().masterPort;
   next.endedReason.clear();
   return next;
 }
@@ -251,10 +255,8 @@ RoundState startRound(const RoundState& state, const std::vector<NodeInfo>& part
 std::vector<AssignRecord> assignments(const RoundState& running,
                                       const std::vector<NodeInfo>& participants) {
   std::vector<AssignRecord> out;
-  std::uint32_t offset = 0;
-  for (std::uint32_t rank = 0; rank < participants.size(); ++rank) {
-    out.push_back({running.round, running.publishId, rank, offset});
-    offset += participants[rank].localWorldSize;
+  for (const auto& place : policy::placeRound(membersOf(participants), running.round, 0)) {
+    out.push_back({running.round, running.publishId, place.groupRank, place.rankOffset});
   }
   return out;
 }
@@ -267,25 +269,15 @@ RoundState endRound(const RoundState& state, const std::string& reason, std::int
   return next;
 }
 
-bool cannotReachMinimum(const RoundState& state) {
-  return state.fixedNodes > 0 && state.fixedNodes < state.minNodes + state.lost.size();
-}
-
 RoundState loseNodes(const RoundState& state, const std::map<std::string, LostNode>& lost,
                      const std::string& endReason, std::int64_t nowMs) {
   RoundState next = state;
   next.lost.insert(lost.begin(), lost.end());
-  if (cannotReachMinimum(next)) {
-    std::vector<std::string> names;
-    for (const auto& [id, node] : next.lost) {
-      names.push_back(protocol::lostNodeText(id, node.address, node.nodeRank, node.reason));
-    }
+  if (policy::cannotReachMinimum(next.settings(), next.lost.size())) {
     next.phase = Phase::kClosed;
     next.endedReason = endReason.empty() ? "a node of its fixed set was lost" : endReason;
     next.failedExitCode = 1;
-    // Printed as it is by every other node, like a failing node's report.
-    next.failureReport = fmt::format(
-        "ddprun: error: {}.\n", protocol::lostNodesReport(names, next.fixedNodes, next.minNodes));
+    next.failureReport = policy::lostNodesReport(next.settings(), next.lost);
     return next;
   }
   if (state.phase == Phase::kRunning && !endReason.empty()) {
@@ -308,54 +300,6 @@ std::optional<protocol::Assignment> assignmentOf(const RoundState& s, const Assi
   a.masterAddr = s.masterAddr;
   a.masterPort = s.masterPort;
   return a;
-}
-
-std::string attributeFailures(RoundState& state, const std::vector<NodeInfo>& participants,
-                              const std::map<std::string, FailureRecord>& failures) {
-  state.attributedRound = state.round;
-  if (failures.empty()) return "";  // ended by a membership change
-  // The earliest failure (ties: the lower address); the others' failures
-  // followed from it (a peer's collective broke).
-  const FailureRecord* blamed = nullptr;
-  std::string blamedNode;
-  for (const auto& [node, f] : failures) {
-    if (blamed == nullptr || f.failedAtMs < blamed->failedAtMs ||
-        (f.failedAtMs == blamed->failedAtMs && f.address < blamed->address)) {
-      blamed = &f;
-      blamedNode = node;
-    }
-  }
-  const std::string address = blamed->address;
-  // Only the ended round's hosts: a host's streak counts its own rounds.
-  for (const auto& n : participants) {
-    HostRecord& host = state.hosts[n.address];
-    host.streak = n.address == address ? host.streak : 0;
-  }
-  ++state.hosts[address].streak;
-  state.hosts[address].node = blamedNode;
-  // Hosts with nothing to remember are dropped: the state stays small.
-  std::erase_if(state.hosts, [](const auto& h) {
-    return h.second.streak == 0 && h.second.excludedUntilMs == 0;
-  });
-  return address;
-}
-
-bool excluded(const RoundState& state, const std::string& address, std::int64_t nowMs) {
-  const auto host = state.hosts.find(address);
-  return host != state.hosts.end() && host->second.excludedUntilMs > nowMs;
-}
-
-std::string exclusionMessage(const RoundState& state, const std::string& rdzvId,
-                             const std::string& nodeId, const std::string& address,
-                             std::int64_t nowMs) {
-  const auto host = state.hosts.find(address);
-  const std::int64_t left = host == state.hosts.end()
-                                ? 0
-                                : std::max<std::int64_t>(0, host->second.excludedUntilMs - nowMs);
-  return fmt::format(
-      "node {} at {} is excluded from rendezvous '{}' for {} more s: its workers failed first in "
-      "{} rounds in a row",
-      nodeId, address, rdzvId, (left + 999) / 1000, state.maxNodeFailures);
 }
 
 }  // namespace ddprun::rendezvous::etcd

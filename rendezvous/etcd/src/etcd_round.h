@@ -23,6 +23,12 @@
 // one coordinator reads everything and writes the rounds, so a round costs
 // O(N) requests, events and bytes.
 //
+// The rules are the round policy's (ddprun/rendezvous/round_policy.h, shared
+// with the store server): the state's settings, hosts and lost nodes are its
+// values (settings(), HostRecord, LostNode), a node's joining key maps to
+// its Member (memberOf()), and what is left here is how they are kept in
+// etcd.
+//
 // Thread-safety: plain values and pure functions.
 #pragma once
 
@@ -33,6 +39,7 @@
 #include <vector>
 
 #include "ddprun/rendezvous/messages.h"
+#include "ddprun/rendezvous/round_state.h"
 
 namespace ddprun::rendezvous::etcd {
 
@@ -47,22 +54,16 @@ struct NodeInfo {
   std::int64_t joinedAtMs = 0;  // Unix ms, its own clock
 };
 
-// A host (a node's address) of an elastic job with host exclusion.
-struct HostRecord {
-  std::int64_t streak = 0;           // rounds in a row its workers failed first
-  std::int64_t excludedUntilMs = 0;  // Unix ms; 0: not excluded
-  std::string node;                  // the node whose failure counted last
-  bool operator==(const HostRecord&) const = default;
-};
+// A host's failure streak and exclusion (the policy's; only hosts with a
+// streak or an exclusion are kept).
+using HostRecord = policy::HostRecord;
 
 // A node of a fixed set (RoundState::fixedNodes) whose alive key went
 // without a leave: it never returns.
-struct LostNode {
-  std::string address;
-  std::int64_t nodeRank = -1;  // the node rank it asked for; -1: none
-  std::string reason;
-  bool operator==(const LostNode&) const = default;
-};
+using LostNode = policy::LostNode;
+
+// The policy's view of a joining node (its arrival: `firstSeen`).
+policy::Member memberOf(const NodeInfo& node);
 
 enum class Phase { kForming, kRunning, kClosed };
 
@@ -97,6 +98,9 @@ struct RoundState {
   // With fixedNodes: every node lost so far, by node id (they count against
   // MIN for good; at most fixedNodes - MIN + 1 of them).
   std::map<std::string, LostNode> lost;
+
+  // The policy's settings, from the fields above.
+  policy::Settings settings() const;
 };
 
 // A node's place in a round (its assign key).
@@ -147,10 +151,6 @@ struct Keys {
 RoundState initialState(const protocol::JoinRequest& request, std::int64_t nowMs,
                         std::int64_t jobLease);
 
-// The round's nodes from those waiting: requested node ranks first, then
-// the order of first arrival, at most MAX of them.
-std::vector<NodeInfo> orderParticipants(std::vector<NodeInfo> joined, std::uint32_t maxNodes);
-
 // `state` with round + 1 running over `participants`.
 RoundState startRound(const RoundState& state, const std::vector<NodeInfo>& participants,
                       const std::string& publishId);
@@ -162,14 +162,10 @@ std::vector<AssignRecord> assignments(const RoundState& running,
 // The running round ends (a failure, a lost node, a node asking to join).
 RoundState endRound(const RoundState& state, const std::string& reason, std::int64_t nowMs);
 
-// With a fixed set of nodes (fixedNodes > 0): whether the nodes lost leave
-// fewer than MIN that can ever join (the c10d store's rule).
-bool cannotReachMinimum(const RoundState& state);
-
 // `state` with `lost` (node id -> what it was) recorded, when nodes of a
 // fixed set were lost (their alive keys gone without a leave): once fewer
-// than MIN can be left the job is closed with exit code 1 and the c10d
-// store's report naming every lost node; otherwise a running round ends
+// than MIN can be left (policy::cannotReachMinimum) the job is closed with
+// exit code 1 and policy::lostNodesReport(); otherwise a running round ends
 // with `endReason` (when not "": a lost node took part in it) and a
 // forming one goes on without them.
 RoundState loseNodes(const RoundState& state, const std::map<std::string, LostNode>& lost,
@@ -179,19 +175,7 @@ RoundState loseNodes(const RoundState& state, const std::map<std::string, LostNo
 std::optional<protocol::Assignment> assignmentOf(const RoundState& state,
                                                  const AssignRecord& record);
 
-// The failures of the ended round `state.round` (by node) blame the host
-// that failed first (ties: the lower address); each host of that round's
-// `participants` gets its streak (+1 for the blamed one, 0 for the others).
-// Returns the blamed host's address, or "" when no failure was reported.
-std::string attributeFailures(RoundState& state, const std::vector<NodeInfo>& participants,
-                              const std::map<std::string, FailureRecord>& failures);
-
-// Whether `address` is excluded at `nowMs`.
-bool excluded(const RoundState& state, const std::string& address, std::int64_t nowMs);
-
-// The message of an exclusion (the same words as the c10d backend's).
-std::string exclusionMessage(const RoundState& state, const std::string& rdzvId,
-                             const std::string& nodeId, const std::string& address,
-                             std::int64_t nowMs);
+// The reason etcd gives for a node lost (the policy's LostNode::reason).
+inline constexpr const char* kLeaseLapsed = "stopped renewing its etcd lease";
 
 }  // namespace ddprun::rendezvous::etcd

@@ -8,10 +8,18 @@
 #include <vector>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/rendezvous/round_text.h"
 
 namespace ddprun::rendezvous {
 
 namespace {
+
+// The policy's clock: the steady clock, in ms (the wake timer's too).
+std::int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 bool isLoopback(const std::string& address) {
   boost::system::error_code ec;
@@ -39,44 +47,23 @@ struct RendezvousManager::Node {
   std::unique_ptr<boost::asio::steady_timer> timeout;  // of its pending JOIN
 };
 
-// One host (a node's address) of an elastic job: its failures in a row and
-// whether it is left out.
-struct RendezvousManager::Host {
-  int streak = 0;               // its rounds in a row that it failed first in
-  std::int64_t lastRound = -1;  // the last round it took part in
-  std::unique_ptr<boost::asio::steady_timer> cooldown;  // set while excluded
-};
-
-struct RendezvousManager::LostNode {
-  std::string address;
-  std::int64_t requestedRank = -1;
-  std::string reason;
-};
-
 struct RendezvousManager::Rendezvous {
-  explicit Rendezvous(boost::asio::any_io_executor executor) : lastCall(executor) {}
+  explicit Rendezvous(boost::asio::any_io_executor executor) : wake(executor) {}
 
   std::string id;
-  std::uint32_t minNodes = 1;
-  std::uint32_t maxNodes = 1;
-  std::uint32_t lastCallMs = 0;
-  std::int64_t maxRestarts = 0;  // fixed by the JOIN that created it
+  policy::Settings settings;  // fixed by the JOIN that created it
   std::int64_t round = 0;
   bool running = false;  // a round is complete and its workers run
   bool closed = false;   // the job failed: nobody may join again
   std::int64_t restarts = 0;
-  std::uint32_t maxNodeFailures = 0;  // fixed by the JOIN that created it; 0: never exclude
-  std::uint32_t nodeCooldownMs = 0;
-  // The nodes that can ever take part (a Slurm step's); 0: unbounded. Fixed
-  // by the JOIN that created it.
-  std::uint32_t fixedNodes = 0;
-  // Nodes whose connection was lost (not a LEAVE) since the last round
-  // formed (with fixedNodes: ever), by node id: named in the waiting nodes'
-  // progress and timeout messages.
-  std::map<std::string, LostNode> lost;
-  std::map<std::string, Host> hosts;  // by address
-  // The current round's failure reports: address -> (earliest failure, node).
-  std::map<std::string, std::pair<std::int64_t, std::string>> roundFailures;
+  // Nodes lost (not a LEAVE) since the last round formed (with a fixed set
+  // of nodes: ever), by node id: named in the waiting nodes' progress and
+  // timeout messages.
+  std::map<std::string, policy::LostNode> lost;
+  std::map<std::string, policy::HostRecord> hosts;      // by address
+  std::vector<policy::Failure> roundFailures;           // the latest round's, not attributed yet
+  std::set<std::string> roundHosts;                     // the latest round's hosts
+  std::map<std::string, policy::NotBack> roundMembers;  // the latest round's nodes, by id
   std::int64_t failedExitCode = 0;
   std::string failureReport;
   protocol::FailureSummary lastFailure;      // the failure that ended the latest round
@@ -86,8 +73,9 @@ struct RendezvousManager::Rendezvous {
   std::set<std::string> expected;            // participants of the ended round
   std::map<std::string, std::uint64_t> firstSeen;
   std::uint64_t arrivals = 0;
-  boost::asio::steady_timer lastCall;
-  bool lastCallArmed = false;
+  std::int64_t minReachedAtMs = -1;  // the policy's last call: when MIN joined
+  boost::asio::steady_timer wake;    // at the policy's next deadline
+  std::int64_t wakeAtMs = -1;
 };
 
 namespace {
@@ -97,11 +85,10 @@ protocol::JobFailure failureOf(const Rendezvous& r) {
   return {r.failedExitCode, r.failureReport};
 }
 
-// "node node2:4121:ab12cd at 10.0.0.2, node rank 1, lost (connection
-// closed)" (the etcd backend's words too).
-template <typename LostNode>
-std::string describeLost(const std::string& id, const LostNode& node) {
-  return protocol::lostNodeText(id, node.address, node.requestedRank, node.reason);
+template <typename Node>
+policy::Member memberOf(const Node& node) {
+  return {node.id,      node.requestedRank, node.localWorldSize,
+          node.address, node.masterPort,    static_cast<std::int64_t>(node.firstSeen)};
 }
 
 }  // namespace
@@ -126,15 +113,9 @@ RendezvousManager::Rendezvous& RendezvousManager::getOrCreate(const protocol::Jo
   if (!slot) {
     slot = std::make_unique<Rendezvous>(executor_);
     slot->id = j.rdzvId;
-    slot->minNodes = std::max<std::uint32_t>(1, j.minNodes);
-    slot->maxNodes = std::max(slot->minNodes, j.maxNodes);
-    slot->lastCallMs = j.lastCallMs;
-    slot->maxRestarts = std::max<std::int64_t>(0, j.maxRestarts);
-    slot->maxNodeFailures = j.maxNodeFailures;
-    slot->nodeCooldownMs = j.nodeCooldownMs;
-    slot->fixedNodes = j.fixedNodes;
-    DDPRUN_INFO("Rendezvous '{}' opened for {} to {} nodes.", printable(j.rdzvId), slot->minNodes,
-                slot->maxNodes);
+    slot->settings = policy::settingsOf(j);
+    DDPRUN_INFO("Rendezvous '{}' opened for {} to {} nodes.", printable(j.rdzvId),
+                slot->settings.minNodes, slot->settings.maxNodes);
   }
   return *slot;
 }
@@ -146,18 +127,9 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
     peer.answerClosed(requestId, failureOf(r));
     return;
   }
-  if (request.minNodes != r.minNodes || request.maxNodes != r.maxNodes) {
-    peer.answerJoin(requestId, Status::kBadRequest, {},
-                    fmt::format("rendezvous '{}' is for {}:{} nodes but this node asked for "
-                                "{}:{}; give every node the same --nnodes",
-                                r.id, r.minNodes, r.maxNodes, request.minNodes, request.maxNodes));
-    return;
-  }
-  if (std::max<std::int64_t>(0, request.maxRestarts) != r.maxRestarts) {
-    peer.answerJoin(requestId, Status::kBadRequest, {},
-                    fmt::format("rendezvous '{}' has a budget of {} restarts but this node asked "
-                                "for {}; give every node the same --max_restarts",
-                                printable(r.id), r.maxRestarts, request.maxRestarts));
+  if (const std::string mismatch = policy::settingsMismatch(r.id, r.settings, request);
+      !mismatch.empty()) {
+    peer.answerJoin(requestId, Status::kBadRequest, {}, mismatch);
     return;
   }
   if (request.nodeRank >= 0) {
@@ -165,32 +137,22 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
       for (const auto& [id, node] : *group) {
         if (id != request.nodeId && node.requestedRank == request.nodeRank) {
           peer.answerJoin(requestId, Status::kBadRequest, {},
-                          fmt::format("node rank {} is already taken by node {}; give every "
-                                      "node its own --node_rank",
-                                      request.nodeRank, id));
+                          policy::rankTaken(request.nodeRank, id));
           return;
         }
       }
     }
   }
   const std::string address = request.address.empty() ? peer.peerAddress() : request.address;
-  if (const auto host = r.hosts.find(address); host != r.hosts.end() && host->second.cooldown) {
+  if (policy::excluded(r.hosts, address, nowMs())) {
     peer.answerJoin(requestId, Status::kExcluded, {},
-                    fmt::format("node {} at {} is excluded from rendezvous '{}' for {} more s: its "
-                                "workers failed first in {} rounds in a row",
-                                printable(request.nodeId), printable(address), printable(r.id),
-                                std::chrono::duration_cast<std::chrono::seconds>(
-                                    host->second.cooldown->expiry() -
-                                    boost::asio::steady_timer::clock_type::now())
-                                    .count(),
-                                r.maxNodeFailures));
+                    policy::refusalText(r.id, r.settings, request.nodeId, address,
+                                        r.hosts.at(address), nowMs()));
     return;
   }
-  if (request.nodeRank >= 0) {
-    // A node with a lost node's rank replaces it (a static node restarted).
-    std::erase_if(
-        r.lost, [&](const auto& entry) { return entry.second.requestedRank == request.nodeRank; });
-  }
+  // A node with a lost node's id or rank replaces it (a static node restarted).
+  policy::releaseLost(r.lost, {request.nodeId, request.nodeRank, 1, address, 0, 0});
+  const bool participant = r.participants.contains(request.nodeId);
   r.participants.erase(request.nodeId);  // rejoining after its round ended
   if (!r.firstSeen.contains(request.nodeId)) r.firstSeen[request.nodeId] = r.arrivals++;
 
@@ -206,116 +168,127 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
   if (request.timeoutMs != protocol::kNoTimeout) {
     node.timeout = std::make_unique<boost::asio::steady_timer>(
         executor_, std::chrono::milliseconds(request.timeoutMs));
-    node.timeout->async_wait([this, id = r.id,
-                              nodeId = request.nodeId](boost::system::error_code ec) {
-      if (ec) return;
-      Rendezvous* rdzv = find(id);
-      if (rdzv == nullptr) return;
-      auto it = rdzv->joining.find(nodeId);
-      if (it == rdzv->joining.end()) return;
-      Peer* waiting = it->second.peer;
-      const std::uint32_t pendingId = it->second.requestId;
-      const protocol::RendezvousStatus st = status(id);
-      dropJoiner(*rdzv, nodeId);
-      waiting->answerJoin(pendingId, Status::kTimeout, {},
-                          fmt::format("rendezvous '{}' did not complete: {} of {}{} nodes joined{}",
-                                      id, st.joined, st.minNodes == st.maxNodes ? "" : "at least ",
-                                      st.minNodes, protocol::missingNodesText(st)));
-    });
+    node.timeout->async_wait(
+        [this, id = r.id, nodeId = request.nodeId](boost::system::error_code ec) {
+          if (ec) return;
+          Rendezvous* rdzv = find(id);
+          if (rdzv == nullptr) return;
+          auto it = rdzv->joining.find(nodeId);
+          if (it == rdzv->joining.end()) return;
+          Peer* waiting = it->second.peer;
+          const std::uint32_t pendingId = it->second.requestId;
+          const protocol::RendezvousStatus st = status(id);
+          dropJoiner(*rdzv, nodeId);
+          waiting->answerJoin(pendingId, Status::kTimeout, {}, policy::joinTimeoutText(id, st));
+          tryComplete(*rdzv);  // fewer waiting: the last call may stop
+        });
   }
   byPeer_[&peer].insert({r.id, request.nodeId});
   r.joining[request.nodeId] = std::move(node);
 
   if (r.running) {
-    if (r.participants.size() < r.maxNodes) {
-      // Scale up: the running round ends so the new node can be included.
-      endRound(r, fmt::format("node {} asked to join", request.nodeId), "");
-    } else {
-      return;  // full: it waits for a slot
-    }
+    // Scale up, or a participant back: the running round ends so the node
+    // can be included; else (full) it waits for a slot.
+    const std::string reason =
+        policy::endOnJoin(r.settings, r.participants.size(), participant, request.nodeId);
+    if (reason.empty()) return;
+    endRound(r, reason, "");
   }
   tryComplete(r);
 }
 
 void RendezvousManager::tryComplete(Rendezvous& r) {
-  if (r.running || r.closed) return;
-  const std::size_t joined = r.joining.size();
-  if (joined >= r.maxNodes) {
-    complete(r);
+  if (r.running || r.closed) {
+    schedule(r, -1);  // cooldowns only
     return;
   }
-  if (joined < r.minNodes) return;
-  const bool allBack = !r.expected.empty() &&
-                       std::all_of(r.expected.begin(), r.expected.end(),
-                                   [&](const std::string& id) { return r.joining.contains(id); });
-  if (allBack || r.lastCallMs == 0) {
-    complete(r);
-    return;
+  policy::FormInput in;
+  in.settings = r.settings;
+  in.round = r.round;
+  in.hosts = r.hosts;
+  for (const auto& [id, node] : r.joining) in.joining.push_back(memberOf(node));
+  in.expected = r.expected.size();
+  for (const auto& id : r.expected) in.expectedBack += r.joining.contains(id) ? 1 : 0;
+  in.roundHosts = r.roundHosts;
+  in.failures = r.roundFailures;
+  in.minReachedAtMs = r.minReachedAtMs;
+  const policy::Formation f = policy::formRound(in, nowMs());
+  r.minReachedAtMs = f.minReachedAtMs;
+  if (f.attributed) {
+    // The ended round's failure went to the host that failed first; a host
+    // that keeps failing is left out of the round being formed.
+    r.hosts = f.hosts;
+    r.roundFailures.clear();
+    if (f.attribution.exclusion) exclude(r, *f.attribution.exclusion);
+    if (f.attribution.stays) {
+      DDPRUN_WARN("{}.", policy::staysText(r.id, f.attribution.blamed, f.attribution.streak,
+                                           r.settings.minNodes));
+    }
   }
-  if (!r.lastCallArmed) {
-    r.lastCallArmed = true;
-    r.lastCall.expires_after(std::chrono::milliseconds(r.lastCallMs));
-    r.lastCall.async_wait([this, id = r.id](boost::system::error_code ec) {
-      if (ec) return;
-      Rendezvous* rdzv = find(id);
-      if (rdzv == nullptr) return;
-      rdzv->lastCallArmed = false;
-      if (!rdzv->running && rdzv->joining.size() >= rdzv->minNodes) complete(*rdzv);
-    });
-  }
+  if (f.form) complete(r, f.participants);
+  schedule(r, f.form ? -1 : f.wakeAtMs);
 }
 
-void RendezvousManager::complete(Rendezvous& r) {
-  // The ended round's failure goes to the host that failed first; a host
-  // that keeps failing may be left out of the round being formed.
-  if (attributeFailures(r) && r.joining.size() < r.minNodes) return;  // wait for more
-  r.lastCall.cancel();
-  r.lastCallArmed = false;
-  std::vector<Node*> order;
-  for (auto& [id, node] : r.joining) order.push_back(&node);
-  // Requested node ranks first, then the order of first arrival.
-  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
-    const auto rankA =
-        a->requestedRank >= 0 ? a->requestedRank : std::numeric_limits<std::int64_t>::max();
-    const auto rankB =
-        b->requestedRank >= 0 ? b->requestedRank : std::numeric_limits<std::int64_t>::max();
-    return rankA != rankB ? rankA < rankB : a->firstSeen < b->firstSeen;
+void RendezvousManager::schedule(Rendezvous& r, std::int64_t atMs) {
+  const std::int64_t cooldown = policy::nextCooldownEnd(r.hosts);
+  if (atMs < 0 || (cooldown >= 0 && cooldown < atMs)) atMs = cooldown;
+  if (atMs == r.wakeAtMs) return;
+  r.wakeAtMs = atMs;
+  if (atMs < 0) {
+    r.wake.cancel();
+    return;
+  }
+  r.wake.expires_at(boost::asio::steady_timer::time_point(std::chrono::milliseconds(atMs)));
+  r.wake.async_wait([this, id = r.id](boost::system::error_code ec) {
+    if (!ec) onWake(id);
   });
-  if (order.size() > r.maxNodes) order.resize(r.maxNodes);
+}
+
+void RendezvousManager::onWake(const std::string& rdzvId) {
+  Rendezvous* r = find(rdzvId);
+  if (r == nullptr) return;
+  r->wakeAtMs = -1;
+  for (const auto& address : policy::readmit(r->hosts, nowMs())) {
+    Event readmitted;
+    readmitted.type = EventType::kNodeReadmitted;
+    readmitted.rdzvId = r->id;
+    readmitted.round = r->round;
+    readmitted.message = policy::readmittedText(r->id, address);
+    DDPRUN_INFO("{}.", readmitted.message);
+    pushToAll(*r, readmitted);
+  }
+  tryComplete(*r);  // the last call may have ended; arms the next wake
+}
+
+void RendezvousManager::complete(Rendezvous& r, const std::vector<policy::Member>& order) {
   ++r.round;
-  std::uint32_t worldSize = 0;
-  for (const Node* node : order) worldSize += node->localWorldSize;
-  Assignment a;
-  a.round = r.round;
-  a.groupWorldSize = static_cast<std::uint32_t>(order.size());
-  a.worldSize = worldSize;
-  a.restarts = r.restarts;
-  a.masterAddr = order.front()->address;
-  a.masterPort = order.front()->masterPort;
+  const std::vector<Assignment> places = policy::placeRound(order, r.round, r.restarts);
+  const Assignment& a = places.front();
+  const std::uint32_t worldSize = a.worldSize;
   // Workers reach group rank 0 at its node's address: a loopback one (an
   // endpoint named by a host name that /etc/hosts maps to 127.0.1.1 on that
   // machine) reaches nobody on another host.
-  const auto onAnotherHost = [](const Node* node) { return !isLoopback(node->address); };
+  const auto onAnotherHost = [](const policy::Member& node) { return !isLoopback(node.address); };
   if (std::any_of(order.begin(), order.end(), onAnotherHost)) {
-    for (const Node* node : order) {
-      if (!isLoopback(node->address)) continue;
+    for (const auto& node : order) {
+      if (!isLoopback(node.address)) continue;
       DDPRUN_WARN(
           "Round {} of rendezvous '{}': node {} is known by the loopback address {}, which the "
           "nodes on other hosts cannot reach (as their workers' MASTER_ADDR when it is group "
           "rank 0); give that node --local_addr.",
-          r.round, printable(r.id), printable(node->id), printable(node->address));
+          r.round, printable(r.id), printable(node.id), printable(node.address));
     }
   }
-  std::uint32_t offset = 0;
+  r.roundHosts.clear();
+  r.roundMembers.clear();
+  r.roundFailures.clear();
   std::vector<std::pair<Peer*, std::pair<std::uint32_t, Assignment>>> answers;
   for (std::uint32_t rank = 0; rank < order.size(); ++rank) {
-    Node& node = *order[rank];
-    r.hosts[node.address].lastRound = r.round;
-    a.groupRank = rank;
-    a.rankOffset = offset;
+    Node& node = r.joining.at(order[rank].id);
+    r.roundHosts.insert(node.address);
+    r.roundMembers[node.id] = {order[rank], rank};
     node.groupRank = rank;
-    offset += node.localWorldSize;
-    answers.push_back({node.peer, {node.requestId, a}});
+    answers.push_back({node.peer, {node.requestId, places[rank]}});
     if (node.timeout) node.timeout->cancel();
     node.timeout.reset();
     const std::string id = node.id;
@@ -326,14 +299,13 @@ void RendezvousManager::complete(Rendezvous& r) {
   r.expected.clear();
   // The round formed without them; with a fixed set of nodes they still
   // count against the minimum (peerLost).
-  if (r.fixedNodes == 0) r.lost.clear();
+  if (r.settings.fixedNodes == 0) r.lost.clear();
   DDPRUN_INFO("Rendezvous '{}' round {} is complete: {} nodes, {} workers, master {}:{}.",
               printable(r.id), r.round, a.groupWorldSize, worldSize, printable(a.masterAddr),
               a.masterPort);
   for (auto& [peer, answer] : answers)
     peer->answerJoin(answer.first, Status::kOk, answer.second, "");
 }
-
 void RendezvousManager::endRound(Rendezvous& r, const std::string& reason,
                                  const std::string& exceptNode) {
   if (!r.running) return;
@@ -430,6 +402,7 @@ Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
   if (byPeer != byPeer_.end()) byPeer->second.erase({report.rdzvId, report.nodeId});
   DDPRUN_INFO("Node {} left rendezvous '{}'.", printable(report.nodeId), printable(report.rdzvId));
   markFinishedIfEmpty(*r);
+  tryComplete(*r);  // the ended round's others may all be back now
   return Status::kOk;
 }
 
@@ -440,23 +413,18 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   if (r == nullptr) return status;
   if (const auto node = r->participants.find(report.nodeId);
       node != r->participants.end() && report.round == r->round) {
-    auto [it, added] =
-        r->roundFailures.try_emplace(node->second.address, report.failedAtMs, report.nodeId);
-    if (!added && report.failedAtMs < it->second.first) {
-      it->second = {report.failedAtMs, report.nodeId};
-    }
+    r->roundFailures.push_back({report.nodeId, node->second.address, report.failedAtMs});
   }
   if (report.round == r->round && r->running && !r->closed &&
       r->participants.contains(report.nodeId)) {
     r->lastFailure = {report.nodeId, report.round, report.exitCode, report.failedAtMs,
                       report.report};
     ++r->failures;
-    if (r->restarts < r->maxRestarts) {
-      ++r->restarts;
-      endRound(*r,
-               fmt::format("a worker on node {} failed (restart {} of {})", report.nodeId,
-                           r->restarts, r->maxRestarts),
-               report.nodeId);
+    const policy::FailureOutcome out =
+        policy::spendRestart(r->settings, r->restarts, report.nodeId);
+    r->restarts = out.restarts;
+    if (out.restartAllowed) {
+      endRound(*r, out.endReason, report.nodeId);
     } else {
       failJob(*r, report.exitCode, report.report, report.nodeId);
     }
@@ -467,52 +435,8 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   return Status::kOk;
 }
 
-bool RendezvousManager::attributeFailures(Rendezvous& r) {
-  if (r.roundFailures.empty()) return false;  // ended by a membership change
-  // The earliest failure (ties: the lower address); the others' failures
-  // followed from it (a peer's collective broke).
-  auto blamed = r.roundFailures.begin();
-  for (auto it = r.roundFailures.begin(); it != r.roundFailures.end(); ++it) {
-    if (it->second.first < blamed->second.first) blamed = it;
-  }
-  const std::string address = blamed->first;
-  const std::string nodeId = blamed->second.second;
-  r.roundFailures.clear();
-  // Only the ended round's hosts: a host's streak counts its own rounds.
-  for (auto& [hostAddress, host] : r.hosts) {
-    if (host.lastRound == r.round) host.streak = hostAddress == address ? host.streak + 1 : 0;
-  }
-  const Host& host = r.hosts[address];
-  const bool elastic = r.minNodes < r.maxNodes;
-  if (!elastic || r.maxNodeFailures == 0 || host.cooldown ||
-      static_cast<std::uint32_t>(host.streak) < r.maxNodeFailures) {
-    return false;
-  }
-  std::size_t others = 0;
-  for (const auto& [id, node] : r.joining) others += node.address != address ? 1 : 0;
-  if (others < r.minNodes) {
-    DDPRUN_WARN(
-        "Rendezvous '{}': {} failed first in {} rounds in a row but stays: without it fewer than "
-        "{} nodes are waiting.",
-        printable(r.id), printable(address), host.streak, r.minNodes);
-    return false;
-  }
-  exclude(r, address, nodeId);
-  return true;
-}
-
-void RendezvousManager::exclude(Rendezvous& r, const std::string& address,
-                                const std::string& nodeId) {
-  Host& host = r.hosts[address];
-  const int streak = host.streak;
-  host.streak = 0;
-  host.cooldown = std::make_unique<boost::asio::steady_timer>(
-      executor_, std::chrono::milliseconds(r.nodeCooldownMs));
-  const std::string reason = fmt::format(
-      "node {} at {} is excluded from rendezvous '{}' for {:g} s: its workers failed first in {} "
-      "rounds in a row (rdzv_conf max_node_failures={})",
-      printable(nodeId), printable(address), printable(r.id), r.nodeCooldownMs / 1000.0, streak,
-      r.maxNodeFailures);
+void RendezvousManager::exclude(Rendezvous& r, const policy::Exclusion& exclusion) {
+  const std::string reason = policy::exclusionText(r.id, r.settings, exclusion);
   DDPRUN_WARN("{}.", reason);
   Event event;
   event.type = EventType::kNodeExcluded;
@@ -521,25 +445,12 @@ void RendezvousManager::exclude(Rendezvous& r, const std::string& address,
   event.message = reason;
   pushToAll(r, event);
   // A JOIN of that host already waiting is refused now.
-  const auto fromHost = [&address](const Node& node) { return node.address == address; };
+  const auto fromHost = [&exclusion](const Node& node) {
+    return node.address == exclusion.address;
+  };
   for (auto [peer, requestId] : dropJoinersIf(r, fromHost)) {
     peer->answerJoin(requestId, Status::kExcluded, {}, reason);
   }
-  host.cooldown->async_wait([this, id = r.id, address](boost::system::error_code ec) {
-    if (ec) return;
-    Rendezvous* rdzv = find(id);
-    if (rdzv == nullptr) return;
-    rdzv->hosts[address].cooldown.reset();
-    Event readmitted;
-    readmitted.type = EventType::kNodeReadmitted;
-    readmitted.rdzvId = id;
-    readmitted.round = rdzv->round;
-    readmitted.message =
-        fmt::format("the cooldown of {} in rendezvous '{}' ended: it may join again",
-                    printable(address), printable(id));
-    DDPRUN_INFO("{}.", readmitted.message);
-    pushToAll(*rdzv, readmitted);
-  });
 }
 
 void RendezvousManager::pushToAll(Rendezvous& r, const Event& event) {
@@ -558,13 +469,10 @@ protocol::RendezvousStatus RendezvousManager::status(const std::string& rdzvId,
   st.round = r.round;
   st.running = r.running;
   st.joined = static_cast<std::uint32_t>(r.joining.size());
-  st.minNodes = r.minNodes;
-  st.maxNodes = r.maxNodes;
-  if (r.lastCallArmed) {
-    st.lastCallMs = std::max<std::int64_t>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(
-               r.lastCall.expiry() - boost::asio::steady_timer::clock_type::now())
-               .count());
+  st.minNodes = r.settings.minNodes;
+  st.maxNodes = r.settings.maxNodes;
+  if (!r.running && r.minReachedAtMs >= 0 && r.settings.lastCallMs > 0) {
+    st.lastCallMs = std::max<std::int64_t>(0, r.minReachedAtMs + r.settings.lastCallMs - nowMs());
   }
   describeMissing(r, st);
   if (details) describe(r, st);
@@ -575,7 +483,7 @@ std::vector<RendezvousManager::Summary> RendezvousManager::summaries() const {
   std::vector<Summary> out;
   for (const auto& [id, r] : rendezvous_) {
     out.push_back({id, r->round, r->running, r->closed, r->participants.size(), r->joining.size(),
-                   r->restarts, r->maxRestarts, r->failures});
+                   r->restarts, r->settings.maxRestarts, r->failures});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return out;
@@ -584,7 +492,7 @@ std::vector<RendezvousManager::Summary> RendezvousManager::summaries() const {
 void RendezvousManager::describe(const Rendezvous& r, protocol::RendezvousStatus& st) {
   st.closed = r.closed;
   st.restarts = r.restarts;
-  st.maxRestarts = r.maxRestarts;
+  st.maxRestarts = r.settings.maxRestarts;
   st.lastFailure = r.lastFailure;
   if (r.running) {
     for (const auto& [id, node] : r.participants) {
@@ -599,43 +507,20 @@ void RendezvousManager::describe(const Rendezvous& r, protocol::RendezvousStatus
 }
 
 void RendezvousManager::describeMissing(const Rendezvous& r, protocol::RendezvousStatus& st) {
-  std::set<std::int64_t> named;  // node ranks already described
-  const auto add = [&st](std::string text) {
-    ++st.missingCount;
-    if (st.missing.size() < protocol::kMaxMissingShown) st.missing.push_back(std::move(text));
-  };
-  // The nodes that were lost first: they are why the others wait.
-  for (const auto& [id, node] : r.lost) {
-    if (r.joining.contains(id)) continue;
-    add(describeLost(id, node));
-    if (node.requestedRank >= 0) named.insert(node.requestedRank);
-  }
-  // The previous round's nodes that are still connected but have not
-  // joined again yet.
+  std::vector<policy::NotBack> notBack;  // the ended round's nodes still there
   for (const auto& id : r.expected) {
-    if (r.joining.contains(id) || r.lost.contains(id)) continue;
-    const auto node = r.participants.find(id);
-    if (node == r.participants.end()) {
-      add("node " + id);
-      continue;
+    if (const auto m = r.roundMembers.find(id); m != r.roundMembers.end()) {
+      policy::NotBack node = m->second;
+      // The node rank it asks for now, if it has joined since.
+      if (const auto p = r.participants.find(id); p != r.participants.end()) {
+        node.member.requestedRank = p->second.requestedRank;
+      }
+      notBack.push_back(node);
     }
-    // Its node rank: the one it asks for, else the one it had last round.
-    const std::int64_t rank =
-        node->second.requestedRank >= 0 ? node->second.requestedRank : node->second.groupRank;
-    add(protocol::nodeText(id, node->second.address, rank) + ", not back yet");
-    if (node->second.requestedRank >= 0) named.insert(node->second.requestedRank);
   }
-  // Every node asks for its rank (static jobs, Slurm steps): the ranks
-  // nobody has taken or been named for.
-  if (r.joining.empty()) return;
-  std::set<std::int64_t> taken;
-  for (const auto& [id, node] : r.joining) {
-    if (node.requestedRank < 0) return;
-    taken.insert(node.requestedRank);
-  }
-  for (std::int64_t rank = 0; rank < static_cast<std::int64_t>(r.maxNodes); ++rank) {
-    if (!taken.contains(rank) && !named.contains(rank)) add(fmt::format("node rank {}", rank));
-  }
+  std::vector<policy::Member> joining;
+  for (const auto& [id, node] : r.joining) joining.push_back(memberOf(node));
+  policy::describeMissing(r.settings, r.lost, notBack, joining, st);
 }
 
 void RendezvousManager::peerLost(Peer& peer, const std::string& reason) {
@@ -654,28 +539,17 @@ void RendezvousManager::peerLost(Peer& peer, const std::string& reason) {
     dropJoiner(*r, nodeId);
     const bool wasParticipant = r->participants.erase(nodeId) > 0;
     if (wasParticipant) r->expected.erase(nodeId);
-    if (member && !r->closed && cannotReachMinimum(*r)) {
-      failJob(*r, 1, lostNodesReport(*r), "");
+    if (member && !r->closed && policy::cannotReachMinimum(r->settings, r->lost.size())) {
+      const std::string report = policy::lostNodesReport(r->settings, r->lost);
+      DDPRUN_WARN("Rendezvous '{}': {}", printable(r->id), report.substr(0, report.size() - 1));
+      failJob(*r, 1, report, "");
     } else if (wasParticipant && r->running) {
-      endRound(*r, fmt::format("node {} was lost ({})", nodeId, reason), "");
+      endRound(*r, policy::lostText(nodeId, reason), "");
       r->expected.erase(nodeId);
     }
     if (r->closed) markFinishedIfEmpty(*r);
     tryComplete(*r);
   }
-}
-
-bool RendezvousManager::cannotReachMinimum(const Rendezvous& r) {
-  return r.fixedNodes > 0 && r.fixedNodes < r.minNodes + r.lost.size();
-}
-
-std::string RendezvousManager::lostNodesReport(const Rendezvous& r) {
-  std::vector<std::string> names;
-  for (const auto& [id, node] : r.lost) names.push_back(describeLost(id, node));
-  const std::string report = protocol::lostNodesReport(names, r.fixedNodes, r.minNodes);
-  DDPRUN_WARN("Rendezvous '{}': {}.", printable(r.id), report);
-  // Printed as it is by every other node, like a failing node's report.
-  return fmt::format("ddprun: error: {}.\n", report);
 }
 
 }  // namespace ddprun::rendezvous

@@ -25,6 +25,12 @@
 // every node is pushed kNodeExcluded, that host's JOINs are refused with
 // kExcluded, and kNodeReadmitted is pushed when the cooldown ends.
 //
+// Every one of these rules is the round policy's (ddprun/rendezvous/
+// round_policy.h, shared with the etcd backend): this class keeps the
+// policy's values per rendezvous, feeds it the steady clock, answers the
+// JOINs and pushes the events it decides, and arms one wake timer per
+// rendezvous at the deadline it names (the last call, a cooldown's end).
+//
 // Thread-safety: the server's loop thread only (like StoreState).
 // Ownership: owns its timers; borrows Peers, which must call peerLost()
 // before they go away.
@@ -44,6 +50,7 @@
 #include <vector>
 
 #include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/round_policy.h"
 #include "ddprun/rendezvous/store_state.h"
 
 namespace ddprun::rendezvous {
@@ -104,22 +111,21 @@ class RendezvousManager {
 
  private:
   struct Node;
-  struct Host;
-  struct LostNode;
   struct Rendezvous;
 
   Rendezvous& getOrCreate(const protocol::JoinRequest& request);
   Rendezvous* find(const std::string& id);
-  // Fills status.missing (at most kMaxMissingShown) and missingCount: the
-  // nodes that were lost (with their address and node rank), the ended
-  // round's nodes that have not rejoined yet, and the requested node ranks
-  // nobody has taken or been named for; none when nothing is known
-  // (elastic growth).
+  // Fills status.missing and missingCount (policy::describeMissing()).
   static void describeMissing(const Rendezvous& r, protocol::RendezvousStatus& status);
   // Fills status's details.
   static void describe(const Rendezvous& r, protocol::RendezvousStatus& status);
+  // Asks the policy whether the round being formed is ready and does what
+  // it says (exclude a host, form the round); then arms the wake timer.
   void tryComplete(Rendezvous& r);
-  void complete(Rendezvous& r);
+  void complete(Rendezvous& r, const std::vector<policy::Member>& participants);
+  // The wake timer at `atMs` or the next cooldown's end, whichever first.
+  void schedule(Rendezvous& r, std::int64_t atMs);
+  void onWake(const std::string& rdzvId);
   void endRound(Rendezvous& r, const std::string& reason, const std::string& exceptNode);
   void failJob(Rendezvous& r, std::int64_t exitCode, const std::string& report,
                const std::string& exceptNode);
@@ -127,17 +133,9 @@ class RendezvousManager {
   // Drops the waiting JOINs `which` selects; returns whom to answer.
   std::vector<std::pair<Peer*, std::uint32_t>> dropJoinersIf(
       Rendezvous& r, const std::function<bool(const Node&)>& which);
-  // Blames the ended round's earliest failure on its host (the others'
-  // streaks reset) and excludes that host when it failed first in
-  // max_node_failures rounds in a row and MIN nodes remain; true if it did.
-  bool attributeFailures(Rendezvous& r);
-  // Leaves `address` out for the cooldown; tells every node.
-  void exclude(Rendezvous& r, const std::string& address, const std::string& nodeId);
+  // Leaves a host out for its cooldown (the policy's exclusion); tells every node.
+  void exclude(Rendezvous& r, const policy::Exclusion& exclusion);
   void pushToAll(Rendezvous& r, const protocol::Event& event);
-  // A fixed set of nodes (JoinRequest::fixedNodes) with too many lost to
-  // reach MIN: the job fails at once, with lostNodesReport() as its report.
-  static bool cannotReachMinimum(const Rendezvous& r);
-  static std::string lostNodesReport(const Rendezvous& r);
 
   void markFinishedIfEmpty(Rendezvous& r);
   // The rendezvous of a LEAVE or REPORT_FAILURE, when `peer`'s connection

@@ -126,6 +126,9 @@ class EtcdRendezvous final : public RendezvousBackend {
   void readAssignment();
   // Until the state changes, the stop, or `until`.
   void waitForChange(std::int64_t stateRevision, std::chrono::steady_clock::time_point until);
+  // status(); `full`: from one read of every key (with who is missing),
+  // else from this node's view and one count.
+  protocol::RendezvousStatus statusOf(const std::string& rdzvId, bool details, bool full);
   // Claims --node_rank; ServerError when another live node holds it.
   void claimNodeRank(std::int64_t nodeRank);
   // The alive key created last before `createRevision` (none: empty).
