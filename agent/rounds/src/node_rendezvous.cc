@@ -82,9 +82,14 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
         config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
   }
   if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
+    // No node hosts anything: the rounds live in etcd, and the workers'
+    // store is group rank 0's (RendezvousRounds).
     endpoint_ = fmt::format("{}", fmt::join(rdzv_.etcd.endpoints, ","));
-    return;  // no node hosts anything: the rounds live in etcd
+    where_ = "etcd at " + endpoint_;
+    return;
   }
+  where_ = "the rendezvous store at " + endpoint_;
+  jobStore_ = {rdzv_.endpointHost, rdzv_.endpointPort};
   const bool staticHost = rdzv_.mode == RendezvousMode::kStatic && rdzv_.nodeRank == 0;
   const bool host = rdzv_.isHost.value_or(
       rdzv_.mode == RendezvousMode::kStatic ? staticHost : isLocalAddress(rdzv_.endpointHost));
@@ -105,12 +110,14 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
   }
 }
 
-// Runs on the joiner thread: connecting may take until the join timeout
+// Runs on the worker thread: connecting may take until the join timeout
 // while the store comes up, and must not block the agent's loop (signals).
+// The one place that picks the backend's implementation; everything else
+// drives the RendezvousBackend interface.
 void NodeRendezvous::connect() {
   if (client_) return;
   std::unique_ptr<rendezvous::RendezvousBackend> client;
-  if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
+  if (!jobStore_) {
     rendezvous::EtcdRendezvousOptions options;
     options.etcd = rdzv_.etcd;
     options.etcd.requestTimeout = std::min(rdzv_.requestTimeout, rdzv_.keepAliveInterval * 2);
@@ -129,10 +136,10 @@ void NodeRendezvous::connect() {
     std::lock_guard lock(mutex_);
     client_ = std::move(client);
   }
-  if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
-    DDPRUN_INFO("Node {} keeps its rendezvous in {}.", nodeId_, where());  // reached at join
+  if (!jobStore_) {
+    DDPRUN_INFO("Node {} keeps its rendezvous in {}.", nodeId_, where_);  // reached at join
   } else {
-    DDPRUN_INFO("Node {} connected to {}{}.", nodeId_, where(), hosting() ? " (hosted here)" : "");
+    DDPRUN_INFO("Node {} connected to {}{}.", nodeId_, where_, hosting() ? " (hosted here)" : "");
   }
   heartbeat_ = std::thread([this] { runHeartbeats(); });
   events_ = std::thread([this] { runEvents(); });
@@ -199,12 +206,13 @@ NodeRendezvous::~NodeRendezvous() {
     if (client_) client_->shutdown();  // unblocks the event and join threads
   }
   stopRequested_.notify_all();
-  joinThread(joiner_);  // may still be connecting: it sees cancelled_ within ~1 s
+  worker_.stop();  // calls not started yet never run
+  worker_.join();  // may still be connecting: it sees cancelled_ within ~1 s
   {
     std::lock_guard lock(mutex_);
     if (client_) client_->shutdown();
   }
-  for (std::thread* t : {&heartbeat_, &events_, &closer_}) joinThread(*t);
+  for (std::thread* t : {&heartbeat_, &events_}) joinThread(*t);
   client_.reset();
   server_.reset();
 }
@@ -213,11 +221,6 @@ std::string NodeRendezvous::address() {
   if (!rdzv_.localAddr.empty()) return numericAddress(rdzv_.localAddr);
   std::lock_guard lock(mutex_);
   return client_ ? client_->localAddress() : "";
-}
-
-std::string NodeRendezvous::where() const {
-  return (rdzv_.backend == RendezvousBackendKind::kEtcd ? "etcd at " : "the rendezvous store at ") +
-         endpoint_;
 }
 
 void NodeRendezvous::joinThread(std::thread& thread) {
@@ -290,7 +293,6 @@ void NodeRendezvous::runEvents() {
 }
 
 void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
-  joinThread(joiner_);
   protocol::JoinRequest request;
   request.rdzvId = config_.runId;
   request.nodeId = nodeId_;
@@ -308,7 +310,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   request.maxNodeFailures = static_cast<std::uint32_t>(rdzv_.maxNodeFailures);
   request.nodeCooldownMs = static_cast<std::uint32_t>(std::min<std::int64_t>(
       rdzv_.nodeCooldown.count(), std::numeric_limits<std::uint32_t>::max()));
-  joiner_ = std::thread([this, request, done = std::move(done)] {
+  asio::post(worker_, [this, request, done = std::move(done)] {
     JoinResult result;
     bool connected = false;
     try {
@@ -353,7 +355,6 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
 void NodeRendezvous::asyncReportFailure(std::int64_t round, int exitCode, const std::string& report,
                                         std::chrono::system_clock::time_point failedAt,
                                         std::function<void(FailureAnswer)> done) {
-  joinThread(joiner_);  // the join before it answered already
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;
@@ -363,7 +364,7 @@ void NodeRendezvous::asyncReportFailure(std::int64_t round, int exitCode, const 
   r.report = report;
   r.failedAtMs =
       std::chrono::duration_cast<std::chrono::milliseconds>(failedAt.time_since_epoch()).count();
-  joiner_ = std::thread([this, r, done = std::move(done)] {
+  asio::post(worker_, [this, r, done = std::move(done)] {
     FailureAnswer answer;
     try {
       answer.decision = client_->reportFailure(r);
@@ -375,33 +376,26 @@ void NodeRendezvous::asyncReportFailure(std::int64_t round, int exitCode, const 
 }
 
 void NodeRendezvous::asyncLeave(std::int64_t round, std::function<void()> done) {
-  joinThread(joiner_);
-  if (!client_ || lost_) {
-    asio::post(io_, std::move(done));
-    return;
-  }
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;
   r.round = round;
-  joiner_ = std::thread([this, r, done = std::move(done)] {
-    try {
-      client_->leave(r);
-    } catch (const Error& e) {
-      DDPRUN_WARN("Node {} could not leave the rendezvous cleanly: {}", nodeId_, e.what());
+  asio::post(worker_, [this, r, done = std::move(done)] {
+    if (client_ && !lost_) {  // a lost store is not asked
+      try {
+        client_->leave(r);
+      } catch (const Error& e) {
+        DDPRUN_WARN("Node {} could not leave the rendezvous cleanly: {}", nodeId_, e.what());
+      }
     }
     asio::post(io_, done);
   });
 }
 
 void NodeRendezvous::asyncWaitUntilAllLeft(std::function<void()> done) {
-  joinThread(closer_);
-  closer_ = std::thread([this, done = std::move(done)] {
+  asio::post(worker_, [this, done = std::move(done)] {
     try {
-      auto* store = dynamic_cast<rendezvous::RendezvousClient*>(client_.get());
-      if (store != nullptr) {
-        store->store().wait({protocol::rendezvousFinishedKey(config_.runId)}, rdzv_.closeTimeout);
-      }
+      if (client_ && !lost_) client_->waitUntilAllLeft(config_.runId, rdzv_.closeTimeout);
     } catch (const Error& e) {
       DDPRUN_WARN("Not every node left the rendezvous within the close timeout: {}", e.what());
     }

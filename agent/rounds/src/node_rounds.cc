@@ -58,7 +58,7 @@ NodeRounds makeRendezvousRounds(boost::asio::io_context& io, const AgentConfig& 
   NodeRounds rounds;
   rounds.rendezvous = std::make_unique<NodeRendezvous>(io, config);
   rounds.workerToken = workerCredential(config.rendezvous.token, config.runId);
-  if (config.useAgentStore || config.rendezvous.backend == RendezvousBackendKind::kEtcd) {
+  if (config.useAgentStore || !rounds.rendezvous->jobStore()) {
     // Served by whichever node becomes group rank 0, on every address (the
     // others reach it at the address the rendezvous knows that node by).
     // With etcd this is the only store the workers have.

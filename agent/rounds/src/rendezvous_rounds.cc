@@ -50,10 +50,9 @@ void RendezvousRounds::waitUntilAllLeft(std::function<void()> done) {
 
 WorkersStore RendezvousRounds::workersStore(const rendezvous::protocol::Assignment& round) const {
   const std::string prefix = fmt::format("{}/round_{}/", config_.runId, round.round);
-  if (config_.rendezvous.backend == RendezvousBackendKind::kEtcd)
-    // No ddprun store holds the rounds: the workers' store is group rank 0's.
-    return {round.masterAddr, static_cast<int>(round.masterPort), prefix};
-  return {config_.rendezvous.endpointHost, config_.rendezvous.endpointPort, prefix};
+  if (const auto& store = rendezvous_.jobStore()) return {store->host, store->port, prefix};
+  // No ddprun store holds the rounds (etcd): the workers' store is group rank 0's.
+  return {round.masterAddr, static_cast<int>(round.masterPort), prefix};
 }
 
 std::string RendezvousRounds::restartMessage(std::int64_t restarts, int maxRestarts) const {

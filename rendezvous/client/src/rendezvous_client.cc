@@ -28,4 +28,9 @@ std::optional<protocol::Event> RendezvousClient::waitEvent(std::chrono::millisec
   return store_.connection()->waitEvent(deadline);
 }
 
+void RendezvousClient::waitUntilAllLeft(const std::string& rdzvId,
+                                        std::chrono::milliseconds timeout) {
+  store_.wait({protocol::rendezvousFinishedKey(rdzvId)}, timeout);
+}
+
 }  // namespace ddprun::rendezvous

@@ -1,8 +1,9 @@
 // RendezvousBackend: where an agent's rendezvous lives, as the agent sees
 // it. Two implementations: RendezvousClient (ddprun's store computes the
 // rounds, docs/protocol.md) and EtcdRendezvous (the rounds live in etcd,
-// docs/multinode.md). The agent's NodeRendezvous drives either the same way:
-// join on one thread, keepAlive() on another, waitEvent() on a third.
+// docs/multinode.md). The agent's NodeRendezvous drives either the same way,
+// through this interface only: join, report, leave and waitUntilAllLeft on
+// its worker thread, keepAlive() on another, waitEvent() on a third.
 //
 // Thread-safety: every call may run on any thread at once; shutdown() makes
 // blocked calls on other threads return (or throw) promptly.
@@ -41,6 +42,10 @@ class RendezvousBackend {
   // the rendezvous has not confirmed it by `deadline` (a silent network: the
   // others are about to count this node as lost).
   virtual void keepAlive(std::chrono::steady_clock::time_point deadline) = 0;
+  // Blocks until every node of rendezvous `rdzvId` has left it (the node
+  // that hosts the store waits so before it closes the store), TimeoutError
+  // after `timeout`. Returns at once where nothing is hosted (etcd).
+  virtual void waitUntilAllLeft(const std::string& rdzvId, std::chrono::milliseconds timeout) = 0;
   // The address of this host that the rendezvous reaches it at: where its
   // connection leaves from ("" before the first join).
   virtual std::string localAddress() = 0;

@@ -46,6 +46,7 @@ class RendezvousClient final : public RendezvousBackend {
   std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout) override;
   // A PING: the server counts it as a heartbeat.
   void keepAlive(std::chrono::steady_clock::time_point deadline) override { store_.ping(deadline); }
+  void waitUntilAllLeft(const std::string& rdzvId, std::chrono::milliseconds timeout) override;
   std::string localAddress() override { return store_.localAddress(); }
   void shutdown() override { store_.shutdown(); }
 

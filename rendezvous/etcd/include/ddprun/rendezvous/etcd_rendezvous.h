@@ -89,6 +89,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   protocol::RendezvousStatus status(const std::string& rdzvId, bool details = false) override;
   std::optional<protocol::Event> waitEvent(std::chrono::milliseconds timeout) override;
   void keepAlive(std::chrono::steady_clock::time_point deadline) override;
+  // The rounds live in etcd: no node hosts anything to close.
+  void waitUntilAllLeft(const std::string&, std::chrono::milliseconds) override {}
   std::string localAddress() override { return client_.localAddress(); }
   void shutdown() override;
   EtcdRendezvousStats stats() const;

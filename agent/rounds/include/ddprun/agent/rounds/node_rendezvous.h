@@ -3,14 +3,15 @@
 // With ddprun's store it hosts the store when this node should (static:
 // node rank 0; dynamic: is_host=1, or the endpoint is an address of this
 // machine and the port is free) and connects to it with the shared token;
-// with etcd it takes a lease there (rendezvous/etcd). Then, either way:
-//   - joins rounds (JOIN blocks in a helper thread; the result is posted to
-//     the agent's io_context),
+// with etcd it takes a lease there (rendezvous/etcd). Then, either way,
+// through the RendezvousBackend interface only:
+//   - joins rounds, reports failures, leaves, and (the store's host) waits
+//     until every node left: one call at a time, in order, on its one
+//     worker thread, each answer posted to the agent's io_context;
 //   - sends a heartbeat every keep_alive_interval from another thread,
+//     started once connected;
 //   - waits for pushed events (round ended, job failed) in a third thread,
-//     posting each to the agent's io_context,
-//   - reports failures and leaves (one round trip each, in the joining
-//     thread, the answer posted to the loop).
+//     posting each to the agent's io_context.
 // The agent stays single-threaded: every result comes back as a handler
 // on its loop.
 //
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -57,14 +59,16 @@ class NodeRendezvous {
   NodeRendezvous(const NodeRendezvous&) = delete;
   NodeRendezvous& operator=(const NodeRendezvous&) = delete;
 
-  // Starts the heartbeat and event threads.
+  // Where pushed events and the store's loss are told (on the loop); the
+  // heartbeat and event threads start once the first join connected.
   void start(EventFn onEvent, LostFn onLost);
   // The MASTER_PORT this node offers for the next round's workers (used if
   // it becomes group rank 0). Default: a free port found at construction,
   // for worker rank 0's own TCPStore.
   void setMasterPort(std::uint16_t port) { masterPort_ = port; }
-  // Join, report and leave run one at a time on a helper thread; each
-  // answer is posted to the agent's loop (never called inside the call).
+  // Join, report, leave and the wait for the others run one at a time, in
+  // order, on the worker thread; each answer is posted to the agent's loop
+  // (never called inside the call).
   void asyncJoin(std::function<void(JoinResult)> done);
   void asyncReportFailure(std::int64_t round, int exitCode, const std::string& report,
                           std::chrono::system_clock::time_point failedAt,
@@ -83,7 +87,15 @@ class NodeRendezvous {
   // "host:port" of the job's store (etcd: "h1:p1,h2:p2"), for messages.
   const std::string& endpoint() const { return endpoint_; }
   // "the rendezvous store at h:p" or "etcd at h1:p1,...", for messages.
-  std::string where() const;
+  const std::string& where() const { return where_; }
+  // The job's ddprun store (it holds each round's keys; the workers' native
+  // clients may use it); none with etcd, where the workers' store is group
+  // rank 0's.
+  struct Endpoint {
+    std::string host;
+    int port = 0;
+  };
+  const std::optional<Endpoint>& jobStore() const { return jobStore_; }
 
  private:
   bool tryToHost(std::string& why);
@@ -100,6 +112,8 @@ class NodeRendezvous {
   const RendezvousConfig& rdzv_;
   std::string nodeId_;
   std::string endpoint_;
+  std::string where_;
+  std::optional<Endpoint> jobStore_;
   std::uint16_t masterPort_ = 0;
   std::unique_ptr<rendezvous::StoreServer> server_;
   std::unique_ptr<rendezvous::RendezvousBackend> client_;
@@ -107,13 +121,12 @@ class NodeRendezvous {
   LostFn onLost_;
   std::thread heartbeat_;
   std::thread events_;
-  std::thread joiner_;
-  std::thread closer_;
   std::mutex mutex_;
   std::condition_variable stopRequested_;
   bool stopping_ = false;
   std::atomic<bool> lost_{false};
   std::atomic<bool> cancelled_{false};
+  boost::asio::thread_pool worker_{1};  // last: stopped and joined first
 };
 
 }  // namespace ddprun::agent
