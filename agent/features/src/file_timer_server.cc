@@ -21,7 +21,7 @@
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
-using Clock = std::chrono::system_clock;
+using WallClock = std::chrono::system_clock;
 
 namespace {
 
@@ -131,8 +131,8 @@ void FileTimerServer::handle(const std::string& line) {
     drop(fmt::format("a timer beyond the limit of {} live timers", kMaxTimers));
     return;
   } else {
-    const auto deadline = Clock::time_point(
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expiration)));
+    const auto deadline = WallClock::time_point(
+        std::chrono::duration_cast<WallClock::duration>(std::chrono::duration<double>(expiration)));
     timers_[key] = Timer{deadline, signal};
   }
   rearm();
@@ -141,18 +141,18 @@ void FileTimerServer::handle(const std::string& line) {
 void FileTimerServer::rearm() {
   alarm_.cancel();
   if (timers_.empty()) return;
-  auto earliest = Clock::time_point::max();
+  auto earliest = WallClock::time_point::max();
   for (const auto& [key, timer] : timers_) earliest = std::min(earliest, timer.deadline);
   // The deadline is wall-clock; the alarm waits on the steady clock for
   // the distance to it (an early wake-up only re-arms).
-  alarm_.expires_after(std::max(earliest - Clock::now(), Clock::duration::zero()));
+  alarm_.expires_after(std::max(earliest - WallClock::now(), WallClock::duration::zero()));
   alarm_.async_wait([this](boost::system::error_code ec) {
     if (!ec) expire();
   });
 }
 
 void FileTimerServer::expire() {
-  const auto now = Clock::now();
+  const auto now = WallClock::now();
   // pid -> its expired timer with the earliest deadline and a signal (as
   // PyTorch picks the signal), else its earliest.
   std::map<int, ExpiredTimer> fired;

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "awaitable.h"
 #include "ddprun/common/error.h"
 #include "rendezvous_manager.h"
 #include "server_context.h"
@@ -52,7 +53,6 @@ void MetricsEndpoint::close() {
 }
 
 asio::awaitable<void> MetricsEndpoint::listen() {
-  constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
   asio::steady_timer pause(io_);
   while (!closed_) {
     if (open_ >= kMaxOpen) {  // the rest wait in the backlog
@@ -74,7 +74,6 @@ asio::awaitable<void> MetricsEndpoint::listen() {
 }
 
 asio::awaitable<void> MetricsEndpoint::serve(tcp::socket socket) {
-  constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
   beast::tcp_stream stream(std::move(socket));
   stream.expires_after(std::chrono::seconds(5));
   beast::flat_buffer buffer(8 * 1024);

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "awaitable.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/tcp_liveness.h"
@@ -104,7 +105,6 @@ bool shedOldestUnproven(ServerContext& context, const char* why,
 }  // namespace
 
 asio::awaitable<void> StoreServer::Impl::listen() {
-  constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
   while (!stopped) {
     // Too many connections still owe their handshake: shed the oldest of
     // them if it is old enough, else leave new ones in the listen backlog

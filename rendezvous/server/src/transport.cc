@@ -12,6 +12,7 @@
 
 #include <cstring>
 
+#include "awaitable.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/parse.h"
 #include "native_session.h"
@@ -25,7 +26,6 @@ using protocol::Status;
 
 namespace {
 
-constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
 // Stop reading from a client that does not read its replies.
 constexpr std::size_t kMaxBufferedOutput = 128 * 1024 * 1024;
 
