@@ -1,4 +1,4 @@
-#include "launcher_main.h"
+#include "ddprun/launcher/launcher_main.h"
 
 #include <signal.h>
 #include <unistd.h>
