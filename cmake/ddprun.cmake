@@ -7,6 +7,11 @@ function(ddprun_set_warnings target)
   if(DDPRUN_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
+  if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    # GCC warns of types in an anonymous namespace inside a class only when
+    # they come from an included file, as every source of a unity unit does.
+    target_compile_options(${target} PRIVATE -Wno-subobject-linkage)
+  endif()
 endfunction()
 
 # ddprun_add_library(NAME ALIAS SOURCES ...): a static library whose public

@@ -6,7 +6,6 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -29,34 +28,12 @@
 #include "ddprun/agent/workers/worker_group_runner.h"
 #include "ddprun/common/environment.h"
 #include "ddprun/common/logging.h"
+#include "loop_clock.h"
 #include "signal_source.h"
 
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
-
-namespace {
-
-// The lifecycle's clock: the loop's steady clock and one timer.
-class LoopClock : public LifecycleClock {
- public:
-  explicit LoopClock(asio::io_context& io) : timer_(io) {}
-  std::chrono::steady_clock::time_point now() const override {
-    return std::chrono::steady_clock::now();
-  }
-  void after(std::chrono::milliseconds wait, std::function<void()> then) override {
-    timer_.expires_after(wait);
-    timer_.async_wait([then = std::move(then)](boost::system::error_code ec) {
-      if (!ec) then();
-    });
-  }
-  void cancel() override { timer_.cancel(); }
-
- private:
-  asio::steady_timer timer_;
-};
-
-}  // namespace
 
 struct Agent::Impl {
   explicit Impl(AgentConfig c)
@@ -140,17 +117,8 @@ void Agent::Impl::reapAdopted() {
 
 // --preload: the zygote starts importing now, while the rendezvous runs.
 void Agent::Impl::startZygote() {
-  PythonZygote::Settings settings;
-  settings.command = config.command;
-  settings.modules = config.preload;
-  // What every worker shares: the agent's environment and --preload's fixed
-  // settings (OMP_NUM_THREADS...), read by libraries at import.
-  auto env = baseEnv;
-  for (const auto& [key, value] : config.extraEnv) env[key] = value;
-  for (const auto& [key, value] : env) settings.env.push_back(key + "=" + value);
-  settings.scriptPath = runDir.root() / "preload_zygote.py";
   zygote = std::make_unique<PythonZygote>(
-      io, guard, std::move(settings), [this](const std::string& why) {
+      io, guard, zygoteSettings(config, baseEnv, runDir.root()), [this](const std::string& why) {
         lifecycle->fail(
             fmt::format("ddprun: error: --preload {}: {}\n", fmt::join(config.preload, ","), why),
             2);

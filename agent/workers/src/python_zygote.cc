@@ -370,4 +370,17 @@ std::optional<pid_t> PythonZygote::fork(const ForkRequest& request) {
   return std::nullopt;
 }
 
+PythonZygote::Settings zygoteSettings(const AgentConfig& config,
+                                      const std::map<std::string, std::string>& baseEnv,
+                                      const std::filesystem::path& runDirectory) {
+  PythonZygote::Settings settings;
+  settings.command = config.command;
+  settings.modules = config.preload;
+  auto env = baseEnv;
+  for (const auto& [key, value] : config.extraEnv) env[key] = value;
+  for (const auto& [key, value] : env) settings.env.push_back(key + "=" + value);
+  settings.scriptPath = runDirectory / "preload_zygote.py";
+  return settings;
+}
+
 }  // namespace ddprun::agent

@@ -32,12 +32,14 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "ddprun/agent/agent_config.h"
 #include "ddprun/agent/core/node_lifecycle.h"
 #include "ddprun/agent/workers/orphan_guard.h"
 #include "ddprun/agent/workers/worker_process.h"
@@ -102,6 +104,14 @@ class PythonZygote {
   // Bumped by every start: exit handlers of an older zygote do nothing.
   std::shared_ptr<int> life_;
 };
+
+// The zygote of --preload for `config`'s workers: their command and the
+// modules, the environment every worker shares (`baseEnv` with --preload's
+// fixed settings, config.extraEnv, read by libraries at import), and its
+// program written into `runDirectory`.
+PythonZygote::Settings zygoteSettings(const AgentConfig& config,
+                                      const std::map<std::string, std::string>& baseEnv,
+                                      const std::filesystem::path& runDirectory);
 
 // --preload's zygote as the lifecycle's start gate: a group starts once the
 // zygote imported the modules (or gave up: then workers are exec'd).
