@@ -202,6 +202,14 @@ void RendezvousManager::tryComplete(Rendezvous& r) {
     schedule(r, -1);  // cooldowns only
     return;
   }
+  if (r.joining.size() < r.settings.minNodes) {
+    // Fewer than MIN wait, excluded hosts included: the policy would neither
+    // form a round nor start the last call. Said here in O(1), so a large
+    // job's JOINs cost O(N) in all, not O(N^2) copies of the waiting nodes.
+    r.minReachedAtMs = -1;
+    schedule(r, -1);  // cooldowns only
+    return;
+  }
   policy::FormInput in;
   in.settings = r.settings;
   in.round = r.round;
