@@ -6,6 +6,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -28,12 +29,34 @@
 #include "ddprun/agent/workers/worker_group_runner.h"
 #include "ddprun/common/environment.h"
 #include "ddprun/common/logging.h"
-#include "loop_clock.h"
 #include "signal_source.h"
 
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
+
+namespace {
+
+// The lifecycle's clock: the loop's steady clock and one timer.
+class LoopClock : public LifecycleClock {
+ public:
+  explicit LoopClock(asio::io_context& io) : timer_(io) {}
+  std::chrono::steady_clock::time_point now() const override {
+    return std::chrono::steady_clock::now();
+  }
+  void after(std::chrono::milliseconds wait, std::function<void()> then) override {
+    timer_.expires_after(wait);
+    timer_.async_wait([then = std::move(then)](boost::system::error_code ec) {
+      if (!ec) then();
+    });
+  }
+  void cancel() override { timer_.cancel(); }
+
+ private:
+  asio::steady_timer timer_;
+};
+
+}  // namespace
 
 struct Agent::Impl {
   explicit Impl(AgentConfig c)
