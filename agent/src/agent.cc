@@ -79,14 +79,17 @@ struct Agent::Impl {
     if (!config.preload.empty()) startZygote();
     // One node: its notices now; several: once per job (onAssigned).
     if (!multiNode() && !guard.notice().empty()) DDPRUN_INFO("Notice: {}.", guard.notice());
-    whenSignalled(childSignals, SIGCHLD, [this] { reapAdopted(); });
+    childSignals.add(SIGCHLD);
+    whenSignalled(childSignals, [this] { reapAdopted(); });
     if (router.consoleIsTerminal() || config.tty == WorkerTty::kAlways) {
-      whenSignalled(windowSignals, SIGWINCH, [this] { runner.resizeTerminals(); });
+      windowSignals.add(SIGWINCH);
+      whenSignalled(windowSignals, [this] { runner.resizeTerminals(); });
     }
   }
 
   bool multiNode() const { return config.rendezvous.mode != RendezvousMode::kStandalone; }
-  void whenSignalled(asio::signal_set& set, int sig, std::function<void()> then);
+  // Calls `then` on the loop each time one of `set`'s signals arrives.
+  void whenSignalled(asio::signal_set& set, std::function<void()> then);
   void reapAdopted();
   void startZygote();
   void onAssigned(const rendezvous::protocol::Assignment& assigned);
@@ -121,12 +124,11 @@ struct Agent::Impl {
   int exitCode = 0;
 };
 
-void Agent::Impl::whenSignalled(asio::signal_set& set, int sig, std::function<void()> then) {
-  if (sig != 0) set.add(sig);
+void Agent::Impl::whenSignalled(asio::signal_set& set, std::function<void()> then) {
   set.async_wait([this, &set, then = std::move(then)](boost::system::error_code ec, int) {
     if (ec) return;
     then();
-    whenSignalled(set, 0, then);
+    whenSignalled(set, then);
   });
 }
 

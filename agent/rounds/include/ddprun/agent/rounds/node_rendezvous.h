@@ -84,8 +84,6 @@ class NodeRendezvous {
   // The address the other nodes reach this node at: --local_addr, else
   // where its connection to the rendezvous leaves from ("" before).
   std::string address();
-  // "host:port" of the job's store (etcd: "h1:p1,h2:p2"), for messages.
-  const std::string& endpoint() const { return endpoint_; }
   // "the rendezvous store at h:p" or "etcd at h1:p1,...", for messages.
   const std::string& where() const { return where_; }
   // The job's ddprun store (it holds each round's keys; the workers' native

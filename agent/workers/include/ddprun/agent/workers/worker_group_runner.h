@@ -45,8 +45,6 @@ class WorkerGroupRunner : public GroupRunner, public RunningWorkers {
   int rankOf(int localRank) const override;
   void noteCause(int localRank, std::string cause, std::vector<std::string> details) override;
 
-  // The running (or last) attempt.
-  const Attempt& attempt() const { return attempt_; }
   // ddprun's terminal changed size: a running group's terminals follow.
   void resizeTerminals();
   // Ends the last group (the node is exiting).
