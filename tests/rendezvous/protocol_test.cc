@@ -42,6 +42,13 @@ std::vector<Request> everyRequest() {
   all.push_back(Leave{node});
   all.push_back(ReportFailure{node});
   all.push_back(RendezvousStatusQuery{"job"});
+  all.push_back(QueuePush{.key = "q", .value = "item"});
+  all.push_back(QueuePop{.key = "q"});
+  all.push_back(QueueLen{.key = "q"});
+  all.push_back(ListKeys{});
+  all.push_back(Barrier{.key = "b", .worldSize = 8, .timeoutMs = kNoTimeout});
+  all.push_back(SharedWait{.timeoutMs = 100, .keys = {"a"}});
+  all.push_back(Cancel{.requestId = 77});
   return all;
 }
 
@@ -230,7 +237,7 @@ TEST(Protocol, ClaimedLengthsNeverAllocateFirst) {
 
 TEST(Protocol, UnknownOpsAreRefused) {
   Request decoded;
-  for (int code : {0, 18, 100, 255}) {
+  for (int code : {0, 25, 100, 255}) {
     const auto error = decodeRequest(static_cast<std::uint8_t>(code), "", Limits{}, decoded);
     EXPECT_EQ(error.status, Status::kBadRequest);
     EXPECT_NE(error.message.find("unknown operation"), std::string::npos);
@@ -243,7 +250,7 @@ TEST(Protocol, GarbageNeverCrashesTheDecoder) {
     std::string body(random() % 64, '\0');
     for (char& c : body) c = static_cast<char>(random());
     Request request;
-    const auto code = static_cast<std::uint8_t>(random() % 19);
+    const auto code = static_cast<std::uint8_t>(random() % 26);
     const auto error = decodeRequest(code, body, Limits{}, request);
     if (!error.ok()) {
       EXPECT_FALSE(error.message.empty());
@@ -258,8 +265,9 @@ TEST(Protocol, GarbageNeverCrashesTheDecoder) {
 }
 
 // Any OK reply body, for tables of them.
-using AnyReply = std::variant<EmptyReply, ValueReply, ValuesReply, IntegerReply, FlagReply,
-                              HelloReply, Assignment, RestartDecision, RendezvousStatus>;
+using AnyReply =
+    std::variant<EmptyReply, ValueReply, ValuesReply, IntegerReply, FlagReply, HelloReply,
+                 Assignment, RestartDecision, RendezvousStatus, QueuePopReply>;
 
 // The reply of every op, in op order, with fields that are not all zero.
 std::vector<AnyReply> everyReply() {
@@ -297,6 +305,13 @@ std::vector<AnyReply> everyReply() {
                        .maxRestarts = 3,
                        .members = {{"n1", "10.0.0.1", 0, 8}, {"n2", "10.0.0.2", -1, 4}},
                        .lastFailure = {"n1", 4, 7, 1700000000000, "rank 3 failed"}},
+      EmptyReply{},              // QUEUE_PUSH
+      QueuePopReply{2, "item"},  // QUEUE_POP
+      IntegerReply{1},           // QUEUE_LEN
+      ValuesReply{{"a", "b"}},   // LIST_KEYS
+      EmptyReply{},              // BARRIER
+      FlagReply{false},          // SHARED_WAIT
+      FlagReply{true},           // CANCEL
   };
 }
 

@@ -1,12 +1,15 @@
 // PyTorch TCPStore dialects on the store's port, byte for byte
 // (reference: tcpstore-wire-protocol.md). The ops of 2.8-2.14 (queues,
 // BARRIER) and the CANCEL_WAIT race are pinned here byte for byte; real
-// 1.13 and current clients run in tcpstore_python_test.py.
+// 1.13 and current clients run in tcpstore_python_test.py. Every op test
+// runs twice: against the store, and through a node relay in front of it
+// (the agent's, ddprun/agent/relay): the same bytes must come back.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <thread>
 
+#include "ddprun/agent/relay/node_relay.h"
 #include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/store_server.h"
@@ -27,17 +30,20 @@ class TcpStoreDialectTest : public ::testing::Test {
  protected:
   void SetUp() override { start(false); }
   void start(bool strict) {
-    server_.reset();
     StoreServerOptions options;
     options.token = "t";
     options.strict = strict;
     options.trustedAddresses = {"127.0.0.1"};  // TCPStore clients from here are served
     options.handshakeTimeout = 200ms;
+    startWith(options);
+  }
+  virtual void startWith(const StoreServerOptions& options) {
+    server_.reset();
     server_ = std::make_unique<StoreServer>(options);
     server_->start();
   }
   // Waits until the server holds `n` pending waits (WAIT or BARRIER).
-  bool waitForWaiters(std::size_t n) {
+  bool waitForServerWaiters(std::size_t n) {
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (server_->stats().waiters != n) {
       if (std::chrono::steady_clock::now() > deadline) return false;
@@ -48,14 +54,48 @@ class TcpStoreDialectTest : public ::testing::Test {
   std::unique_ptr<StoreServer> server_;
 };
 
-TEST_F(TcpStoreDialectTest, V2HandshakeAndPingEcho) {
-  RawSocket s("127.0.0.1", server_->port());
+// The op tests: against the store (false) and through a relay (true).
+class TcpStoreOpsTest : public TcpStoreDialectTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  bool throughRelay() const { return GetParam(); }
+  void TearDown() override { relay_.reset(); }
+  void startWith(const StoreServerOptions& options) override {
+    relay_.reset();
+    TcpStoreDialectTest::startWith(options);
+    if (!throughRelay()) return;
+    agent::RelayOptions relay;
+    relay.upstreamHost = "127.0.0.1";
+    relay.upstreamPort = server_->port();
+    relay.token = options.token;
+    relay.limits = options.limits;
+    relay_ = std::make_unique<agent::RelayThread>(relay, nullptr);
+  }
+  std::uint16_t port() const { return relay_ ? relay_->port() : server_->port(); }
+  // Waits until `n` clients wait (WAIT or BARRIER) on the path: on the
+  // store, or in the relay (where callers of one key share a wait).
+  bool waitForWaiters(std::size_t n) {
+    if (!throughRelay()) return waitForServerWaiters(n);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (relay_->counters().waiting != n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
+  }
+  std::unique_ptr<agent::RelayThread> relay_;
+};
+
+INSTANTIATE_TEST_SUITE_P(DirectAndRelayed, TcpStoreOpsTest, ::testing::Bool(),
+                         [](const auto& path) { return path.param ? "ThroughRelay" : "Direct"; });
+
+TEST_P(TcpStoreOpsTest, V2HandshakeAndPingEcho) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate + "\x0D" + u32(0x12345678));  // VALIDATE (no reply), PING nonce
   EXPECT_EQ(s.readExactly(4, 2s), u32(0x12345678));
 }
 
-TEST_F(TcpStoreDialectTest, V2SetGetAddAndListKeys) {
-  RawSocket s("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, V2SetGetAddAndListKeys) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate);
   s.send("\x01" + str("/k") + str("v"));  // SET: no reply
   s.send("\x03" + str("/k"));             // GET
@@ -69,28 +109,28 @@ TEST_F(TcpStoreDialectTest, V2SetGetAddAndListKeys) {
   EXPECT_EQ(keys.substr(0, 8), u64(2));
 }
 
-TEST_F(TcpStoreDialectTest, CancelWaitWithNothingPendingAnswersCanceled) {
-  RawSocket s("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, CancelWaitWithNothingPendingAnswersCanceled) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate + "\x0C");
   EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
 }
 
-TEST_F(TcpStoreDialectTest, CancelWaitDropsThePendingWait) {
-  RawSocket s("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, CancelWaitDropsThePendingWait) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate + "\x06" + u64(1) + str("/late"));  // WAIT
   EXPECT_EQ(s.readExactly(1, 200ms), "");              // nothing yet
   s.send("\x0C");                                      // timed out: CANCEL_WAIT
   EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
-  RawSocket other("127.0.0.1", server_->port());
+  RawSocket other("127.0.0.1", port());
   other.send(kValidate + "\x01" + str("/late") + str("1"));
   EXPECT_EQ(s.readExactly(1, 300ms), "");  // the cancelled wait stays silent
-  EXPECT_EQ(server_->stats().waiters, 0u);
+  EXPECT_TRUE(waitForServerWaiters(0));
 }
 
-TEST_F(TcpStoreDialectTest, CancelWaitRaceSendsStopWaitingThenCanceled) {
-  RawSocket s("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, CancelWaitRaceSendsStopWaitingThenCanceled) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate + "\x06" + u64(1) + str("/race"));
-  RawSocket other("127.0.0.1", server_->port());
+  RawSocket other("127.0.0.1", port());
   other.send(kValidate + "\x01" + str("/race") + str("1"));  // completes the wait...
   EXPECT_EQ(s.readExactly(1, 2s), std::string("\x00", 1));   // ...STOP_WAITING in flight
   s.send("\x0C");  // the client timed out meanwhile and cancels
@@ -100,8 +140,8 @@ TEST_F(TcpStoreDialectTest, CancelWaitRaceSendsStopWaitingThenCanceled) {
 // Queues (2.8+): QUEUE_PUSH has no reply; QUEUE_POP never waits and answers
 // the length before the pop (8 zero bytes when empty), then the value;
 // a client's blocking pop is a WAIT first, answered by the next push.
-TEST_F(TcpStoreDialectTest, QueuePushPopAndLenOnTheWire) {
-  RawSocket s("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, QueuePushPopAndLenOnTheWire) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate + "\x0F" + str("/q"));  // QUEUE_POP, empty
   EXPECT_EQ(s.readExactly(8, 2s), u64(0));
   s.send("\x0E" + str("/q") + str("1") + "\x0E" + str("/q") + str("22"));  // two pushes
@@ -117,17 +157,17 @@ TEST_F(TcpStoreDialectTest, QueuePushPopAndLenOnTheWire) {
   EXPECT_EQ(s.readExactly(1 + 8, 2s), std::string("\x01", 1) + u64(0));
 }
 
-TEST_F(TcpStoreDialectTest, APushWakesOneBlockedPopper) {
-  RawSocket a("127.0.0.1", server_->port());
-  RawSocket b("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, APushWakesOneBlockedPopper) {
+  RawSocket a("127.0.0.1", port());
+  RawSocket b("127.0.0.1", port());
   a.send(kValidate + "\x06" + u64(1) + str("/q"));  // WAIT, as queue_pop(block=True)
   ASSERT_TRUE(waitForWaiters(1));                   // a waits before b does
   b.send(kValidate + "\x06" + u64(1) + str("/q"));
   ASSERT_TRUE(waitForWaiters(2));
-  RawSocket pusher("127.0.0.1", server_->port());
+  RawSocket pusher("127.0.0.1", port());
   pusher.send(kValidate + "\x0E" + str("/q") + str("v"));
   EXPECT_EQ(a.readExactly(1, 2s), std::string("\x00", 1));  // the oldest waiter only
-  EXPECT_EQ(server_->stats().waiters, 1u);                  // b still waits
+  EXPECT_TRUE(waitForWaiters(1));                           // b still waits
   a.send("\x0F" + str("/q"));
   EXPECT_EQ(a.readExactly(8 + 9, 2s), u64(1) + str("v"));
   pusher.send("\x0E" + str("/q") + str("w"));
@@ -136,9 +176,9 @@ TEST_F(TcpStoreDialectTest, APushWakesOneBlockedPopper) {
 
 // BARRIER (2.11+): key and world size; one 00 to each arrival once the
 // last has come; a client that times out sends CANCEL_WAIT and gets 01.
-TEST_F(TcpStoreDialectTest, BarrierRepliesWhenTheWorldHasArrived) {
-  RawSocket a("127.0.0.1", server_->port());
-  RawSocket b("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, BarrierRepliesWhenTheWorldHasArrived) {
+  RawSocket a("127.0.0.1", port());
+  RawSocket b("127.0.0.1", port());
   a.send(kValidate + "\x12" + str("/b") + u64(2));
   ASSERT_TRUE(waitForWaiters(1));  // a waits for the second arrival
   b.send(kValidate + "\x12" + str("/b") + u64(2));
@@ -148,28 +188,28 @@ TEST_F(TcpStoreDialectTest, BarrierRepliesWhenTheWorldHasArrived) {
   EXPECT_EQ(b.readExactly(9, 2s), str("2"));
 }
 
-TEST_F(TcpStoreDialectTest, ACancelledBarrierLeavesTheConnectionUsable) {
-  RawSocket s("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, ACancelledBarrierLeavesTheConnectionUsable) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate + "\x12" + str("/never") + u64(2));
   ASSERT_TRUE(waitForWaiters(1));
   s.send("\x0C");  // the client's timeout
   EXPECT_EQ(s.readExactly(1, 2s), std::string("\x01", 1));
-  EXPECT_EQ(server_->stats().waiters, 0u);
+  EXPECT_TRUE(waitForServerWaiters(0));
   s.send("\x0D" + u32(7));
   EXPECT_EQ(s.readExactly(4, 2s), u32(7));
 }
 
-TEST_F(TcpStoreDialectTest, AnOpcodePast2_14IsClosedWithItsNumber) {
-  RawSocket s("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, AnOpcodePast2_14IsClosedWithItsNumber) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate + "\x13");
   bool closed = false;
   s.readUntilClosed(2s, closed);
   EXPECT_TRUE(closed);
 }
 
-TEST_F(TcpStoreDialectTest, V1AddInitMatchesTheCapturedBytes) {
+TEST_P(TcpStoreOpsTest, V1AddInitMatchesTheCapturedBytes) {
   // Appendix A: a 1.13.1 client's first request and the 1.13.1 server's reply.
-  RawSocket s("127.0.0.1", server_->port());
+  RawSocket s("127.0.0.1", port());
   s.send(std::string("\x03\x05\x00\x00\x00\x00\x00\x00\x00", 9) + "init/" + u64(1));
   EXPECT_EQ(s.readExactly(8, 2s), u64(1));
   // 1.13 numbering: SET 0, WAIT 5, GET 2, DELETE_KEY 8, GETNUMKEYS 6.
@@ -257,8 +297,8 @@ TEST_F(TcpStoreDialectTest, StrictServerRefusesTcpStoreClients) {
   EXPECT_EQ(server_->stats().rejected, 1u);
 }
 
-TEST_F(TcpStoreDialectTest, NativeAndTcpStoreClientsShareKeys) {
-  RawSocket s("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, NativeAndTcpStoreClientsShareKeys) {
+  RawSocket s("127.0.0.1", port());
   s.send(kValidate + "\x01" + str("/shared") + str("from-torch"));
   StoreClientOptions options;
   options.port = server_->port();
@@ -267,38 +307,36 @@ TEST_F(TcpStoreDialectTest, NativeAndTcpStoreClientsShareKeys) {
   EXPECT_EQ(native.get("/shared", 2s), "from-torch");
 }
 
-TEST_F(TcpStoreDialectTest, OversizedOrUnknownRequestsCloseOnlyThatConnection) {
-  RawSocket big("127.0.0.1", server_->port());
+TEST_P(TcpStoreOpsTest, OversizedOrUnknownRequestsCloseOnlyThatConnection) {
+  RawSocket big("127.0.0.1", port());
   big.send(kValidate + "\x01" + u64(1ULL << 40));
   bool closed = false;
   big.readUntilClosed(2s, closed);
   EXPECT_TRUE(closed);
-  RawSocket unknown("127.0.0.1", server_->port());
+  RawSocket unknown("127.0.0.1", port());
   unknown.send(kValidate + "\x63");
   unknown.readUntilClosed(2s, closed);
   EXPECT_TRUE(closed);
-  RawSocket fine("127.0.0.1", server_->port());
+  RawSocket fine("127.0.0.1", port());
   fine.send(kValidate + "\x0D" + u32(1));
   EXPECT_EQ(fine.readExactly(4, 2s), u32(1));
 }
 
 // A write the store refuses is never dropped silently: the protocol has no
 // error reply, so the connection closes and the client's next call fails.
-TEST_F(TcpStoreDialectTest, ARefusedWriteClosesTheConnection) {
-  server_.reset();
+TEST_P(TcpStoreOpsTest, ARefusedWriteClosesTheConnection) {
   StoreServerOptions options;
   options.token = "t";
   options.trustedAddresses = {"127.0.0.1"};
   options.maxTotalBytes = 4096;  // smaller than the largest value: "full" comes first
   options.limits.maxValueBytes = 8192;
-  server_ = std::make_unique<StoreServer>(options);
-  server_->start();
-  RawSocket full("127.0.0.1", server_->port());
+  startWith(options);
+  RawSocket full("127.0.0.1", port());
   full.send(kValidate + "\x01" + str("/big") + str(std::string(5000, 'x')));
   bool closed = false;
   full.readUntilClosed(2s, closed);
   EXPECT_TRUE(closed);
-  RawSocket append("127.0.0.1", server_->port());
+  RawSocket append("127.0.0.1", port());
   append.send(kValidate + "\x09" + str("/log") + str(std::string(1000, 'x')));  // APPEND
   append.send("\x09" + str("/log") + str(std::string(7500, 'x')));  // past maxValueBytes
   append.readUntilClosed(2s, closed);

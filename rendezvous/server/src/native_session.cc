@@ -272,6 +272,33 @@ void NativeSession::handleRequest(std::uint32_t id, Request& request) {
           [&](protocol::Ping& m) {
             answer<protocol::Ping>(id, StoreResult::kOk, {std::move(m.payload)});
           },
+          [&](protocol::QueuePush& m) {
+            answer<protocol::QueuePush>(id, state.queuePush(m.key, std::move(m.value)));
+          },
+          [&](protocol::QueuePop& m) {
+            const std::size_t front = state.queueFrontBytes(m.key);
+            if (!transport_.reserveReply(protocol::kHeaderSize + 12 + front)) {
+              sendError(id, Status::kTooLarge,
+                        fmt::format("the QUEUE_POP reply would be {} bytes, over what the server "
+                                    "can buffer now",
+                                    front));
+              return;
+            }
+            protocol::QueuePopReply reply;
+            reply.length = state.queuePop(m.key, reply.value);
+            answer<protocol::QueuePop>(id, StoreResult::kOk, reply);
+          },
+          [&](protocol::QueueLen& m) {
+            answer<protocol::QueueLen>(id, StoreResult::kOk, {state.queueLen(m.key)});
+          },
+          [&](protocol::ListKeys&) { listKeys(id); },
+          [&](protocol::Barrier& m) { startBarrier(id, m); },
+          [&](protocol::SharedWait& m) {
+            startWait(id, Op::kSharedWait, std::move(m.keys), m.timeoutMs);
+          },
+          [&](protocol::Cancel& m) {
+            answer<protocol::Cancel>(id, StoreResult::kOk, {dropWait(m.requestId)});
+          },
           [&](protocol::Get& m) { startWait(id, Op::kGet, {std::move(m.key)}, m.timeoutMs); },
           [&](protocol::Wait& m) { startWait(id, Op::kWait, std::move(m.keys), m.timeoutMs); },
           [&](protocol::MultiGet& m) {
@@ -373,24 +400,74 @@ void NativeSession::startWait(std::uint32_t id, Op op, std::vector<std::string> 
               fmt::format("request id {} already has a pending wait on this connection", id));
     return;
   }
+  if (timeoutMs == protocol::kNoWait && op != Op::kWait && op != Op::kSharedWait) {
+    answerReady(id, op, keys);  // TCPStore's GET: a missing key reads as empty
+    return;
+  }
+  if (timeoutMs == 0 || timeoutMs == protocol::kNoWait) {
+    if (!context_.state.check(keys)) {
+      sendTimeout(id, op, keys);
+      return;
+    }
+    answerReady(id, op, keys);
+    return;
+  }
   PendingWait wait;
   wait.op = op;
   wait.keys = std::move(keys);
+  if (!chargeWait(id, wait)) return;
+  std::optional<StoreState::WaiterId> waiter;
+  if (context_.state.addWaiter(
+          wait.keys, [this, id] { completeWait(id); }, waiter) != StoreResult::kOk) {
+    waitBytes_ -= wait.bytes;
+    sendStoreError(id, op, StoreResult::kFull);
+    return;
+  }
+  parkWait(id, std::move(wait), waiter, timeoutMs);
+}
+
+void NativeSession::startBarrier(std::uint32_t id, protocol::Barrier& barrier) {
+  if (waits_.contains(id)) {
+    sendError(id, Status::kBadRequest,
+              fmt::format("request id {} already has a pending wait on this connection", id));
+    return;
+  }
+  PendingWait wait;
+  wait.op = Op::kBarrier;
+  wait.keys = {barrier.key};
+  if (!chargeWait(id, wait)) return;
+  std::optional<StoreState::WaiterId> waiter;
+  const StoreResult result = context_.state.barrier(
+      barrier.key, barrier.worldSize, [this, id] { completeWait(id); }, waiter);
+  if (result != StoreResult::kOk) {
+    waitBytes_ -= wait.bytes;
+    if (result == StoreResult::kNotInteger) {
+      sendError(id, Status::kNotInteger,
+                fmt::format("BARRIER on key '{}' failed: its value is not a decimal integer",
+                            printable(barrier.key)));
+      return;
+    }
+    sendStoreError(id, Op::kBarrier, result);
+    return;
+  }
+  parkWait(id, std::move(wait), waiter, barrier.timeoutMs);
+}
+
+bool NativeSession::chargeWait(std::uint32_t id, PendingWait& wait) {
   wait.bytes = kPendingWaitBytes;
   for (const auto& key : wait.keys) wait.bytes += key.size() + kPendingKeyBytes;
   if (!transport_.reserve(wait.bytes)) {
     sendError(id, Status::kStoreFull,
               fmt::format("{} refused: the server's buffer budget of {} bytes is spent",
-                          protocol::opName(op), context_.options.maxBufferedBytes));
-    return;
-  }
-  std::optional<StoreState::WaiterId> waiter;
-  if (context_.state.addWaiter(
-          wait.keys, [this, id] { completeWait(id); }, waiter) != StoreResult::kOk) {
-    sendStoreError(id, op, StoreResult::kFull);
-    return;
+                          protocol::opName(wait.op), context_.options.maxBufferedBytes));
+    return false;
   }
   waitBytes_ += wait.bytes;
+  return true;
+}
+
+void NativeSession::parkWait(std::uint32_t id, PendingWait wait,
+                             std::optional<StoreState::WaiterId> waiter, std::uint32_t timeoutMs) {
   if (!waiter) {
     waits_.emplace(id, std::move(wait));
     completeWait(id);
@@ -432,59 +509,104 @@ void NativeSession::completeWait(std::uint32_t id) {
   context_.syncWaiters();
   if (wait.timer) wait.timer->cancel();
   transport_.touch();
-  if (wait.op == Op::kWait) {
-    answer<protocol::Wait>(id, StoreResult::kOk);
-    transport_.flush();
-    return;
+  answerReady(id, wait.op, wait.keys);
+  transport_.flush();
+}
+
+void NativeSession::answerReady(std::uint32_t id, Op op, const std::vector<std::string>& keys) {
+  const StoreState& state = context_.state;
+  switch (op) {
+    case Op::kWait:
+    case Op::kBarrier:
+      protocol::encodeReply(transport_.output(), id, protocol::EmptyReply{});
+      return;
+    case Op::kSharedWait: {
+      const bool allKeys = std::all_of(keys.begin(), keys.end(), [&](const std::string& key) {
+        return state.find(key) != nullptr;
+      });
+      protocol::encodeReply(transport_.output(), id, protocol::FlagReply{allKeys});
+      return;
+    }
+    default:
+      break;
   }
   // Sized before it is built: a reply over the frame limit or the server's
   // budget (say, one large key named a thousand times) is an error, never
   // gigabytes of memory.
   std::size_t bytes = protocol::kHeaderSize + 4;
-  for (const auto& key : wait.keys) {
-    const std::string* value = context_.state.find(key);
+  for (const auto& key : keys) {
+    const std::string* value = state.find(key);
     bytes += 4 + (value ? value->size() : 0);
   }
   if (!transport_.reserveReply(bytes)) {
     sendError(id, Status::kTooLarge,
               fmt::format("the {} reply would be {} bytes, over the frame limit of {} bytes or "
                           "what the server can buffer now; ask for fewer keys at a time",
-                          protocol::opName(wait.op), bytes, context_.options.limits.maxFrameBytes));
-    transport_.flush();
+                          protocol::opName(op), bytes, context_.options.limits.maxFrameBytes));
     return;
   }
-  auto valueOf = [this](const std::string& key) {
-    const std::string* value = context_.state.find(key);
+  auto valueOf = [&](const std::string& key) {
+    const std::string* value = state.find(key);
     return value ? *value : std::string();
   };
-  if (wait.op == Op::kGet) {
-    answer<protocol::Get>(id, StoreResult::kOk, {valueOf(wait.keys.at(0))});
+  if (op == Op::kGet) {
+    answer<protocol::Get>(id, StoreResult::kOk, {valueOf(keys.at(0))});
   } else {
     protocol::ValuesReply reply;
-    reply.values.reserve(wait.keys.size());
-    for (const auto& key : wait.keys) reply.values.push_back(valueOf(key));
+    reply.values.reserve(keys.size());
+    for (const auto& key : keys) reply.values.push_back(valueOf(key));
     answer<protocol::MultiGet>(id, StoreResult::kOk, reply);
   }
-  transport_.flush();
+}
+
+bool NativeSession::dropWait(std::uint32_t id) {
+  auto it = waits_.find(id);
+  if (it == waits_.end()) return false;
+  context_.state.removeWaiter(it->second.waiter);
+  if (it->second.timer) it->second.timer->cancel();
+  waitBytes_ -= it->second.bytes;
+  waits_.erase(it);
+  context_.syncWaiters();
+  return true;
+}
+
+void NativeSession::listKeys(std::uint32_t id) {
+  protocol::ValuesReply reply;
+  reply.values = context_.state.keys();
+  if (role_ == Role::kWorker) {
+    std::erase_if(reply.values, [&](const std::string& key) {
+      return key.size() <= workerJob_.size() ||
+             key.compare(0, workerJob_.size(), workerJob_) != 0 || key[workerJob_.size()] != '/';
+    });
+  }
+  std::size_t bytes = protocol::kHeaderSize + 4;
+  for (const auto& key : reply.values) bytes += 4 + key.size();
+  if (!transport_.reserveReply(bytes)) {
+    sendError(id, Status::kTooLarge,
+              fmt::format("the LIST_KEYS reply would be {} bytes, over the frame limit of {} "
+                          "bytes or what the server can buffer now",
+                          bytes, context_.options.limits.maxFrameBytes));
+    return;
+  }
+  protocol::encodeReply(transport_.output(), id, reply);
 }
 
 void NativeSession::timeoutWait(std::uint32_t id) {
   auto it = waits_.find(id);
   if (it == waits_.end()) return;
-  context_.state.removeWaiter(it->second.waiter);
-  std::string missing;
-  for (const auto& key : it->second.keys) {
-    if (context_.state.find(key) != nullptr) continue;
-    if (!missing.empty()) missing += "', '";
-    missing += key;
-  }
   const Op op = it->second.op;
-  waitBytes_ -= it->second.bytes;
-  waits_.erase(it);
-  context_.syncWaiters();
-  sendError(id, Status::kTimeout,
-            fmt::format("{} timed out waiting for key '{}'", protocol::opName(op), missing));
+  const std::vector<std::string> keys = std::move(it->second.keys);
+  dropWait(id);
+  sendTimeout(id, op, keys);
   transport_.flush();
+}
+
+void NativeSession::sendTimeout(std::uint32_t id, Op op, const std::vector<std::string>& keys) {
+  std::vector<std::string> missing;
+  for (const auto& key : keys) {
+    if (op == Op::kBarrier || context_.state.find(key) == nullptr) missing.push_back(key);
+  }
+  sendError(id, Status::kTimeout, protocol::timeoutText(op, missing));
 }
 
 template <typename M>

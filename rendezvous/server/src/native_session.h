@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -70,8 +71,23 @@ class NativeSession : public DialectSession, public RendezvousManager::Peer {
   // GET, WAIT and MULTI_GET: answered once every key exists.
   void startWait(std::uint32_t id, protocol::Op op, std::vector<std::string> keys,
                  std::uint32_t timeoutMs);
+  // BARRIER: one arrival, answered when the count reaches the world size.
+  void startBarrier(std::uint32_t id, protocol::Barrier& barrier);
+  // Charges a wait's bytes to the connection; false (and the error sent)
+  // when the server's budget is spent.
+  bool chargeWait(std::uint32_t id, PendingWait& wait);
+  // Keeps a charged wait until its waiter fires or its timeout passes
+  // (no waiter: it is answered now).
+  void parkWait(std::uint32_t id, PendingWait wait, std::optional<StoreState::WaiterId> waiter,
+                std::uint32_t timeoutMs);
   void completeWait(std::uint32_t id);
+  // The reply of a wait whose keys are ready (GET, MULTI_GET: their values).
+  void answerReady(std::uint32_t id, protocol::Op op, const std::vector<std::string>& keys);
   void timeoutWait(std::uint32_t id);
+  void sendTimeout(std::uint32_t id, protocol::Op op, const std::vector<std::string>& keys);
+  // Drops pending wait `id` (no reply); false when there is none.
+  bool dropWait(std::uint32_t id);
+  void listKeys(std::uint32_t id);
   // The reply to a request of type M: its OK reply, or the error `result`
   // stands for.
   template <typename M>

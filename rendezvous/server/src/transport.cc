@@ -157,21 +157,20 @@ bool Transport::reserveReply(std::size_t bytes) {
 
 bool Transport::detectDialect() {
   // docs/protocol.md "TCPStore dialects": the first bytes tell.
-  const std::string_view data = input_.readable();
-  if (data.empty()) return true;
-  const auto first = static_cast<std::uint8_t>(data[0]);
-  if (first == static_cast<std::uint8_t>(protocol::kPreamble[0])) {
+  const tcpstore::Opening opening = tcpstore::classifyOpening(input_.readable());
+  if (opening == tcpstore::Opening::kNative) {
     session_ = std::make_unique<NativeSession>(*this);
     dialectCount_ = &context_.metrics.nativeConnections;
     ++*dialectCount_;
     return true;
   }
-  if (first > 8) {
+  if (opening == tcpstore::Opening::kUnknown) {
     reject(Status::kBadRequest,
            "it is not a ddprun client (the first bytes are not the DDPR preamble) nor a "
            "PyTorch TCPStore client");
     return false;
   }
+  if (input_.readable().empty()) return true;
   if (context_.options.strict) {
     reject(Status::kAuthFailed,
            "it speaks PyTorch's TCPStore protocol, which cannot carry the token, and this "
@@ -185,15 +184,11 @@ bool Transport::detectDialect() {
            "address with --trusted-address)");
     return false;
   }
+  if (opening == tcpstore::Opening::kNeedMore) return true;
   tcpstore::Dialect dialect = tcpstore::Dialect::kV1;
-  if (first == 0) {
-    if (data.size() < 5) return true;
-    std::uint32_t magic = 0;
-    std::memcpy(&magic, data.data() + 1, sizeof(magic));
-    if (magic == tcpstore::kValidateMagic) {
-      dialect = tcpstore::Dialect::kV2;
-      input_.consume(5);
-    }  // else a 1.13 SET whose key length started
+  if (opening == tcpstore::Opening::kTcpStoreV2) {
+    dialect = tcpstore::Dialect::kV2;
+    input_.consume(tcpstore::kValidateBytes);
   }
   session_ = std::make_unique<TcpStoreSession>(*this, dialect);
   dialectCount_ = &context_.metrics.tcpstoreConnections;

@@ -45,6 +45,20 @@ const char* opName(Op op) {
       return "REPORT_FAILURE";
     case Op::kRendezvousStatus:
       return "RENDEZVOUS_STATUS";
+    case Op::kQueuePush:
+      return "QUEUE_PUSH";
+    case Op::kQueuePop:
+      return "QUEUE_POP";
+    case Op::kQueueLen:
+      return "QUEUE_LEN";
+    case Op::kListKeys:
+      return "LIST_KEYS";
+    case Op::kBarrier:
+      return "BARRIER";
+    case Op::kSharedWait:
+      return "SHARED_WAIT";
+    case Op::kCancel:
+      return "CANCEL";
   }
   return "UNKNOWN";
 }
@@ -81,7 +95,7 @@ const char* statusName(Status status) {
 
 bool isKnownOp(std::uint8_t code) {
   return code >= static_cast<std::uint8_t>(Op::kHello) &&
-         code <= static_cast<std::uint8_t>(Op::kRendezvousStatus);
+         code <= static_cast<std::uint8_t>(Op::kCancel);
 }
 
 std::string missingNodesText(const RendezvousStatus& status) {
@@ -116,6 +130,15 @@ std::string lostNodesReport(const std::vector<std::string>& lost, std::uint32_t 
       "instead of waiting for it",
       lost.size() == 1 ? "a node" : fmt::format("{} nodes", lost.size()), fmt::join(lost, "; "),
       fixedNodes, left, left == 1 ? "is" : "are", minNodes);
+}
+
+std::string timeoutText(Op op, const std::vector<std::string>& missing) {
+  std::string keys;
+  for (const auto& key : missing) {
+    if (!keys.empty()) keys += "', '";
+    keys += key;
+  }
+  return fmt::format("{} timed out waiting for key '{}'", opName(op), keys);
 }
 
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout) {

@@ -361,6 +361,25 @@ bool fields(auto& io, OneOf<MultiSet> auto& m) { return io.pairs(m.keys, m.value
 // PING: str payload -> the payload
 bool fields(auto& io, OneOf<Ping> auto& m) { return io.value(m.payload); }
 
+// QUEUE_PUSH: str key, str value -> (empty)
+bool fields(auto& io, OneOf<QueuePush> auto& m) { return io.key(m.key) && io.value(m.value); }
+// QUEUE_POP: str key -> i64 length before, str value
+// QUEUE_LEN: str key -> i64 length
+bool fields(auto& io, OneOf<QueuePop, QueueLen> auto& m) { return io.key(m.key); }
+bool fields(auto& io, OneOf<QueuePopReply> auto& r) {
+  return io.i64(r.length) && io.value(r.value);
+}
+// LIST_KEYS: (empty) -> u32 n, n x str key
+bool fields(auto&, OneOf<ListKeys> auto&) { return true; }
+// BARRIER: str key, i64 world_size, u32 timeout_ms -> (empty)
+bool fields(auto& io, OneOf<Barrier> auto& m) {
+  return io.key(m.key) && io.i64(m.worldSize) && io.u32(m.timeoutMs);
+}
+// SHARED_WAIT: u32 timeout_ms, keys -> u8 every key present as a key
+bool fields(auto& io, OneOf<SharedWait> auto& m) { return io.u32(m.timeoutMs) && io.keys(m.keys); }
+// CANCEL: u32 request_id -> u8 it was pending
+bool fields(auto& io, OneOf<Cancel> auto& m) { return io.u32(m.requestId); }
+
 // JOIN: the JoinRequest -> the Assignment
 bool fields(auto& io, OneOf<JoinRequest> auto& j) {
   return io.name(j.rdzvId) && io.name(j.nodeId) && io.i64(j.nodeRank) && io.u32(j.localWorldSize) &&
@@ -414,7 +433,7 @@ constexpr bool opsMatchAlternatives(std::index_sequence<I...>) {
 }
 constexpr auto kAlternatives = std::make_index_sequence<std::variant_size_v<Request>>{};
 static_assert(opsMatchAlternatives(kAlternatives));
-static_assert(std::variant_size_v<Request> == static_cast<std::size_t>(Op::kRendezvousStatus));
+static_assert(std::variant_size_v<Request> == static_cast<std::size_t>(Op::kCancel));
 
 // decodeRequest's dispatch: reads alternative I in place.
 using AlternativeReader = bool (*)(RequestDecoder&, Request&);
@@ -491,6 +510,9 @@ void encodeReply(std::string& out, std::uint32_t id, const IntegerReply& r) {
   writeReply(out, id, r);
 }
 void encodeReply(std::string& out, std::uint32_t id, const FlagReply& r) { writeReply(out, id, r); }
+void encodeReply(std::string& out, std::uint32_t id, const QueuePopReply& r) {
+  writeReply(out, id, r);
+}
 void encodeReply(std::string& out, std::uint32_t id, const HelloReply& r) {
   writeReply(out, id, r);
 }
@@ -509,6 +531,7 @@ bool decodeReply(std::string_view body, ValueReply& r) { return readReply(body, 
 bool decodeReply(std::string_view body, ValuesReply& r) { return readReply(body, r); }
 bool decodeReply(std::string_view body, IntegerReply& r) { return readReply(body, r); }
 bool decodeReply(std::string_view body, FlagReply& r) { return readReply(body, r); }
+bool decodeReply(std::string_view body, QueuePopReply& r) { return readReply(body, r); }
 bool decodeReply(std::string_view body, HelloReply& r) { return readReply(body, r); }
 bool decodeReply(std::string_view body, Assignment& r) { return readReply(body, r); }
 bool decodeReply(std::string_view body, RestartDecision& r) { return readReply(body, r); }

@@ -215,4 +215,17 @@ void putString(std::string& out, std::string_view s) {
   out.append(s);
 }
 
+Opening classifyOpening(std::string_view data) {
+  if (data.empty()) return Opening::kNeedMore;
+  const auto first = static_cast<std::uint8_t>(data[0]);
+  if (first == static_cast<std::uint8_t>('D')) return Opening::kNative;
+  if (first > 8) return Opening::kUnknown;
+  if (first != 0) return Opening::kTcpStoreV1;
+  if (data.size() < kValidateBytes) return Opening::kNeedMore;
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, data.data() + 1, sizeof(magic));
+  // Else a 1.13 SET whose key length started.
+  return magic == kValidateMagic ? Opening::kTcpStoreV2 : Opening::kTcpStoreV1;
+}
+
 }  // namespace ddprun::rendezvous::tcpstore

@@ -22,10 +22,16 @@ namespace ddprun::rendezvous::protocol {
 // NODE_EXCLUDED/NODE_READMITTED events exist. Older peers are refused at
 // HELLO (their JOIN would not decode). Version 4: RENDEZVOUS_STATUS may ask
 // for details (members, restarts, the last failure) for `ddprun status`.
-inline constexpr std::uint16_t kVersion = 5;
+// Version 6: every op of PyTorch's TCPStore (queues, LIST_KEYS, BARRIER),
+// SHARED_WAIT and CANCEL, for the node relay; a version 5 client is still
+// served (it never sends them).
+inline constexpr std::uint16_t kVersion = 6;
 inline constexpr std::uint16_t kMinVersion = 5;
 // A timeout field of this value means "wait without limit".
 inline constexpr std::uint32_t kNoTimeout = 0xFFFFFFFFu;
+// GET and MULTI_GET's timeout field of this value: answer at once, a
+// missing key reads as empty (TCPStore's GET).
+inline constexpr std::uint32_t kNoWait = 0xFFFFFFFEu;
 
 // Operations a client can ask for. The numbers are part of the wire format.
 enum class Op : std::uint8_t {
@@ -47,6 +53,14 @@ enum class Op : std::uint8_t {
   kLeave = 15,             // the node is done; the round goes on for the others
   kReportFailure = 16,     // a worker failed: end the round, or fail the job
   kRendezvousStatus = 17,  // who has joined the round being formed (progress)
+  // PyTorch TCPStore's remaining ops (version 6), for the node relay.
+  kQueuePush = 18,
+  kQueuePop = 19,  // never waits
+  kQueueLen = 20,
+  kListKeys = 21,
+  kBarrier = 22,     // one arrival; answered when the count reaches the world size
+  kSharedWait = 23,  // WAIT that says whether a key write or a queue push ended it
+  kCancel = 24,      // drops a pending wait, GET, MULTI_GET or BARRIER of this connection
 };
 
 // Reply codes. Anything but kOk carries a human-readable message as body.
@@ -101,6 +115,13 @@ struct IntegerReply {
 struct FlagReply {
   bool value = false;
   bool operator==(const FlagReply&) const = default;
+};
+// QUEUE_POP: the queue's length before the pop (0: it was empty and
+// `value` is empty), and the value taken.
+struct QueuePopReply {
+  std::int64_t length = 0;
+  std::string value;
+  bool operator==(const QueuePopReply&) const = default;
 };
 struct HelloReply {
   std::uint16_t version = kVersion;
@@ -283,6 +304,64 @@ struct Ping {
   bool operator==(const Ping&) const = default;
 };
 
+// Queues (PyTorch 2.8+): a queue lives beside the keys under its own name;
+// a non-empty one counts as present for WAIT and CHECK, and a push wakes
+// the oldest waiter it makes ready (docs/protocol.md "Queues and barriers").
+struct QueuePush {
+  static constexpr Op kOp = Op::kQueuePush;
+  using Reply = EmptyReply;
+  std::string key;
+  std::string value;
+  bool operator==(const QueuePush&) const = default;
+};
+struct QueuePop {
+  static constexpr Op kOp = Op::kQueuePop;
+  using Reply = QueuePopReply;
+  std::string key;
+  bool operator==(const QueuePop&) const = default;
+};
+struct QueueLen {
+  static constexpr Op kOp = Op::kQueueLen;
+  using Reply = IntegerReply;
+  std::string key;
+  bool operator==(const QueueLen&) const = default;
+};
+// Every key this client may see (not the queues).
+struct ListKeys {
+  static constexpr Op kOp = Op::kListKeys;
+  using Reply = ValuesReply;
+  bool operator==(const ListKeys&) const = default;
+};
+// One arrival at the barrier `key` of `worldSize` (PyTorch's BARRIER):
+// answered once the count at `key` reaches it. A cancelled arrival counts.
+struct Barrier {
+  static constexpr Op kOp = Op::kBarrier;
+  using Reply = EmptyReply;
+  std::string key;
+  std::int64_t worldSize = 0;
+  std::uint32_t timeoutMs = 0;
+  bool operator==(const Barrier&) const = default;
+};
+// WAIT, answered with how it ended: true when every key is present as a
+// key (a write wakes every waiter), false when a queue made it ready (a
+// push wakes one). The relay wakes all its callers, or only the oldest.
+struct SharedWait {
+  static constexpr Op kOp = Op::kSharedWait;
+  using Reply = FlagReply;
+  std::uint32_t timeoutMs = 0;
+  std::vector<std::string> keys;
+  bool operator==(const SharedWait&) const = default;
+};
+// Drops this connection's pending GET, WAIT, MULTI_GET, SHARED_WAIT or
+// BARRIER `requestId`: true, and that request gets no reply; false when
+// none is pending under that id (its reply went before this one).
+struct Cancel {
+  static constexpr Op kOp = Op::kCancel;
+  using Reply = FlagReply;
+  std::uint32_t requestId = 0;
+  bool operator==(const Cancel&) const = default;
+};
+
 // JOIN: a node asks to join rendezvous `rdzvId`; answered when its round
 // is complete.
 struct JoinRequest {
@@ -352,7 +431,8 @@ struct RendezvousStatusQuery {
 // Any request: alternative i is the message of op i + 1.
 using Request =
     std::variant<Hello, Set, Get, Add, CompareSet, Check, Wait, DeleteKey, NumKeys, MultiGet,
-                 MultiSet, Append, Ping, JoinRequest, Leave, ReportFailure, RendezvousStatusQuery>;
+                 MultiSet, Append, Ping, JoinRequest, Leave, ReportFailure, RendezvousStatusQuery,
+                 QueuePush, QueuePop, QueueLen, ListKeys, Barrier, SharedWait, Cancel>;
 
 inline Op opOf(const Request& request) { return static_cast<Op>(request.index() + 1); }
 
@@ -393,6 +473,10 @@ inline bool isControlKey(std::string_view key) {
 inline std::string rendezvousFinishedKey(std::string_view rdzvId) {
   return std::string(kControlKeyPrefix) + "rendezvous/" + std::string(rdzvId) + "/finished";
 }
+
+// "WAIT timed out waiting for key 'a', 'b'": a wait's timeout, the same
+// words from the store and from a node's relay.
+std::string timeoutText(Op op, const std::vector<std::string>& missing);
 
 // Converts a duration to the wire's timeout field (clamped; negative -> 0).
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout);

@@ -94,6 +94,7 @@ void encodeReply(std::string& out, std::uint32_t requestId, const ValueReply& re
 void encodeReply(std::string& out, std::uint32_t requestId, const ValuesReply& reply);
 void encodeReply(std::string& out, std::uint32_t requestId, const IntegerReply& reply);
 void encodeReply(std::string& out, std::uint32_t requestId, const FlagReply& reply);
+void encodeReply(std::string& out, std::uint32_t requestId, const QueuePopReply& reply);
 void encodeReply(std::string& out, std::uint32_t requestId, const HelloReply& reply);
 void encodeReply(std::string& out, std::uint32_t requestId, const Assignment& reply);
 void encodeReply(std::string& out, std::uint32_t requestId, const RestartDecision& reply);
@@ -105,6 +106,7 @@ bool decodeReply(std::string_view body, ValueReply& reply);
 bool decodeReply(std::string_view body, ValuesReply& reply);
 bool decodeReply(std::string_view body, IntegerReply& reply);
 bool decodeReply(std::string_view body, FlagReply& reply);
+bool decodeReply(std::string_view body, QueuePopReply& reply);
 bool decodeReply(std::string_view body, HelloReply& reply);
 bool decodeReply(std::string_view body, Assignment& reply);
 bool decodeReply(std::string_view body, RestartDecision& reply);

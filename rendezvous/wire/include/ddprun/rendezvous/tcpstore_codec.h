@@ -108,6 +108,14 @@ class Decoder {
   std::size_t held_ = 0;
 };
 
+// What a connection's first bytes show (docs/protocol.md "TCPStore
+// dialects"): the native preamble's first byte, a TCPStore 2.2+ client's
+// VALIDATE (its 5 bytes are the handshake: consume them), any other
+// TCPStore opcode (1.13/2.0; a 0x00 may be 1.13's SET), or neither.
+enum class Opening { kNeedMore, kNative, kTcpStoreV1, kTcpStoreV2, kUnknown };
+Opening classifyOpening(std::string_view firstBytes);
+inline constexpr std::size_t kValidateBytes = 5;
+
 // Reply pieces.
 void putU8(std::string& out, std::uint8_t v);
 void putU32(std::string& out, std::uint32_t v);

@@ -1,0 +1,214 @@
+#include "upstream.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include <fmt/format.h>
+
+#include "ddprun/common/logging.h"
+
+namespace ddprun::agent::relay {
+
+namespace asio = boost::asio;
+namespace protocol = rendezvous::protocol;
+using asio::ip::tcp;
+
+Upstream::Upstream(asio::any_io_executor executor, Options options,
+                   std::function<void(const std::string&)> onLost)
+    : socket_(executor),
+      retryTimer_(executor),
+      options_(std::move(options)),
+      onLost_(std::move(onLost)) {
+  // The preamble and HELLO lead the output: requests queue behind them.
+  output_ = std::string(protocol::kPreamble);
+  helloId_ = nextId_++;
+  protocol::Hello hello;
+  hello.token = options_.token;
+  hello.clientName = options_.name;
+  protocol::encodeRequest(output_, helloId_, hello);
+}
+
+void Upstream::start() {
+  connectDeadline_ = std::chrono::steady_clock::now() + options_.connectTimeout;
+  connect();
+}
+
+void Upstream::connect() {
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(options_.host, ec);
+  if (ec) {
+    fail(fmt::format("the store's address '{}' is not an IP address", options_.host));
+    return;
+  }
+  socket_.async_connect(tcp::endpoint(address, options_.port),
+                        [self = shared_from_this()](boost::system::error_code error) {
+                          if (self->lost_) return;
+                          if (error) {
+                            self->retryConnect(error.message());
+                            return;
+                          }
+                          self->socket_.set_option(tcp::no_delay(true));
+                          self->connected_ = true;
+                          self->flush();
+                          self->readLoop();
+                        });
+}
+
+void Upstream::retryConnect(const std::string& why) {
+  if (std::chrono::steady_clock::now() >= connectDeadline_) {
+    fail(
+        fmt::format("cannot connect to the store at {}:{}: {}", options_.host, options_.port, why));
+    return;
+  }
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  retryTimer_.expires_after(std::chrono::milliseconds(50));
+  retryTimer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec && !self->lost_) self->connect();
+  });
+}
+
+std::uint32_t Upstream::send(const protocol::Request& request, Handler handler) {
+  std::uint32_t id = nextId_++;
+  if (id == 0) id = nextId_++;  // 0 is the store's pushes
+  ++sequence_;
+  if (lost_) {
+    // Answered on the loop, never inside the caller's own call.
+    asio::post(socket_.get_executor(), [handler = std::move(handler)] {
+      UpstreamReply reply;
+      reply.lost = true;
+      reply.message = "the connection to the store is lost";
+      handler(reply);
+    });
+    return id;
+  }
+  pending_.emplace(id, std::move(handler));
+  protocol::encodeRequest(output_, id, request);
+  flush();
+  return id;
+}
+
+void Upstream::cancel(std::uint32_t id) {
+  auto it = pending_.find(id);
+  if (it == pending_.end() || lost_) return;
+  it->second = nullptr;  // its reply, if it crosses the CANCEL, is dropped
+  send(protocol::Cancel{id}, [self = shared_from_this(), id](const UpstreamReply& reply) {
+    protocol::FlagReply flag;
+    if (reply.ok() && protocol::decodeReply(reply.body, flag) && flag.value) {
+      self->pending_.erase(id);
+    }
+  });
+}
+
+void Upstream::flush() {
+  if (!connected_ || lost_ || !writing_.empty() || output_.empty()) return;
+  writing_.swap(output_);
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      if (self->lost_) return;
+                      if (ec) {
+                        self->fail(fmt::format("writing to the store failed: {}", ec.message()));
+                        return;
+                      }
+                      self->writing_.clear();
+                      self->flush();
+                    });
+}
+
+void Upstream::readLoop() {
+  std::size_t space = 0;
+  char* into = input_.writable(0, space);
+  socket_.async_read_some(
+      asio::buffer(into, space),
+      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+        if (self->lost_) return;
+        if (ec) {
+          self->fail(ec == asio::error::eof
+                         ? "the store closed the connection"
+                         : fmt::format("reading from the store failed: {}", ec.message()));
+          return;
+        }
+        self->input_.commit(n);
+        for (;;) {
+          const std::string_view data = self->input_.readable();
+          protocol::FrameHeader header;
+          const auto parsed =
+              protocol::parseFrameHeader(data, self->options_.maxFrameBytes, header);
+          if (parsed == protocol::ParseResult::kTooLarge) {
+            self->fail(fmt::format("the store sent a frame of {} bytes", header.bodySize));
+            return;
+          }
+          if (parsed == protocol::ParseResult::kNeedMore) {
+            if (data.size() >= protocol::kHeaderSize) {
+              self->input_.reserveExactly(protocol::kHeaderSize + header.bodySize + 4096);
+            }
+            break;
+          }
+          self->handleFrame(header, data.substr(protocol::kHeaderSize, header.bodySize));
+          if (self->lost_) return;
+          self->input_.consume(protocol::kHeaderSize + header.bodySize);
+        }
+        self->readLoop();
+      });
+}
+
+void Upstream::handleFrame(const protocol::FrameHeader& header, std::string_view body) {
+  const auto status = static_cast<protocol::Status>(header.code);
+  if (header.requestId == 0) {
+    // Pushes: the store says goodbye (it stops, or idles us out); events
+    // are for agents' rendezvous connections, never this one.
+    if (status == protocol::Status::kGoodbye) {
+      protocol::ErrorReply error;
+      protocol::decodeError(header.code, body, error);
+      fail(fmt::format("the store closed the connection: {}", printable(error.message)));
+    }
+    return;
+  }
+  UpstreamReply reply;
+  reply.status = status;
+  if (status == protocol::Status::kOk) {
+    reply.body = body;
+  } else {
+    protocol::ErrorReply error;
+    if (!protocol::decodeError(header.code, body, error)) {
+      fail(fmt::format("the store sent an unreadable reply (status {})", header.code));
+      return;
+    }
+    reply.message = std::move(error.message);
+  }
+  if (header.requestId == helloId_) {
+    if (!reply.ok()) fail(fmt::format("the store refused the relay: {}", printable(reply.message)));
+    return;
+  }
+  auto it = pending_.find(header.requestId);
+  if (it == pending_.end()) return;
+  Handler handler = std::move(it->second);
+  pending_.erase(it);
+  if (handler) handler(reply);
+}
+
+void Upstream::close(const std::string& reason) {
+  if (lost_) return;
+  lost_ = true;
+  boost::system::error_code ignored;
+  retryTimer_.cancel();
+  socket_.close(ignored);
+  auto pending = std::move(pending_);
+  pending_.clear();
+  UpstreamReply reply;
+  reply.lost = true;
+  reply.message = reason;
+  for (auto& [id, handler] : pending) {
+    if (handler) handler(reply);
+  }
+}
+
+void Upstream::fail(const std::string& reason) {
+  if (lost_) return;
+  DDPRUN_WARN("The node relay lost the store: {}.", reason);
+  close(reason);
+  if (onLost_) onLost_(reason);
+}
+
+}  // namespace ddprun::agent::relay

@@ -1,0 +1,123 @@
+#include "worker_connection.h"
+
+#include <boost/asio/write.hpp>
+
+#include <fmt/format.h>
+
+#include "ddprun/common/logging.h"
+#include "ddprun/rendezvous/tcpstore_codec.h"
+#include "tcpstore_forwarder.h"
+
+namespace ddprun::agent::relay {
+
+namespace asio = boost::asio;
+namespace tcpstore = rendezvous::tcpstore;
+
+namespace {
+// Input read ahead of what the forwarder takes (a pipelining client).
+constexpr std::size_t kReadAheadBytes = 64 * 1024;
+}  // namespace
+
+WorkerConnection::WorkerConnection(asio::ip::tcp::socket socket, RelayContext& context)
+    : socket_(std::move(socket)), context_(context) {
+  boost::system::error_code ec;
+  const auto remote = socket_.remote_endpoint(ec);
+  if (!ec) peer_ = fmt::format("{}:{}", remote.address().to_string(), remote.port());
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+WorkerConnection::~WorkerConnection() = default;
+
+void WorkerConnection::start() {
+  id_ = context_.nextConnection++;
+  context_.open[id_] = weak_from_this();
+  ++context_.counters.connectionsAccepted;
+  ++context_.counters.connectionsOpen;
+  readMore();
+}
+
+void WorkerConnection::readMore() {
+  if (closed_ || reading_) return;
+  if (forwarder_ && (!forwarder_->wantsInput() || input_.readable().size() >= kReadAheadBytes)) {
+    return;  // resume() reads again
+  }
+  reading_ = true;
+  std::size_t space = 0;
+  char* into = input_.writable(0, space);
+  socket_.async_read_some(
+      asio::buffer(into, space),
+      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+        self->reading_ = false;
+        if (self->closed_) return;
+        if (ec) {
+          self->close(ec == asio::error::eof ? "it closed the connection" : ec.message());
+          return;
+        }
+        self->input_.commit(n);
+        self->process();
+        self->readMore();
+      });
+}
+
+bool WorkerConnection::chooseForwarder() {
+  switch (tcpstore::classifyOpening(input_.readable())) {
+    case tcpstore::Opening::kNeedMore:
+      return true;
+    case tcpstore::Opening::kTcpStoreV1:
+      forwarder_ = std::make_unique<TcpStoreForwarder>(*this, tcpstore::Dialect::kV1);
+      return true;
+    case tcpstore::Opening::kTcpStoreV2:
+      input_.consume(tcpstore::kValidateBytes);
+      ++context_.counters.answeredLocally;  // the VALIDATE
+      forwarder_ = std::make_unique<TcpStoreForwarder>(*this, tcpstore::Dialect::kV2);
+      return true;
+    case tcpstore::Opening::kNative:
+      close(
+          "it speaks ddprun's native protocol, which the node relay does not carry; "
+          "connect to the job's store directly");
+      return false;
+    case tcpstore::Opening::kUnknown:
+      close("it is not a PyTorch TCPStore client");
+      return false;
+  }
+  return false;
+}
+
+void WorkerConnection::process() {
+  if (!forwarder_ && !chooseForwarder()) return;
+  if (forwarder_ && forwarder_->process()) flush();
+}
+
+void WorkerConnection::resume() {
+  if (closed_) return;
+  process();
+  readMore();
+}
+
+void WorkerConnection::flush() {
+  if (closed_ || !writing_.empty() || output_.empty()) return;
+  writing_.swap(output_);
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      if (self->closed_) return;
+                      if (ec) {
+                        self->close(ec.message());
+                        return;
+                      }
+                      self->writing_.clear();
+                      self->flush();
+                    });
+}
+
+void WorkerConnection::close(const std::string& why) {
+  if (closed_) return;
+  closed_ = true;
+  DDPRUN_DEBUG("The node relay closes the connection of {}: {}.", peer_, why);
+  if (forwarder_) forwarder_->closing();
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  context_.open.erase(id_);
+  --context_.counters.connectionsOpen;
+}
+
+}  // namespace ddprun::agent::relay
