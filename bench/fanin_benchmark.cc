@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "monotonic_clock.h"
+#include "relay_hosts.h"
 #include "server_process.h"
 
 namespace ddprun::bench {
@@ -29,11 +30,11 @@ namespace {
 // --- the TCPStore protocol, client side (1.13 or 2.2+ dialect) -------------------
 
 struct Opcodes {
-  std::uint8_t set, get, add, wait;
+  std::uint8_t set, get, add, wait, multiGet;
 };
-constexpr Opcodes kV1Opcodes{0, 2, 3, 5};    // PyTorch 1.13/2.0
-constexpr Opcodes kV2Opcodes{1, 3, 4, 6};    // PyTorch 2.2+: VALIDATE took 0
-constexpr std::uint8_t kValidateOpcode = 0;  // 2.2+ only, as is PING
+constexpr Opcodes kV1Opcodes{0, 2, 3, 5, 0xFF};  // PyTorch 1.13/2.0 (no MULTI_GET)
+constexpr Opcodes kV2Opcodes{1, 3, 4, 6, 10};    // PyTorch 2.2+: VALIDATE took 0
+constexpr std::uint8_t kValidateOpcode = 0;      // 2.2+ only, as is PING
 constexpr std::uint8_t kPingOpcode = 13;
 constexpr std::uint32_t kValidateMagic = 0x3C85F7CE;
 
@@ -61,6 +62,13 @@ std::string wait(const Opcodes& op, const std::string& key) {
   putString(out, key);
   return out;
 }
+// WAIT on several keys, or MULTI_GET of them: the opcode, u64 n, n keys.
+std::string keysRequest(std::uint8_t opcode, const std::vector<std::string>& keys) {
+  std::string out(1, static_cast<char>(opcode));
+  putU64(out, keys.size());
+  for (const auto& key : keys) putString(out, key);
+  return out;
+}
 std::string get(const Opcodes& op, const std::string& key) {
   std::string out(1, static_cast<char>(op.get));
   putString(out, key);
@@ -83,6 +91,8 @@ enum class Step {
   kInitAdd,
   kWaitRank0,
   kGetRank0,
+  kWaitIds,  // NCCL's scalable init: every root's unique id
+  kGetIds,
   kBarrierAdd,
   kWaitLast,
   kDone
@@ -94,6 +104,7 @@ struct Rank {
   Step step = Step::kConnecting;
   std::string out;  // bytes not yet written
   std::string in;   // reply bytes read so far
+  std::size_t idsLeft = 0;
 };
 
 struct ClientJob {
@@ -106,7 +117,17 @@ struct ClientJob {
   int window = 128;
   FaninDialect dialect = FaninDialect::kV1;
   std::int64_t deadlineNs = 0;
+  // Through relays (nodes > 0): rank r reaches RelayHosts::address(r /
+  // ranksPerNode) at RelayHosts::kRelayPort.
+  int nodes = 0;
+  int ranksPerNode = 1;
+  // NCCL's scalable init instead of rank 0's one id: every 128th rank
+  // SETs its unique id and every rank WAITs for and MULTI_GETs them all.
+  bool scalable = false;
 };
+
+constexpr int kRanksPerRoot = 128;           // TORCH_NCCL_RANKS_PER_ROOT's default
+constexpr std::size_t kUniqueIdBytes = 128;  // sizeof(ncclUniqueId)
 
 const char kRank0Key[] = "/default_pg/rank0_address";
 const char kBarrierKey[] = "/default_pg/store_based_barrier_key:1";
@@ -120,6 +141,13 @@ class Clients {
         ranks_(static_cast<std::size_t>(job.count)) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     for (int i = 0; i < job.count; ++i) ranks_[static_cast<std::size_t>(i)].rank = job.first + i;
+    if (job.scalable) {
+      const int roots = (job.total + kRanksPerRoot - 1) / kRanksPerRoot;
+      for (int i = 0; i < roots; ++i)
+        idKeys_.push_back(fmt::format("/default_pg/UniqueNCCLID:{}", i));
+      waitIds_ = keysRequest(ops_.wait, idKeys_);
+      getIds_ = keysRequest(ops_.multiGet, idKeys_);
+    }
   }
   ~Clients() {
     for (auto& r : ranks_) {
@@ -182,8 +210,13 @@ class Clients {
     ::bind(r.fd, reinterpret_cast<sockaddr*>(&source), sizeof(source));
     sockaddr_in server{};
     server.sin_family = AF_INET;
-    server.sin_port = htons(job_.port);
-    ::inet_pton(AF_INET, job_.host.c_str(), &server.sin_addr);
+    if (job_.nodes > 0) {
+      server.sin_port = htons(RelayHosts::kRelayPort);
+      server.sin_addr.s_addr = htonl(RelayHosts::address(r.rank / job_.ranksPerNode));
+    } else {
+      server.sin_port = htons(job_.port);
+      ::inet_pton(AF_INET, job_.host.c_str(), &server.sin_addr);
+    }
     r.step = Step::kConnecting;
     r.in.clear();
     r.out.clear();
@@ -264,6 +297,15 @@ class Clients {
         std::int64_t v = 0;
         if (!i64(v)) return false;
         if (job_.dialect == FaninDialect::kV1) --inFlight_;  // its first reply
+        if (job_.scalable) {
+          send(r, (r.rank % kRanksPerRoot == 0
+                       ? set(ops_, idKeys_[static_cast<std::size_t>(r.rank / kRanksPerRoot)],
+                             std::string(kUniqueIdBytes, 'i'))
+                       : std::string()) +
+                      waitIds_);
+          r.step = Step::kWaitIds;
+          return true;
+        }
         if (r.rank == 0) {
           send(r, set(ops_, kRank0Key, "127.0.0.1:29500") + add(ops_, kBarrierKey, 1));
           r.step = Step::kBarrierAdd;
@@ -289,6 +331,30 @@ class Clients {
         r.step = Step::kBarrierAdd;
         return true;
       }
+      case Step::kWaitIds:
+        if (r.in.empty()) return false;
+        r.in.erase(0, 1);
+        send(r, getIds_);
+        r.step = Step::kGetIds;
+        r.idsLeft = idKeys_.size();
+        return true;
+      case Step::kGetIds: {
+        // The values, one after another: each read as soon as it is whole.
+        while (r.idsLeft > 0) {
+          if (r.in.size() < 8) return false;
+          std::uint64_t length = 0;
+          std::memcpy(&length, r.in.data(), 8);
+          if (r.in.size() < 8 + length) return false;
+          if (length != kUniqueIdBytes) {
+            throw std::runtime_error(fmt::format("rank {} read an id of {} bytes", r.rank, length));
+          }
+          r.in.erase(0, 8 + length);
+          --r.idsLeft;
+        }
+        send(r, add(ops_, kBarrierKey, 1));
+        r.step = Step::kBarrierAdd;
+        return true;
+      }
       case Step::kBarrierAdd: {
         std::int64_t v = 0;
         if (!i64(v)) return false;
@@ -310,6 +376,9 @@ class Clients {
 
   ClientJob job_;
   Opcodes ops_;
+  std::vector<std::string> idKeys_;
+  std::string waitIds_;
+  std::string getIds_;
   std::vector<Rank> ranks_;
   int epoll_ = -1;
   int next_ = 0;
@@ -335,10 +404,22 @@ struct Child {
   int result = -1;  // child writes "done finishNs"
 };
 
+// Where the ranks go: the store itself (no node ports), or their nodes'
+// relays; and which init they run.
+struct RunShape {
+  int nodes = 0;
+  int ranksPerNode = 1;
+  bool scalable = false;
+};
+
 FaninResult oneRun(const std::string& serverName, const ServerProcess& server, int total,
-                   const FaninOptions& options) {
+                   const FaninOptions& options, const RunShape& shape = {}) {
   std::vector<Child> children;
-  const int processes = std::max(1, std::min(options.processes, total));
+  rlimit descriptors{};
+  ::getrlimit(RLIMIT_NOFILE, &descriptors);
+  const long perProcess = std::max<long>(1, static_cast<long>(descriptors.rlim_cur) - 128);
+  const int processes = std::max({1, std::min(options.processes, total),
+                                  static_cast<int>((total + perProcess - 1) / perProcess)});
   const std::int64_t limitNs = std::chrono::nanoseconds(options.limit).count();
   for (int p = 0; p < processes; ++p) {
     int start[2];
@@ -355,6 +436,9 @@ FaninResult oneRun(const std::string& serverName, const ServerProcess& server, i
     job.sources = options.sources;
     job.window = options.window;
     job.dialect = options.dialect;
+    job.nodes = shape.nodes;
+    job.ranksPerNode = shape.ranksPerNode;
+    job.scalable = shape.scalable;
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(start[1]);
@@ -377,6 +461,7 @@ FaninResult oneRun(const std::string& serverName, const ServerProcess& server, i
     ::close(result[1]);
     children.push_back({pid, start[1], result[0]});
   }
+  const double cpuBefore = processCpuSeconds(server.pid());
   const std::int64_t started = monotonicNs();
   for (auto& c : children) {
     if (::write(c.start, "g", 1) != 1) throw std::runtime_error("a client process is gone");
@@ -411,6 +496,7 @@ FaninResult oneRun(const std::string& serverName, const ServerProcess& server, i
   }
   out.completed = !failed && out.ranksDone == total;
   out.seconds = static_cast<double>(finished - started) / 1e9;
+  out.serverCpuSeconds = processCpuSeconds(server.pid()) - cpuBefore;
   return out;
 }
 
@@ -516,6 +602,144 @@ void printFaninTable(const std::vector<FaninResult>& results, const FaninOptions
                                   ? fmt::format("{:.1f}x", theirs->seconds / ours->seconds)
                                   : "-";
     out << fmt::format("| {} | {} | {} | {} |\n", n, cell(ours), cell(theirs), ratio);
+  }
+}
+
+namespace {
+
+ServerCommand ddprunStoreCommand(const std::filesystem::path& daemonPath, bool open) {
+  ServerCommand command;
+  command.name = "ddprun-rendezvous";
+  command.argv = {daemonPath.string(),
+                  "--host",
+                  "127.0.0.1",
+                  "--port",
+                  "0",
+                  "--max-connections",
+                  "1048576",
+                  "--max-connections-per-address",
+                  "1048576"};
+  if (open) command.argv.push_back("--open");
+  command.env = {{"DDPRUN_LOG_LEVEL", "warn"}};
+  if (!open) command.env.emplace_back("DDPRUN_TOKEN", "fanin-benchmark-token");
+  return command;
+}
+
+// One run through relays: a fresh store, `n / ranksPerNode` relays that
+// have joined it, then the ranks.
+FaninResult relayRun(int n, bool scalable, const FaninOptions& options,
+                     const std::filesystem::path& daemonPath) {
+  ServerProcess server;
+  server.start(ddprunStoreCommand(daemonPath, false));
+  const int nodes = (n + options.ranksPerNode - 1) / options.ranksPerNode;
+  const long long overflowsBefore = listenOverflows();
+  RelayHosts hosts;
+  hosts.start(nodes, options.ranksPerNode, server.host(), server.port(), "fanin-benchmark-token",
+              options.limit);
+  const long long overflowsAfter = listenOverflows();
+  RunShape shape;
+  shape.nodes = nodes;
+  shape.ranksPerNode = options.ranksPerNode;
+  shape.scalable = scalable;
+  FaninOptions v2 = options;
+  v2.dialect = FaninDialect::kV2;  // current PyTorch's clients
+  const double relayCpuBefore = hosts.cpuSeconds();
+  FaninResult r = oneRun("ddprun store through relays", server, n, v2, shape);
+  r.relayCpuSeconds = hosts.cpuSeconds() - relayCpuBefore;
+  r.scenario = scalable ? "scalable init" : "init";
+  r.relays = nodes;
+  r.relayProcesses = hosts.processes();
+  r.listenOverflows =
+      overflowsBefore >= 0 && overflowsAfter >= 0 ? overflowsAfter - overflowsBefore : -1;
+  const RelayHosts::Totals totals = hosts.totals();
+  r.workerRequests = totals.requests;
+  r.upstreamRequests = totals.upstreamRequests;
+  r.coalesced = totals.coalesced;
+  r.addsCombined = totals.addsCombined;
+  r.bytesSaved = totals.bytesSaved;
+  hosts.stop();
+  server.stop();
+  return r;
+}
+
+}  // namespace
+
+std::vector<FaninResult> runRelayFaninBenchmark(const FaninOptions& options,
+                                                const std::filesystem::path& daemonPath,
+                                                std::ostream& log) {
+  raiseDescriptorLimit();
+  std::vector<FaninResult> results;
+  for (int n : options.ranks) {
+    for (const bool scalable : {false, true}) {
+      FaninResult r = relayRun(n, scalable, options, daemonPath);
+      log << fmt::format(
+          "  through {} relays ({} processes), {}: {} ranks: {} (store CPU {:.2f} s, relays' CPU "
+          "{:.2f} s; listen overflows while they connected: {})\n",
+          r.relays, r.relayProcesses, r.scenario, n,
+          r.completed
+              ? fmt::format("{:.2f} s", r.seconds)
+              : fmt::format("{} of {} done within {} s", r.ranksDone, n, options.limit.count()),
+          r.serverCpuSeconds, r.relayCpuSeconds, r.listenOverflows);
+      results.push_back(r);
+    }
+  }
+  // The flat path, side by side with the reference, at the largest size one
+  // server process can hold here.
+  FaninOptions v2 = options;
+  v2.dialect = FaninDialect::kV2;
+  std::vector<std::pair<std::string, ServerCommand>> servers = {
+      {"ddprun store", ddprunStoreCommand(daemonPath, true)}};
+  if (options.reference && !options.referenceCommand.empty()) {
+    ServerCommand reference;
+    reference.name = options.referenceName;
+    reference.argv = options.referenceCommand;
+    servers.emplace_back(options.referenceName, reference);
+  }
+  for (const auto& [name, command] : servers) {
+    ServerProcess server;
+    server.start(command);
+    FaninResult r = oneRun(name, server, options.flatRanks, v2);
+    server.stop();
+    r.scenario = "flat";
+    log << fmt::format("  {}: flat, {} ranks: {} (server CPU {:.2f} s)\n", name, options.flatRanks,
+                       r.completed ? fmt::format("{:.2f} s", r.seconds) : "not completed",
+                       r.serverCpuSeconds);
+    results.push_back(r);
+  }
+  return results;
+}
+
+void printRelayFaninTable(const std::vector<FaninResult>& results, const FaninOptions& options,
+                          std::ostream& out) {
+  for (const auto& r : results) {
+    if (r.scenario == "flat" || !r.completed) continue;
+    out << fmt::format("ranks={} seconds={:.3f} scenario=\"{}\" root_cpu_seconds={:.3f}\n", r.ranks,
+                       r.seconds, r.scenario, r.serverCpuSeconds);
+  }
+  out << fmt::format(
+      "\nThrough node relays: {} ranks per node, one relay each (the agent's relay code), "
+      "current PyTorch's TCPStore protocol\n\n"
+      "| scenario | ranks | relays | seconds | store CPU s | relays' CPU s | worker requests | "
+      "upstream requests | shared reads | ADDs combined | reply bytes saved | listen "
+      "overflows |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      options.ranksPerNode);
+  for (const auto& r : results) {
+    if (r.scenario == "flat") continue;
+    out << fmt::format("| {} | {} | {} | {} | {:.2f} | {:.2f} | {} | {} | {} | {} | {} | {} |\n",
+                       r.scenario, r.ranks, r.relays,
+                       r.completed ? fmt::format("{:.2f}", r.seconds)
+                                   : fmt::format("{} of {} done", r.ranksDone, r.ranks),
+                       r.serverCpuSeconds, r.relayCpuSeconds, r.workerRequests, r.upstreamRequests,
+                       r.coalesced, r.addsCombined, r.bytesSaved, r.listenOverflows);
+  }
+  out << "\nFlat (every rank connects to the store), the same traffic (init):\n\n"
+         "| server | ranks | seconds | server CPU s | CPU per rank (us) |\n"
+         "|---|---:|---:|---:|---:|\n";
+  for (const auto& r : results) {
+    if (r.scenario != "flat") continue;
+    out << fmt::format("| {} | {} | {} | {:.2f} | {:.1f} |\n", r.server, r.ranks,
+                       r.completed ? fmt::format("{:.2f}", r.seconds) : "not completed",
+                       r.serverCpuSeconds, r.serverCpuSeconds * 1e6 / r.ranks);
   }
 }
 

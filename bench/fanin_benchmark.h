@@ -51,6 +51,12 @@ struct FaninOptions {
   // server (`ddprun-bench c10d-server`), which speaks only kV1.
   std::vector<std::string> referenceCommand;
   std::string referenceName = "PyTorch TCPStore 1.13";  // its column in the table
+  // > 0: the ranks reach the store through node relays, this many per
+  // node (the agent's relay code, bench/relay_hosts.h), in two scenarios
+  // (init_process_group, then NCCL's scalable init); then the flat path
+  // at `flatRanks` for ddprun's store and the reference, side by side.
+  int ranksPerNode = 0;
+  int flatRanks = 16384;
 };
 
 struct FaninResult {
@@ -59,7 +65,19 @@ struct FaninResult {
   bool completed = false;
   double seconds = 0;
   int ranksDone = 0;
-  bool skipped = false;  // more connections than one process may hold here
+  bool skipped = false;           // more connections than one process may hold here
+  std::string scenario = "init";  // "init", "scalable init" (NCCL's), or "flat"
+  double serverCpuSeconds = 0;    // the store's user + system time in the run
+  // Through relays only:
+  int relays = 0;
+  int relayProcesses = 0;
+  double relayCpuSeconds = 0;
+  std::uint64_t workerRequests = 0;
+  std::uint64_t upstreamRequests = 0;
+  std::uint64_t coalesced = 0;
+  std::uint64_t addsCombined = 0;
+  std::uint64_t bytesSaved = 0;
+  long long listenOverflows = -1;  // while the relays connected
 };
 
 std::vector<FaninResult> runFaninBenchmark(const FaninOptions& options,
@@ -69,5 +87,12 @@ std::vector<FaninResult> runFaninBenchmark(const FaninOptions& options,
 
 void printFaninTable(const std::vector<FaninResult>& results, const FaninOptions& options,
                      std::ostream& out);
+
+// The relay runs (FaninOptions::ranksPerNode > 0) and the flat comparison.
+std::vector<FaninResult> runRelayFaninBenchmark(const FaninOptions& options,
+                                                const std::filesystem::path& daemonPath,
+                                                std::ostream& log);
+void printRelayFaninTable(const std::vector<FaninResult>& results, const FaninOptions& options,
+                          std::ostream& out);
 
 }  // namespace ddprun::bench

@@ -153,6 +153,16 @@ int main(int argc, char** argv) {
       ->add_option("--reference-name", faninOptions.referenceName,
                    "the reference's column in the table")
       ->capture_default_str();
+  fanin
+      ->add_option("--ranks-per-node", faninOptions.ranksPerNode,
+                   "reach the store through node relays (the agent's), this many ranks per node, "
+                   "in two scenarios (init_process_group, NCCL's scalable init), then the flat "
+                   "path at --flat-ranks beside the reference")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  fanin->add_option("--flat-ranks", faninOptions.flatRanks, "ranks of the flat comparison")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
 
 #ifdef DDPRUN_BENCH_HAVE_TORCH
   // Internal: the child process that hosts the reference server.
@@ -180,6 +190,12 @@ int main(int argc, char** argv) {
       faninOptions.reference = !noReference && !faninOptions.referenceCommand.empty();
 #endif
       std::cerr << "ddprun-bench fanin: measuring\n";
+      if (faninOptions.ranksPerNode > 0) {
+        bench::printRelayFaninTable(
+            bench::runRelayFaninBenchmark(faninOptions, daemonPath, std::cerr), faninOptions,
+            std::cout);
+        return 0;
+      }
       bench::printFaninTable(
           bench::runFaninBenchmark(faninOptions, daemonPath, thisExecutable(), std::cerr),
           faninOptions, std::cout);

@@ -43,6 +43,7 @@ class ServerProcess {
   void stop(std::chrono::milliseconds grace = std::chrono::seconds(5));
 
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   const std::string& host() const { return host_; }
   std::uint16_t port() const { return port_; }
 

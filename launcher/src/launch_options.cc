@@ -132,6 +132,11 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
        "where workers' init_process_group finds its TCPStore: 'agent' (MASTER_ADDR:PORT is "
        "ddprun's store, TORCHELASTIC_USE_AGENT_STORE=True, as torchrun 2.x) or 'rank0' (worker "
        "rank 0 hosts one on a free port, as torchrun 1.13)");
+  text(app, "store_relay", o.storeRelay,
+       "workers reach their store through this node's relay (MASTER_ADDR=127.0.0.1, one "
+       "authenticated connection per node to the store, identical reads shared): auto (jobs "
+       "of several nodes on the agent store), on, off (every worker connects to the store "
+       "itself, as under torchrun)");
   flag(app, "strict_store", o.strictStore,
        "ddprun's store refuses PyTorch TCPStore clients, which cannot send the token "
        "(implies --worker_store=rank0)");

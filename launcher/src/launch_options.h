@@ -56,6 +56,7 @@ struct LaunchOptions {
   std::string duplicateStdoutFilters;
   std::string duplicateStderrFilters;
   std::string workerStore = "agent";
+  std::string storeRelay = "auto";
   bool strictStore = false;
 
   // ddprun-launch, the drop-in for `python -m torch.distributed.launch`:

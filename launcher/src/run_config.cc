@@ -532,6 +532,19 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     }
     config.useAgentStore = true;  // TORCH_DISABLE_SHARE_RDZV_TCP_STORE has no say
   }
+  if (o.storeRelay != "auto" && o.storeRelay != "on" && o.storeRelay != "off") {
+    throw ConfigError(fmt::format("--store_relay={} is not 'auto', 'on' or 'off'", o.storeRelay));
+  }
+  if (o.storeRelay == "on" && !config.useAgentStore) {
+    throw ConfigError(
+        "--store_relay=on needs the workers on the agent's store, but here worker rank 0 hosts "
+        "its own TCPStore (--worker_store=rank0, --strict_store, "
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or a job of one worker); drop --store_relay or "
+        "use --worker_store=agent");
+  }
+  config.relayWorkersStore =
+      o.storeRelay == "on" ||
+      (o.storeRelay == "auto" && config.useAgentStore && config.rendezvous.maxNodes > 1);
   // Every node of a job must name the same rendezvous: only a job of one
   // node gets a random id when none was given.
   const bool single = config.rendezvous.mode == agent::RendezvousMode::kStandalone;

@@ -44,10 +44,16 @@ class NodeRelay::Impl : public std::enable_shared_from_this<Impl> {
     port_ = acceptor_.local_endpoint().port();
   }
 
-  void start() {
+  void start(std::function<void()> onReady) {
     const auto& o = context_.options;
-    Upstream::Options upstream{o.upstreamHost, o.upstreamPort,         o.token,
-                               o.name,         o.limits.maxFrameBytes, o.connectTimeout};
+    Upstream::Options upstream;
+    upstream.host = o.upstreamHost;
+    upstream.port = o.upstreamPort;
+    upstream.token = o.token;
+    upstream.name = o.name;
+    upstream.sourceHost = o.sourceHost;
+    upstream.maxFrameBytes = o.limits.maxFrameBytes;
+    upstream.connectTimeout = o.connectTimeout;
     std::weak_ptr<Impl> weak = weak_from_this();
     upstream_ = std::make_shared<Upstream>(io_.get_executor(), std::move(upstream),
                                            [weak](const std::string& reason) {
@@ -55,7 +61,7 @@ class NodeRelay::Impl : public std::enable_shared_from_this<Impl> {
                                                self->upstreamLost(reason);
                                            });
     context_.shared = std::make_shared<relay::SharedRequests>(upstream_, context_.counters);
-    upstream_->start();
+    upstream_->start(std::move(onReady));
     accept();
   }
 
@@ -114,7 +120,7 @@ NodeRelay::NodeRelay(asio::io_context& io, RelayOptions options,
 
 NodeRelay::~NodeRelay() { impl_->stop(); }
 
-void NodeRelay::start() { impl_->start(); }
+void NodeRelay::start(std::function<void()> onReady) { impl_->start(std::move(onReady)); }
 void NodeRelay::stop() { impl_->stop(); }
 std::uint16_t NodeRelay::port() const { return impl_->port(); }
 const RelayCounters& NodeRelay::counters() const { return impl_->counters(); }

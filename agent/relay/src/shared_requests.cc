@@ -12,11 +12,10 @@ namespace {
 
 constexpr std::uint64_t kWriteWaiting = std::numeric_limits<std::uint64_t>::max();
 
-// The share key of a GET of `key` and of a WAIT on `keys`: each key with
-// its length, so no two lists of keys share one.
-std::string getShareKey(const std::string& key) { return "G" + key; }
-std::string waitShareKey(const std::vector<std::string>& keys) {
-  std::string out = "W";
+// A list of keys as one text, each key with its length, so no two lists
+// share one (the share keys of WAIT and MULTI_GET).
+std::string keyList(const std::vector<std::string>& keys) {
+  std::string out;
   for (const auto& key : keys) {
     out += std::to_string(key.size());
     out += ':';
@@ -90,12 +89,22 @@ std::shared_ptr<SharedRequests::Group> SharedRequests::open(protocol::Request re
 }
 
 void SharedRequests::get(Caller& caller, const std::string& key, Handler handler) {
-  const std::string shareKey = getShareKey(key);
+  read(caller, "G" + key, protocol::Get{key, protocol::kNoWait}, std::move(handler));
+}
+
+void SharedRequests::multiGet(Caller& caller, const std::vector<std::string>& keys,
+                              Handler handler) {
+  read(caller, "M" + keyList(keys), protocol::MultiGet{protocol::kNoWait, keys},
+       std::move(handler));
+}
+
+void SharedRequests::read(Caller& caller, std::string shareKey, protocol::Request request,
+                          Handler handler) {
   std::shared_ptr<Group> group = joinable(shareKey, caller);
   if (group) {
     ++counters_.coalesced;
   } else {
-    group = open(protocol::Get{key, protocol::kNoWait}, shareKey, false, {key});
+    group = open(std::move(request), std::move(shareKey), false, {});
   }
   group->callers.push_back({0, nullptr, std::move(handler)});
   sent(caller);
@@ -104,7 +113,7 @@ void SharedRequests::get(Caller& caller, const std::string& key, Handler handler
 std::uint64_t SharedRequests::wait(Caller& caller, std::vector<std::string> keys, Handler handler) {
   const bool onQueue =
       std::any_of(keys.begin(), keys.end(), [&](const auto& key) { return queues_.contains(key); });
-  std::string shareKey = onQueue ? std::string() : waitShareKey(keys);
+  std::string shareKey = onQueue ? std::string() : "W" + keyList(keys);
   std::shared_ptr<Group> group = onQueue ? nullptr : joinable(shareKey, caller);
   if (group) {
     ++counters_.coalesced;

@@ -49,6 +49,9 @@ class SharedRequests : public std::enable_shared_from_this<SharedRequests> {
   // TCPStore's GET: the value now (missing: empty); the handler gets a
   // ValueReply body.
   void get(Caller& caller, const std::string& key, Handler handler);
+  // TCPStore's MULTI_GET: the values now; the handler gets a ValuesReply
+  // body.
+  void multiGet(Caller& caller, const std::vector<std::string>& keys, Handler handler);
   // WAIT until every key is present; returns the ticket that cancels it.
   std::uint64_t wait(Caller& caller, std::vector<std::string> keys, Handler handler);
   // The caller no longer waits (its connection closed or it cancelled):
@@ -90,6 +93,9 @@ class SharedRequests : public std::enable_shared_from_this<SharedRequests> {
   // again, each on its own.
   void wakeOldest(const std::shared_ptr<Group>& group, const UpstreamReply& reply);
   std::shared_ptr<Group> joinable(const std::string& shareKey, const Caller& caller);
+  // A read shared under `shareKey`, or `request` sent for it.
+  void read(Caller& caller, std::string shareKey, rendezvous::protocol::Request request,
+            Handler handler);
   void sendAdds(const std::string& key, std::vector<PendingAdd> batch);
   void addAnswered(const std::string& key);
   // A request of `caller` went up.

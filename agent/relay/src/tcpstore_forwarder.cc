@@ -68,14 +68,17 @@ void TcpStoreForwarder::ask(const protocol::Request& request,
   context_.shared->forward(caller_, request,
                            [self = connection_.shared_from_this(), this,
                             reply = std::move(reply)](const UpstreamReply& answer) {
-                             if (self->closed()) return;
-                             if (!answer.ok()) {
-                               refuse(fmt::format("the store refused it: {}", answer.message));
-                               return;
-                             }
+                             if (!readAnswered(answer)) return;
                              reply(self->output(), answer.body);
                              answered();
                            });
+}
+
+bool TcpStoreForwarder::readAnswered(const UpstreamReply& answer) {
+  if (connection_.closed()) return false;
+  if (answer.ok()) return true;
+  refuse(fmt::format("the store refused it: {}", answer.message));
+  return false;
 }
 
 void TcpStoreForwarder::answered() {
@@ -165,11 +168,7 @@ void TcpStoreForwarder::handle(tcpstore::Request& r) {
       context_.shared->get(
           caller_, r.keys[0],
           [self = connection_.shared_from_this(), this, value](const UpstreamReply& answer) {
-            if (self->closed()) return;
-            if (!answer.ok()) {
-              refuse(fmt::format("the store refused it: {}", answer.message));
-              return;
-            }
+            if (!readAnswered(answer)) return;
             value(self->output(), answer.body);
             answered();
           });
@@ -258,11 +257,15 @@ void TcpStoreForwarder::handle(tcpstore::Request& r) {
       });
       return;
     case Op::kMultiGet:
-      ask(protocol::MultiGet{protocol::kNoWait, std::move(r.keys)},
-          [](std::string& o, std::string_view body) {
+      awaiting_ = true;
+      context_.shared->multiGet(
+          caller_, r.keys,
+          [self = connection_.shared_from_this(), this](const UpstreamReply& answer) {
+            if (!readAnswered(answer)) return;
             protocol::ValuesReply reply;
-            protocol::decodeReply(body, reply);
-            for (const auto& v : reply.values) tcpstore::putString(o, v);
+            protocol::decodeReply(answer.body, reply);
+            for (const auto& v : reply.values) tcpstore::putString(self->output(), v);
+            answered();
           });
       return;
     case Op::kListKeys:

@@ -42,6 +42,8 @@ class TcpStoreForwarder : public Forwarder {
   // Its WAIT or BARRIER was answered.
   void waitEnded();
   void refuse(const std::string& why);
+  // Whether a read's answer can be written (else the connection closed).
+  bool readAnswered(const UpstreamReply& answer);
   void answered();
 
   WorkerConnection& connection_;

@@ -20,16 +20,16 @@ Upstream::Upstream(asio::any_io_executor executor, Options options,
       retryTimer_(executor),
       options_(std::move(options)),
       onLost_(std::move(onLost)) {
-  // The preamble and HELLO lead the output: requests queue behind them.
-  output_ = std::string(protocol::kPreamble);
+  hello_ = std::string(protocol::kPreamble);
   helloId_ = nextId_++;
   protocol::Hello hello;
   hello.token = options_.token;
   hello.clientName = options_.name;
-  protocol::encodeRequest(output_, helloId_, hello);
+  protocol::encodeRequest(hello_, helloId_, hello);
 }
 
-void Upstream::start() {
+void Upstream::start(std::function<void()> onReady) {
+  onReady_ = std::move(onReady);
   connectDeadline_ = std::chrono::steady_clock::now() + options_.connectTimeout;
   connect();
 }
@@ -41,16 +41,39 @@ void Upstream::connect() {
     fail(fmt::format("the store's address '{}' is not an IP address", options_.host));
     return;
   }
+  const std::uint64_t generation = ++generation_;
+  if (!options_.sourceHost.empty()) {
+    const auto source = asio::ip::make_address(options_.sourceHost, ec);
+    if (!ec) socket_.open(source.is_v4() ? tcp::v4() : tcp::v6(), ec);
+    if (!ec) socket_.bind(tcp::endpoint(source, 0), ec);
+    if (ec) {
+      fail(fmt::format("the relay cannot connect from {}: {}", options_.sourceHost, ec.message()));
+      return;
+    }
+  }
   socket_.async_connect(tcp::endpoint(address, options_.port),
-                        [self = shared_from_this()](boost::system::error_code error) {
-                          if (self->lost_) return;
+                        [self = shared_from_this(), generation](boost::system::error_code error) {
+                          if (self->lost_ || generation != self->generation_) return;
                           if (error) {
                             self->retryConnect(error.message());
                             return;
                           }
-                          self->socket_.set_option(tcp::no_delay(true));
+                          boost::system::error_code ignored;
+                          self->socket_.set_option(tcp::no_delay(true), ignored);
                           self->connected_ = true;
-                          self->flush();
+                          // The HELLO alone; requests follow its answer.
+                          self->writing_ = self->hello_;
+                          asio::async_write(
+                              self->socket_, asio::buffer(self->writing_),
+                              [self, generation](boost::system::error_code written, std::size_t) {
+                                if (self->lost_ || generation != self->generation_) return;
+                                self->writing_.clear();
+                                if (written) {
+                                  self->broken(written.message());
+                                  return;
+                                }
+                                self->flush();
+                              });
                           self->readLoop();
                         });
 }
@@ -63,10 +86,23 @@ void Upstream::retryConnect(const std::string& why) {
   }
   boost::system::error_code ignored;
   socket_.close(ignored);
+  ++generation_;  // what the old socket still completes is ignored
   retryTimer_.expires_after(std::chrono::milliseconds(50));
   retryTimer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec && !self->lost_) self->connect();
   });
+}
+
+void Upstream::broken(const std::string& why) {
+  if (lost_) return;
+  if (ready_) {
+    fail(why);
+    return;
+  }
+  connected_ = false;
+  writing_.clear();
+  input_.consume(input_.readable().size());
+  retryConnect(why);
 }
 
 std::uint32_t Upstream::send(const protocol::Request& request, Handler handler) {
@@ -102,7 +138,7 @@ void Upstream::cancel(std::uint32_t id) {
 }
 
 void Upstream::flush() {
-  if (!connected_ || lost_ || !writing_.empty() || output_.empty()) return;
+  if (!ready_ || lost_ || !writing_.empty() || output_.empty()) return;
   writing_.swap(output_);
   asio::async_write(socket_, asio::buffer(writing_),
                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
@@ -120,13 +156,13 @@ void Upstream::readLoop() {
   std::size_t space = 0;
   char* into = input_.writable(0, space);
   socket_.async_read_some(
-      asio::buffer(into, space),
-      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-        if (self->lost_) return;
+      asio::buffer(into, space), [self = shared_from_this(), generation = generation_](
+                                     boost::system::error_code ec, std::size_t n) {
+        if (self->lost_ || generation != self->generation_) return;
         if (ec) {
-          self->fail(ec == asio::error::eof
-                         ? "the store closed the connection"
-                         : fmt::format("reading from the store failed: {}", ec.message()));
+          self->broken(ec == asio::error::eof
+                           ? "the store closed the connection"
+                           : fmt::format("reading from the store failed: {}", ec.message()));
           return;
         }
         self->input_.commit(n);
@@ -178,7 +214,17 @@ void Upstream::handleFrame(const protocol::FrameHeader& header, std::string_view
     reply.message = std::move(error.message);
   }
   if (header.requestId == helloId_) {
-    if (!reply.ok()) fail(fmt::format("the store refused the relay: {}", printable(reply.message)));
+    if (!reply.ok()) {
+      fail(fmt::format("the store refused the relay: {}", printable(reply.message)));
+      return;
+    }
+    ready_ = true;
+    flush();
+    if (onReady_) {
+      auto ready = std::move(onReady_);
+      onReady_ = nullptr;
+      ready();
+    }
     return;
   }
   auto it = pending_.find(header.requestId);

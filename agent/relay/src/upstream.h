@@ -1,8 +1,11 @@
 // Upstream: the relay's one connection to the job's store, in ddprun's
 // native protocol: the preamble and HELLO with the agents' token, then any
 // number of requests in flight at once, each answered by request id
-// (docs/protocol.md). Requests sent before the connection is up are queued
-// behind the HELLO, so the store sees them in the order they were sent.
+// (docs/protocol.md). Requests sent before the store has accepted the
+// HELLO wait for it, in order. Until then a refused or dropped connection
+// is tried again (a store busy with thousands of agents connecting at once
+// may shed one) until `connectTimeout`; after it, a lost connection is the
+// store lost.
 //
 // Thread-safety: the relay's loop thread only.
 // Ownership: shared_ptr (reads and writes hold it); handlers are owned
@@ -44,6 +47,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
     std::uint16_t port = 0;
     std::string token;
     std::string name;
+    std::string sourceHost;  // empty: any
     std::size_t maxFrameBytes = 64 * 1024 * 1024;
     std::chrono::milliseconds connectTimeout{30000};
   };
@@ -53,7 +57,8 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   Upstream(const Upstream&) = delete;
   Upstream& operator=(const Upstream&) = delete;
 
-  void start();
+  // Connects; `onReady` runs once the store has accepted the HELLO.
+  void start(std::function<void()> onReady = {});
   // Queues `request`; `handler` gets its reply. Returns its request id.
   std::uint32_t send(const rendezvous::protocol::Request& request, Handler handler);
   // Drops pending request `id` on the store (CANCEL): its handler is never
@@ -68,6 +73,8 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
  private:
   void connect();
   void retryConnect(const std::string& why);
+  // The connection broke: tried again before the HELLO's answer, else lost.
+  void broken(const std::string& why);
   void readLoop();
   void handleFrame(const rendezvous::protocol::FrameHeader& header, std::string_view body);
   void flush();
@@ -77,11 +84,15 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   boost::asio::steady_timer retryTimer_;
   Options options_;
   std::function<void(const std::string&)> onLost_;
+  std::function<void()> onReady_;
   std::chrono::steady_clock::time_point connectDeadline_;
   rendezvous::InputBuffer input_{64 * 1024};
-  std::string output_;
+  std::string hello_;   // the preamble and HELLO, sent first on every connection
+  std::string output_;  // requests, sent once the HELLO is answered
   std::string writing_;
   bool connected_ = false;
+  bool ready_ = false;            // the store accepted the HELLO
+  std::uint64_t generation_ = 0;  // of the socket: handlers of an older one are stale
   bool lost_ = false;
   std::unordered_map<std::uint32_t, Handler> pending_;
   std::uint32_t nextId_ = 1;

@@ -8,6 +8,7 @@
 #include "ddprun/agent/rounds/free_port.h"
 #include "ddprun/agent/rounds/local_rounds.h"
 #include "ddprun/agent/rounds/network_interface.h"
+#include "ddprun/agent/rounds/relayed_rounds.h"
 #include "ddprun/agent/rounds/rendezvous_rounds.h"
 #include "ddprun/common/env.h"
 #include "ddprun/common/logging.h"
@@ -50,6 +51,9 @@ NodeRounds makeLocalRounds(boost::asio::io_context& io, const AgentConfig& confi
   base.worldSize = static_cast<std::uint32_t>(config.nprocPerNode);
   rounds.source = std::make_unique<LocalRounds>(
       io, *rounds.attemptStore, base, config.useAgentStore, config.maxRestarts, config.runId);
+  if (config.relayWorkersStore) {
+    rounds.source = std::make_unique<RelayedRounds>(std::move(rounds.source), token);
+  }
   return rounds;
 }
 
@@ -68,10 +72,19 @@ NodeRounds makeRendezvousRounds(boost::asio::io_context& io, const AgentConfig& 
     // so it is open like torchrun's own store; the limits still hold.
     options.name = "ddprun-worker-store";
     options.quiet = true;
+    if (config.relayWorkersStore) {
+      // Only the nodes' relays reach it, with the agents' token: no
+      // unauthenticated client is served from the network.
+      options.token = config.rendezvous.token;
+    }
     rounds.attemptStore = std::make_unique<AttemptStore>(options);
   }
   rounds.source = std::make_unique<RendezvousRounds>(*rounds.rendezvous, rounds.attemptStore.get(),
                                                      config, std::move(onAssigned));
+  if (config.relayWorkersStore) {
+    rounds.source =
+        std::make_unique<RelayedRounds>(std::move(rounds.source), config.rendezvous.token);
+  }
   return rounds;
 }
 

@@ -75,8 +75,10 @@ struct StoreServer::Impl {
 
 namespace {
 
-// The youngest connection that may be shed to make room.
-constexpr std::chrono::milliseconds kShedMinAge{100};
+// The youngest connection that may be shed to make room: a second, so that
+// a store short of CPU while thousands of agents connect at once still
+// reads their handshakes before it would shed any of them.
+constexpr std::chrono::milliseconds kShedMinAge{1000};
 
 // Closes the connection that has waited longest without proving itself, so
 // that a flood of idle or half-open connections cannot starve real clients.

@@ -183,6 +183,11 @@ struct AgentConfig {
   bool useAgentStore = true;
   // The agent's store refuses PyTorch TCPStore clients (they carry no token).
   bool strictStore = false;
+  // --store_relay: the workers' MASTER_ADDR:MASTER_PORT is this node's relay
+  // (127.0.0.1), which carries their store traffic to the round's store over
+  // one authenticated connection (docs/multinode.md, "The node relay").
+  // The launcher decides (auto: jobs of several nodes on the agent store).
+  bool relayWorkersStore = false;
 
   // --preload: Python modules a per-node zygote imports once; Python
   // workers are forked from it instead of exec'd (command is then

@@ -42,7 +42,8 @@ namespace ddprun::agent {
 struct RelayOptions {
   std::string upstreamHost;  // the job's store
   std::uint16_t upstreamPort = 0;
-  std::string token;  // the agents' token; empty: an open store
+  std::string token;       // the agents' token; empty: an open store
+  std::string sourceHost;  // the upstream's local address (the node's); empty: any
   std::string listenHost = "127.0.0.1";
   std::uint16_t listenPort = 0;  // 0: a free port
   std::string name = "relay";    // in the store's logs
@@ -75,8 +76,9 @@ class NodeRelay {
   NodeRelay(const NodeRelay&) = delete;
   NodeRelay& operator=(const NodeRelay&) = delete;
 
-  // Connects upstream and starts accepting; requests wait for the upstream.
-  void start();
+  // Connects upstream and starts accepting; requests wait for the
+  // upstream. `onReady` runs once the store has accepted the relay.
+  void start(std::function<void()> onReady = {});
   // Closes the listener, the connections and the upstream. Idempotent.
   void stop();
   std::uint16_t port() const;

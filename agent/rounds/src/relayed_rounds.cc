@@ -1,0 +1,61 @@
+#include "ddprun/agent/rounds/relayed_rounds.h"
+
+#include <fmt/format.h>
+
+#include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
+
+namespace ddprun::agent {
+
+RelayedRounds::RelayedRounds(std::unique_ptr<RoundSource> inner, std::string token)
+    : inner_(std::move(inner)), token_(std::move(token)) {}
+
+RelayedRounds::~RelayedRounds() = default;
+
+void RelayedRounds::join(std::function<void(JoinResult)> done) {
+  relay_.reset();  // the last round's workers are gone
+  inner_->join([this, done = std::move(done)](JoinResult result) {
+    if (result.assignment) {
+      auto& a = *result.assignment;
+      innerAssignment_ = a;
+      RelayOptions options;
+      options.upstreamHost = a.masterAddr;
+      options.upstreamPort = static_cast<std::uint16_t>(a.masterPort);
+      options.token = token_;
+      options.name = fmt::format("relay of group rank {}", a.groupRank);
+      const std::string store = fmt::format("{}:{}", a.masterAddr, a.masterPort);
+      try {
+        relay_ = std::make_unique<RelayThread>(options, [store](const std::string& reason) {
+          DDPRUN_WARN(
+              "The node relay lost the workers' store at {}: {}. This node's workers lose their "
+              "store connection.",
+              store, reason);
+        });
+      } catch (const std::exception& e) {
+        result.assignment.reset();
+        result.error = fmt::format("the node relay could not start: {}", e.what());
+        done(std::move(result));
+        return;
+      }
+      DDPRUN_DEBUG("Round {}: the node relay on 127.0.0.1:{} carries the workers' store at {}.",
+                   a.round, relay_->port(), store);
+      a.masterAddr = "127.0.0.1";
+      a.masterPort = relay_->port();
+    }
+    done(std::move(result));
+  });
+}
+
+void RelayedRounds::leave(std::int64_t round, std::function<void()> done) {
+  relay_.reset();
+  inner_->leave(round, std::move(done));
+}
+
+WorkersStore RelayedRounds::workersStore(const rendezvous::protocol::Assignment& round) const {
+  if (round.round == innerAssignment_.round) return inner_->workersStore(innerAssignment_);
+  return inner_->workersStore(round);
+}
+
+RelayCounters RelayedRounds::counters() { return relay_ ? relay_->counters() : RelayCounters{}; }
+
+}  // namespace ddprun::agent
