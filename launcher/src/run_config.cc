@@ -542,9 +542,15 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or a job of one worker); drop --store_relay or "
         "use --worker_store=agent");
   }
+  // auto: a job that can reach kRelayFromWorldSize workers (docs/multinode.md,
+  // "The node relay": below it one store serves every worker well, and
+  // MASTER_ADDR stays group rank 0's address, as under torchrun).
+  const long long largestWorld =
+      static_cast<long long>(config.rendezvous.maxNodes) * config.nprocPerNode;
   config.relayWorkersStore =
       o.storeRelay == "on" ||
-      (o.storeRelay == "auto" && config.useAgentStore && config.rendezvous.maxNodes > 1);
+      (o.storeRelay == "auto" && config.useAgentStore && config.rendezvous.maxNodes > 1 &&
+       largestWorld >= kRelayFromWorldSize);
   // Every node of a job must name the same rendezvous: only a job of one
   // node gets a random id when none was given.
   const bool single = config.rendezvous.mode == agent::RendezvousMode::kStandalone;

@@ -17,6 +17,7 @@ using asio::ip::tcp;
 Upstream::Upstream(asio::any_io_executor executor, Options options,
                    std::function<void(const std::string&)> onLost)
     : socket_(executor),
+      resolver_(executor),
       retryTimer_(executor),
       options_(std::move(options)),
       onLost_(std::move(onLost)) {
@@ -35,13 +36,29 @@ void Upstream::start(std::function<void()> onReady) {
 }
 
 void Upstream::connect() {
+  const std::uint64_t generation = ++generation_;
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(options_.host, ec);
   if (ec) {
-    fail(fmt::format("the store's address '{}' is not an IP address", options_.host));
+    // A name (a Kubernetes pod's, a Slurm node's): resolved on every try.
+    resolver_.async_resolve(
+        options_.host, std::to_string(options_.port),
+        [self = shared_from_this(), generation](boost::system::error_code error,
+                                                tcp::resolver::results_type endpoints) {
+          if (self->lost_ || generation != self->generation_) return;
+          if (error) {
+            self->retryConnect(
+                fmt::format("cannot resolve '{}': {}", self->options_.host, error.message()));
+            return;
+          }
+          asio::async_connect(
+              self->socket_, endpoints,
+              [self, generation](boost::system::error_code connected, const tcp::endpoint&) {
+                self->connected(generation, connected);
+              });
+        });
     return;
   }
-  const std::uint64_t generation = ++generation_;
   if (!options_.sourceHost.empty()) {
     const auto source = asio::ip::make_address(options_.sourceHost, ec);
     if (!ec) socket_.open(source.is_v4() ? tcp::v4() : tcp::v6(), ec);
@@ -53,29 +70,33 @@ void Upstream::connect() {
   }
   socket_.async_connect(tcp::endpoint(address, options_.port),
                         [self = shared_from_this(), generation](boost::system::error_code error) {
-                          if (self->lost_ || generation != self->generation_) return;
-                          if (error) {
-                            self->retryConnect(error.message());
-                            return;
-                          }
-                          boost::system::error_code ignored;
-                          self->socket_.set_option(tcp::no_delay(true), ignored);
-                          self->connected_ = true;
-                          // The HELLO alone; requests follow its answer.
-                          self->writing_ = self->hello_;
-                          asio::async_write(
-                              self->socket_, asio::buffer(self->writing_),
-                              [self, generation](boost::system::error_code written, std::size_t) {
-                                if (self->lost_ || generation != self->generation_) return;
-                                self->writing_.clear();
-                                if (written) {
-                                  self->broken(written.message());
-                                  return;
-                                }
-                                self->flush();
-                              });
-                          self->readLoop();
+                          self->connected(generation, error);
                         });
+}
+
+void Upstream::connected(std::uint64_t generation, const boost::system::error_code& error) {
+  if (lost_ || generation != generation_) return;
+  if (error) {
+    retryConnect(error.message());
+    return;
+  }
+  boost::system::error_code ignored;
+  socket_.set_option(tcp::no_delay(true), ignored);
+  connected_ = true;
+  // The HELLO alone; requests follow its answer.
+  writing_ = hello_;
+  asio::async_write(
+      socket_, asio::buffer(writing_),
+      [self = shared_from_this(), generation](boost::system::error_code written, std::size_t) {
+        if (self->lost_ || generation != self->generation_) return;
+        self->writing_.clear();
+        if (written) {
+          self->broken(written.message());
+          return;
+        }
+        self->flush();
+      });
+  readLoop();
 }
 
 void Upstream::retryConnect(const std::string& why) {
@@ -182,7 +203,7 @@ void Upstream::readLoop() {
             break;
           }
           self->handleFrame(header, data.substr(protocol::kHeaderSize, header.bodySize));
-          if (self->lost_) return;
+          if (self->lost_ || generation != self->generation_) return;  // lost, or connecting again
           self->input_.consume(protocol::kHeaderSize + header.bodySize);
         }
         self->readLoop();
@@ -194,11 +215,24 @@ void Upstream::handleFrame(const protocol::FrameHeader& header, std::string_view
   if (header.requestId == 0) {
     // Pushes: the store says goodbye (it stops, or idles us out); events
     // are for agents' rendezvous connections, never this one.
-    if (status == protocol::Status::kGoodbye) {
-      protocol::ErrorReply error;
-      protocol::decodeError(header.code, body, error);
-      fail(fmt::format("the store closed the connection: {}", printable(error.message)));
+    protocol::ErrorReply error;
+    if (status == protocol::Status::kEvent || !protocol::decodeError(header.code, body, error)) {
+      return;
     }
+    if (status == protocol::Status::kGoodbye && ready_ && pending_.empty()) {
+      // Idle for the store's idle limit (the workers train and ask
+      // nothing): nothing is lost by connecting again, as any client does.
+      DDPRUN_DEBUG("The node relay connects to the store again: {}.", printable(error.message));
+      ready_ = false;
+      connectDeadline_ = std::chrono::steady_clock::now() + options_.connectTimeout;
+      broken("idle");
+      return;
+    }
+    // A goodbye, or a refusal of the handshake (the token, the version):
+    // trying again would be refused again.
+    fail(status == protocol::Status::kGoodbye
+             ? fmt::format("the store closed the connection: {}", printable(error.message))
+             : fmt::format("the store refused the relay: {}", printable(error.message)));
     return;
   }
   UpstreamReply reply;
@@ -239,6 +273,7 @@ void Upstream::close(const std::string& reason) {
   lost_ = true;
   boost::system::error_code ignored;
   retryTimer_.cancel();
+  resolver_.cancel();
   socket_.close(ignored);
   auto pending = std::move(pending_);
   pending_.clear();

@@ -5,7 +5,8 @@
 // HELLO wait for it, in order. Until then a refused or dropped connection
 // is tried again (a store busy with thousands of agents connecting at once
 // may shed one) until `connectTimeout`; after it, a lost connection is the
-// store lost.
+// store lost, except the store's goodbye to an idle connection (nothing
+// pending): then it connects again, as any client does.
 //
 // Thread-safety: the relay's loop thread only.
 // Ownership: shared_ptr (reads and writes hold it); handlers are owned
@@ -72,6 +73,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
 
  private:
   void connect();
+  void connected(std::uint64_t generation, const boost::system::error_code& error);
   void retryConnect(const std::string& why);
   // The connection broke: tried again before the HELLO's answer, else lost.
   void broken(const std::string& why);
@@ -81,6 +83,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   void fail(const std::string& reason);
 
   boost::asio::ip::tcp::socket socket_;
+  boost::asio::ip::tcp::resolver resolver_;
   boost::asio::steady_timer retryTimer_;
   Options options_;
   std::function<void(const std::string&)> onLost_;

@@ -1,0 +1,245 @@
+// The node relay (ddprun/agent/relay) in front of a real store: what it
+// shares, what it must never share, and what it does when a worker or the
+// store goes away. The byte-for-byte equality of every TCPStore op with
+// and without the relay is tcpstore_dialect_test's (TcpStoreOpsTest).
+#include "ddprun/agent/relay/node_relay.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "ddprun/rendezvous/store_server.h"
+#include "raw_socket.h"
+
+#include <fmt/format.h>
+
+namespace ddprun::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::RawSocket;
+
+std::string u64(std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
+std::string str(const std::string& s) { return u64(s.size()) + s; }
+std::uint64_t asU64(const std::string& bytes) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, bytes.data(), std::min<std::size_t>(8, bytes.size()));
+  return v;
+}
+const std::string kValidate("\x00\xCE\xF7\x85\x3C", 5);
+// PyTorch 2.2+'s opcodes.
+const std::string kSet("\x01", 1), kGet("\x03", 1), kAdd("\x04", 1), kWait("\x06", 1);
+
+template <typename Condition>
+bool eventually(Condition condition) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+class NodeRelayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rendezvous::StoreServerOptions options;
+    options.token = "agents-token";
+    server_ = std::make_unique<rendezvous::StoreServer>(options);
+    server_->start();
+    relay_ = std::make_unique<RelayThread>(relayOptions(), [this](const std::string& reason) {
+      lostBecause_ = reason;
+      lost_ = true;
+    });
+  }
+  RelayOptions relayOptions() const {
+    RelayOptions options;
+    options.upstreamHost = "127.0.0.1";
+    options.upstreamPort = server_->port();
+    options.token = "agents-token";
+    return options;
+  }
+  std::unique_ptr<RawSocket> worker() {
+    auto socket = std::make_unique<RawSocket>("127.0.0.1", relay_->port());
+    socket->send(kValidate);
+    return socket;
+  }
+
+  std::unique_ptr<rendezvous::StoreServer> server_;
+  std::unique_ptr<RelayThread> relay_;
+  std::atomic<bool> lost_{false};
+  std::string lostBecause_;
+};
+
+// The node's eight workers wait for the NCCL id: the store holds one wait.
+TEST_F(NodeRelayTest, EightWorkersWaitingForOneKeyShareOneWaitOnTheStore) {
+  std::vector<std::unique_ptr<RawSocket>> workers;
+  for (int i = 0; i < 8; ++i) {
+    workers.push_back(worker());
+    workers.back()->send(kWait + u64(1) + str("/nccl_id"));
+  }
+  ASSERT_TRUE(eventually([&] { return relay_->counters().waiting == 8; }));
+  ASSERT_TRUE(eventually([&] { return server_->stats().waiters == 1; }));
+  auto rank0 = worker();
+  rank0->send(kSet + str("/nccl_id") + str("id-bytes"));
+  for (auto& w : workers) {
+    EXPECT_EQ(w->readExactly(1, 5s), std::string("\x00", 1));
+    w->send(kGet + str("/nccl_id"));
+    EXPECT_EQ(w->readExactly(16, 5s), str("id-bytes"));
+  }
+  const RelayCounters counters = relay_->counters();
+  EXPECT_GE(counters.coalesced, 7u);
+  EXPECT_EQ(counters.waiting, 0u);
+  EXPECT_EQ(server_->stats().waiters, 0u);
+}
+
+// Concurrent ADDs may go up as one; each caller still gets a sum of its
+// own, as without the relay: together they are 1..N.
+TEST_F(NodeRelayTest, ConcurrentAddsEachGetTheirOwnSum) {
+  constexpr int kWorkers = 16;
+  std::vector<std::unique_ptr<RawSocket>> workers;
+  for (int i = 0; i < kWorkers; ++i) workers.push_back(worker());
+  for (auto& w : workers) w->send(kAdd + str("/count") + u64(1));
+  std::set<std::uint64_t> sums;
+  for (auto& w : workers) sums.insert(asU64(w->readExactly(8, 5s)));
+  std::set<std::uint64_t> expected;
+  for (int i = 1; i <= kWorkers; ++i) expected.insert(static_cast<std::uint64_t>(i));
+  EXPECT_EQ(sums, expected);
+  workers[0]->send(kAdd + str("/count") + u64(0));
+  EXPECT_EQ(asU64(workers[0]->readExactly(8, 5s)), static_cast<std::uint64_t>(kWorkers));
+}
+
+// A read is shared only with one that went up after the caller's own last
+// write: a worker never reads a value older than its own write.
+TEST_F(NodeRelayTest, AWorkerAlwaysReadsItsOwnWrite) {
+  constexpr int kWorkers = 8;
+  constexpr int kRounds = 150;
+  std::vector<std::thread> threads;
+  std::atomic<int> stale{0};
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      auto socket = worker();
+      for (int i = 0; i < kRounds; ++i) {
+        socket->send(kSet + str("/shared") + str(fmt::format("{}:{}", w, i)) + kGet +
+                     str("/shared"));
+        const std::uint64_t length = asU64(socket->readExactly(8, 5s));
+        const std::string value = socket->readExactly(length, 5s);
+        int writer = -1;
+        int round = -1;
+        std::sscanf(value.c_str(), "%d:%d", &writer, &round);
+        if (writer == w && round != i) ++stale;  // its own earlier value
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(stale.load(), 0);
+}
+
+TEST_F(NodeRelayTest, AWorkerThatHangsUpDropsItsWaitOnTheStore) {
+  auto waiting = worker();
+  waiting->send(kWait + u64(1) + str("/never"));
+  ASSERT_TRUE(eventually([&] { return server_->stats().waiters == 1; }));
+  waiting->close();
+  EXPECT_TRUE(eventually([&] { return server_->stats().waiters == 0; }));
+  EXPECT_TRUE(eventually([&] { return relay_->counters().connectionsOpen == 0; }));
+}
+
+// The store lost: every worker's connection closes at once (their next
+// call fails, as it would against the store), and the agent is told.
+TEST_F(NodeRelayTest, TheStoreLostClosesEveryWorkerAndTellsTheAgent) {
+  auto waiting = worker();
+  waiting->send(kWait + u64(1) + str("/never"));
+  ASSERT_TRUE(eventually([&] { return server_->stats().waiters == 1; }));
+  server_.reset();
+  bool closed = false;
+  waiting->readUntilClosed(5s, closed);
+  EXPECT_TRUE(closed);
+  ASSERT_TRUE(eventually([&] { return lost_.load(); }));
+  EXPECT_NE(lostBecause_.find("closed"), std::string::npos) << lostBecause_;
+}
+
+TEST_F(NodeRelayTest, AControlKeyClosesTheWorkersConnectionAsTheStoreDoes) {
+  auto w = worker();
+  w->send(kSet + str("__ddprun/rendezvous/x") + str("1"));
+  bool closed = false;
+  w->readUntilClosed(5s, closed);
+  EXPECT_TRUE(closed);
+  EXPECT_FALSE(lost_.load());
+}
+
+// Workers that train for hours ask the store nothing: the store's idle
+// limit says goodbye to the relay, which connects again; the workers'
+// connections stay open and their next call works.
+TEST(NodeRelay, AnIdleGoodbyeIsNotTheStoreLost) {
+  rendezvous::StoreServerOptions options;
+  options.token = "t";
+  options.idleTimeout = 200ms;
+  rendezvous::StoreServer server(options);
+  server.start();
+  RelayOptions relay;
+  relay.upstreamHost = "127.0.0.1";
+  relay.upstreamPort = server.port();
+  relay.token = "t";
+  std::atomic<bool> lost{false};
+  RelayThread thread(relay, [&](const std::string&) { lost = true; });
+  RawSocket w("127.0.0.1", thread.port());
+  w.send(kValidate + kAdd + str("/n") + u64(1));
+  EXPECT_EQ(asU64(w.readExactly(8, 5s)), 1u);
+  ASSERT_TRUE(eventually([&] { return server.stats().accepted >= 2; }));  // said goodbye, came back
+  w.send(kAdd + str("/n") + u64(1));
+  EXPECT_EQ(asU64(w.readExactly(8, 5s)), 2u);
+  EXPECT_FALSE(lost.load());
+}
+
+TEST(NodeRelay, AStoreThatRefusesTheTokenIsNamed) {
+  rendezvous::StoreServerOptions options;
+  options.token = "right";
+  rendezvous::StoreServer server(options);
+  server.start();
+  RelayOptions relay;
+  relay.upstreamHost = "127.0.0.1";
+  relay.upstreamPort = server.port();
+  relay.token = "wrong";
+  std::atomic<bool> lost{false};
+  std::string why;
+  RelayThread thread(relay, [&](const std::string& reason) {
+    why = reason;
+    lost = true;
+  });
+  ASSERT_TRUE(eventually([&] { return lost.load(); }));
+  EXPECT_NE(why.find("refused the relay"), std::string::npos) << why;
+  EXPECT_NE(why.find("token is wrong"), std::string::npos) << why;
+}
+
+TEST(NodeRelay, AStoreNobodyServesIsNamedAfterTheConnectTimeout) {
+  RelayOptions relay;
+  relay.upstreamHost = "127.0.0.1";
+  relay.upstreamPort = 1;  // nothing listens
+  relay.connectTimeout = 300ms;
+  std::atomic<bool> lost{false};
+  std::string why;
+  RelayThread thread(relay, [&](const std::string& reason) {
+    why = reason;
+    lost = true;
+  });
+  ASSERT_TRUE(eventually([&] { return lost.load(); }));
+  EXPECT_NE(why.find("cannot connect to the store at 127.0.0.1:1"), std::string::npos) << why;
+}
+
+TEST(NodeRelay, AnAddressItCannotListenOnIsAClearError) {
+  RelayOptions relay;
+  relay.listenHost = "not-an-address";
+  try {
+    RelayThread thread(relay, nullptr);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot listen on 'not-an-address'"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ddprun::agent
