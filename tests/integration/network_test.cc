@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -510,6 +511,80 @@ TEST(Network, LoopbackMasterAddressIsReported) {
                               "other hosts cannot reach"),
             std::string::npos)
       << nodes[0].err;
+}
+
+// --- the node relay ----------------------------------------------------------------
+
+// Each rank trains a DDP model; every step's gradients are averaged, so the
+// ranks end with the same weights (their sum is printed).
+constexpr char kDdpScript[] = R"(
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+torch.manual_seed(rank)
+for _ in range(10):
+    opt.zero_grad()
+    model(torch.randn(16, 8)).pow(2).sum().backward()
+    opt.step()
+total = sum(p.detach().sum().item() for p in model.parameters())
+dist.barrier()
+print(f"ddp done rank {rank} world {world} master {os.environ['MASTER_ADDR']} weights {total:.6f}", flush=True)
+dist.destroy_process_group()
+)";
+
+// Three hosts of four Python workers train DDP, each host's workers through
+// its own relay: MASTER_ADDR is 127.0.0.1 on every host, and the workers'
+// store (served by group rank 0's agent) sees one connection per host.
+// Under the current PyTorch and, when Debian's is there, PyTorch 1.13.
+TEST(Network, ThreeHostsOfFourWorkersTrainDdpThroughTheirRelays) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostNetwork net({.hosts = 3});
+  std::vector<std::string> pythons = {kPython};
+  if (std::filesystem::exists("/usr/bin/python3") &&
+      test_support::ChildProcess({"/usr/bin/python3", "-c", "import torch"}).wait(60s) == 0) {
+    pythons.push_back("/usr/bin/python3");  // PyTorch 1.13.1
+  }
+  std::uint16_t port = 29450;
+  for (const auto& python : pythons) {
+    SCOPED_TRACE(python);
+    std::vector<Node> nodes;
+    for (int h = 0; h < 3; ++h) {
+      auto options = elasticOptions(net, port, 0, "3", h == 0 ? ",is_host=1" : ",is_host=0");
+      options.erase(std::remove(options.begin(), options.end(), "--nproc_per_node=1"),
+                    options.end());
+      std::vector<std::string> argv = {kDdprun};
+      argv.insert(argv.end(), options.begin(), options.end());
+      argv.insert(argv.end(), {"--nproc_per_node=4", "--store_relay=on", "--log_prefix=", python,
+                               "-c", kDdpScript});
+      nodes.push_back(
+          Node{net.start(h, argv, {{"DDPRUN_TOKEN", kToken}, {"OMP_NUM_THREADS", "1"}}), "", ""});
+    }
+    std::set<std::string> weights;
+    int done = 0;
+    std::string logs;
+    for (auto& node : nodes) {
+      ASSERT_EQ(node.finish(180s), 0) << node.out << node.err;
+      logs += node.err;
+      for (const auto& line : test_support::linesWith(node.out, "ddp done")) {
+        std::smatch m;
+        ASSERT_TRUE(
+            std::regex_search(line, m, std::regex(R"(world (\d+) master (\S+) weights (\S+))")))
+            << line;
+        EXPECT_EQ(m[1], "12");
+        EXPECT_EQ(m[2], "127.0.0.1");  // this host's relay
+        weights.insert(m[3]);
+        ++done;
+      }
+    }
+    EXPECT_EQ(done, 12);
+    EXPECT_EQ(weights.size(), 1u) << "the ranks ended with different weights";
+    EXPECT_NE(logs.find("(served here, group rank 0) took 3 connections"), std::string::npos)
+        << logs;
+    ++port;
+  }
 }
 
 TEST(Network, Ipv6Only) {

@@ -19,11 +19,18 @@ void RendezvousRounds::join(std::function<void(JoinResult)> done) {
               config_.runId, config_.rendezvous.minNodes, config_.rendezvous.maxNodes);
   // This node's offer of a store for the round's workers, used if it
   // becomes group rank 0.
-  if (workersStore_ != nullptr) rendezvous_.setMasterPort(workersStore_->fresh());
+  if (workersStore_ != nullptr) {
+    noteWorkersStore(hostedRound_);  // the round before, ended without leaving
+    hostedRound_ = -1;
+    rendezvous_.setMasterPort(workersStore_->fresh());
+  }
   rendezvous_.asyncJoin([this, done = std::move(done)](JoinResult result) {
     if (result.assignment) {
       const auto& a = *result.assignment;
-      if (workersStore_ != nullptr && a.groupRank == 0) workersStore_->markUsed();
+      if (workersStore_ != nullptr && a.groupRank == 0) {
+        workersStore_->markUsed();
+        hostedRound_ = a.round;
+      }
       assigned_(a);
       DDPRUN_INFO("Round {}: this node is group rank {} of {}; workers are ranks {} to {} of {}.",
                   a.round, a.groupRank, a.groupWorldSize, a.rankOffset,
@@ -41,7 +48,15 @@ void RendezvousRounds::reportFailure(std::int64_t round, const WorkerFailure& ro
 }
 
 void RendezvousRounds::leave(std::int64_t round, std::function<void()> done) {
+  noteWorkersStore(round);
   rendezvous_.asyncLeave(round, std::move(done));
+}
+
+void RendezvousRounds::noteWorkersStore(std::int64_t round) const {
+  if (hostedRound_ != round || workersStore_ == nullptr) return;
+  // With relays: one per node (docs/multinode.md, "The node relay").
+  DDPRUN_INFO("The workers' store of round {} (served here, group rank 0) took {} connections.",
+              round, workersStore_->connectionsAccepted());
 }
 
 void RendezvousRounds::waitUntilAllLeft(std::function<void()> done) {

@@ -75,6 +75,8 @@ struct StoreServer::Impl {
 
 namespace {
 
+constexpr int kListenBacklog = 65535;
+
 // The youngest connection that may be shed to make room: a second, so that
 // a store short of CPU while thousands of agents connect at once still
 // reads their handshakes before it would shed any of them.
@@ -187,7 +189,10 @@ StoreServer::StoreServer(StoreServerOptions options) {
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  // As deep a backlog as the kernel allows (it caps this at
+  // net.core.somaxconn): thousands of agents connect at the same moment
+  // (docs/operations.md, "Thousands of nodes").
+  if (!ec) acceptor.listen(kListenBacklog, ec);
   if (ec) {
     throw NetworkError(fmt::format(
         "the store server cannot listen on {}:{}: {}{}", opts.host, opts.port, ec.message(),

@@ -49,7 +49,7 @@ struct RelayOptions {
   std::string name = "relay";    // in the store's logs
   rendezvous::protocol::Limits limits;
   std::size_t maxUnackedBytes = 4 * 1024 * 1024;  // per worker connection
-  int listenBacklog = 4096;
+  int listenBacklog = 4096;  // the kernel caps it at net.core.somaxconn
   // How long the upstream connect keeps retrying a refused connection.
   std::chrono::milliseconds connectTimeout{30000};
 };

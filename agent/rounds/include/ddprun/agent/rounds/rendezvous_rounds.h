@@ -39,6 +39,11 @@ class RendezvousRounds : public RoundSource {
   AttemptStore* workersStore_;
   const AgentConfig& config_;
   std::function<void(const rendezvous::protocol::Assignment&)> assigned_;
+  std::int64_t hostedRound_ = -1;  // the round whose workers' store this node serves
+
+  // One line: how many connections the workers' store of `round` took, if
+  // this node served it.
+  void noteWorkersStore(std::int64_t round) const;
 };
 
 }  // namespace ddprun::agent
