@@ -57,6 +57,10 @@ struct FaninOptions {
   // at `flatRanks` for ddprun's store and the reference, side by side.
   int ranksPerNode = 0;
   int flatRanks = 16384;
+  // NCCL's scalable init runs only at rank counts up to this: every rank
+  // reads N/128 ids of 128 bytes (98,304 ranks: 9.6 GB to the ranks, more
+  // than a 24 GiB machine holds in flight with the store and relays).
+  int scalableMaxRanks = 32768;
 };
 
 struct FaninResult {

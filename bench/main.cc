@@ -160,6 +160,10 @@ int main(int argc, char** argv) {
                    "path at --flat-ranks beside the reference")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  fanin
+      ->add_option("--scalable-max-ranks", faninOptions.scalableMaxRanks,
+                   "run NCCL's scalable init only up to this many ranks")
+      ->capture_default_str();
   fanin->add_option("--flat-ranks", faninOptions.flatRanks, "ranks of the flat comparison")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

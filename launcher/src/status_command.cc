@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -70,14 +71,28 @@ std::string stateOf(const RendezvousStatus& st) {
   return st.closed ? "failed" : st.running ? "running" : "forming";
 }
 
-nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st) {
+// Each member's relay counters (docs/multinode.md, "The node relay"), in
+// the members' order; "" for a node without a relay.
+using RelayTexts = std::vector<std::string>;
+
+nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st,
+                      const RelayTexts& relays) {
   nlohmann::json members = nlohmann::json::array();
-  for (const auto& m : st.members) {
+  for (std::size_t i = 0; i < st.members.size(); ++i) {
+    const auto& m = st.members[i];
+    nlohmann::json relay = nullptr;
+    if (i < relays.size() && !relays[i].empty()) {
+      relay = nlohmann::json::object();
+      for (const auto& [name, value] : rendezvous::protocol::parseCounters(relays[i])) {
+        relay[name] = value;
+      }
+    }
     members.push_back({{"node_id", m.nodeId},
                        {"address", m.address},
                        {"node_rank", m.groupRank >= 0 ? nlohmann::json(m.groupRank) : nullptr},
                        {"local_world_size", m.localWorldSize},
-                       {"state", m.groupRank >= 0 ? "running" : "waiting"}});
+                       {"state", m.groupRank >= 0 ? "running" : "waiting"},
+                       {"relay", relay}});
   }
   nlohmann::json failure = nullptr;
   if (!st.lastFailure.nodeId.empty()) {
@@ -96,18 +111,33 @@ nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st) {
           {"last_failure", failure}};
 }
 
-void printTable(const StatusOptions& o, const RendezvousStatus& st) {
+// "8 workers, 48 requests: 9 to the store, 30 reads shared, 9 ADDs combined,
+// 2.1 KB not sent" or "-".
+std::string relayCell(const std::string& text) {
+  if (text.empty()) return "-";
+  std::map<std::string, std::uint64_t> c;
+  for (const auto& [name, value] : rendezvous::protocol::parseCounters(text)) c[name] = value;
+  return fmt::format(
+      "{} workers, {} requests: {} to the store, {} reads shared, {} ADDs combined, "
+      "{:.1f} KB not sent",
+      c["connections"], c["requests"], c["upstream_requests"], c["shared_reads"],
+      c["adds_combined"], static_cast<double>(c["bytes_saved"]) / 1024);
+}
+
+void printTable(const StatusOptions& o, const RendezvousStatus& st, const RelayTexts& relays) {
   std::cout << fmt::format("rendezvous '{}' at {} ({}): round {} {}, {} to {} nodes\n", o.rdzvId,
                            o.endpoint, o.backend, st.round, stateOf(st), st.minNodes, st.maxNodes);
   std::cout << fmt::format("restarts: {} of {} used\n", st.restarts, st.maxRestarts);
   std::size_t width = 4;
   for (const auto& m : st.members) width = std::max(width, m.nodeId.size());
-  std::cout << fmt::format("{:<9} {:<{}} {:<16} {}\n", "NODE_RANK", "NODE", width, "ADDRESS",
-                           "WORKERS");
-  for (const auto& m : st.members) {
-    std::cout << fmt::format("{:<9} {:<{}} {:<16} {}\n",
+  std::cout << fmt::format("{:<9} {:<{}} {:<16} {:<7} {}\n", "NODE_RANK", "NODE", width, "ADDRESS",
+                           "WORKERS", "RELAY");
+  for (std::size_t i = 0; i < st.members.size(); ++i) {
+    const auto& m = st.members[i];
+    std::cout << fmt::format("{:<9} {:<{}} {:<16} {:<7} {}\n",
                              m.groupRank >= 0 ? std::to_string(m.groupRank) : "waiting", m.nodeId,
-                             width, m.address, m.localWorldSize);
+                             width, m.address, m.localWorldSize,
+                             relayCell(i < relays.size() ? relays[i] : ""));
   }
   if (st.members.empty()) std::cout << "(no node has joined the round being formed)\n";
   if (!st.missing.empty()) {
@@ -144,10 +174,14 @@ int runStatusCommand(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   RendezvousStatus st;
+  RelayTexts relays;
   std::optional<std::chrono::seconds> expiresIn;  // etcd: the job's keys, left alone
   try {
     auto backend = connect(o);
     st = backend->status(o.rdzvId, true);
+    std::vector<std::string> nodeIds;
+    for (const auto& m : st.members) nodeIds.push_back(m.nodeId);
+    relays = backend->relayCounters(o.rdzvId, nodeIds);
     if (auto* etcd = dynamic_cast<rendezvous::EtcdRendezvous*>(backend.get()); etcd && st.exists) {
       expiresIn = etcd->jobExpiresIn(o.rdzvId);
     }
@@ -166,11 +200,11 @@ int runStatusCommand(int argc, char** argv) {
     return 1;
   }
   if (o.json) {
-    auto json = toJson(o, st);
+    auto json = toJson(o, st, relays);
     if (expiresIn) json["expires_in_s"] = expiresIn->count();
     std::cout << json.dump(2) << "\n";
   } else {
-    printTable(o, st);
+    printTable(o, st, relays);
     if (expiresIn) {
       std::cout << fmt::format(
           "etcd keys: renewed while a node of the job runs; with none, they expire in {} s "

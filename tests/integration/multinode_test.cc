@@ -528,6 +528,70 @@ TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
   EXPECT_EQ(daemon.wait(10s), 0);
 }
 
+// With relays, each node's workers reach their store through it; the
+// agents publish their relays' counters where the rendezvous lives: the
+// daemon's /metrics and `ddprun status` show them per node.
+TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
+  if (test_support::ChildProcess({"/usr/bin/python3", "-c", "import torch"}).wait(60s) != 0) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/setup)";
+  }
+  ChildProcess daemon(
+      {kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0", "--metrics_port", "0"},
+      {{"DDPRUN_TOKEN", kToken}});
+  const std::uint16_t port = daemonPort(daemon);
+  ASSERT_NE(port, 0);
+  const auto metricsLine = daemon.readStdoutLine(10s);
+  ASSERT_TRUE(metricsLine && metricsLine->starts_with("metrics on http://127.0.0.1:"));
+  const auto metricsPort =
+      static_cast<std::uint16_t>(std::stoi(metricsLine->substr(metricsLine->rfind(':') + 1)));
+  const StopFile stop;
+  // Each worker is a PyTorch 1.13 TCPStore client at MASTER_ADDR:MASTER_PORT.
+  const std::string script =
+      "/usr/bin/python3 -c \"import os, torch.distributed as d; "
+      "s = d.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']), None, False); "
+      "print('added', s.add('count', 1), os.environ['MASTER_ADDR'], flush=True)\"; " +
+      stop.script("waiting");
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) {
+    auto options = dynamicOptions(port, i + 1, "2", ",is_host=0");
+    options.push_back("--store_relay=on");
+    nodes.push_back(startNode(options, script));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("waiting", 2, 60s)) << node.err;
+  for (auto& node : nodes) EXPECT_NE(node.out.find("127.0.0.1"), std::string::npos) << node.out;
+  // Published every few seconds: wait for both nodes' two requests.
+  std::map<std::string, double> m;
+  double requests = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (requests < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(200ms);
+    m = parseMetrics(httpGet(metricsPort, "/metrics").second);
+    requests = 0;
+    for (const auto& [name, value] : m) {
+      if (name.starts_with("ddprun_relay_requests{rdzv_id=\"job\",node=")) requests += value;
+    }
+  }
+  EXPECT_EQ(requests, 4);  // each node: its two workers' ADD
+  EXPECT_TRUE(m.contains("ddprun_store_connections_by_address{address=\"127.0.0.2\"}"));
+  EXPECT_TRUE(m.contains("ddprun_store_connections_by_address{address=\"127.0.0.3\"}"));
+  const auto status = test_support::runDdprun(
+      {"status", fmt::format("--rdzv_endpoint=127.0.0.1:{}", port), "--rdzv_id=job"},
+      {{"DDPRUN_TOKEN", kToken}});
+  EXPECT_EQ(status.code, 0) << status.err;
+  EXPECT_NE(status.out.find("RELAY"), std::string::npos) << status.out;
+  // Both nodes' lines: their workers have closed their connections by now.
+  std::size_t relayed = 0;
+  for (std::size_t at = status.out.find("workers, 2 requests"); at != std::string::npos;
+       at = status.out.find("workers, 2 requests", at + 1)) {
+    ++relayed;
+  }
+  EXPECT_EQ(relayed, 2u) << status.out;
+  stop.create();
+  for (auto& node : nodes) EXPECT_EQ(node.finish(), 0) << node.err;
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(10s), 0);
+}
+
 }  // namespace
 }  // namespace ddprun
 

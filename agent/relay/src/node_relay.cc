@@ -1,6 +1,7 @@
 #include "ddprun/agent/relay/node_relay.h"
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <fmt/format.h>
 
@@ -63,6 +64,7 @@ class NodeRelay::Impl : public std::enable_shared_from_this<Impl> {
     context_.shared = std::make_shared<relay::SharedRequests>(upstream_, context_.counters);
     upstream_->start(std::move(onReady));
     accept();
+    if (context_.options.reportEvery.count() > 0 && context_.options.onReport) report();
   }
 
   void stop() {
@@ -72,12 +74,23 @@ class NodeRelay::Impl : public std::enable_shared_from_this<Impl> {
     acceptor_.close(ignored);
     closeAll("the node relay stops");
     if (upstream_) upstream_->close("the node relay stops");
+    reportTimer_.cancel();
+    if (context_.options.onReport) context_.options.onReport(context_.counters);
   }
 
   std::uint16_t port() const { return port_; }
   const RelayCounters& counters() const { return context_.counters; }
 
  private:
+  void report() {
+    reportTimer_.expires_after(context_.options.reportEvery);
+    reportTimer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->stopped_) return;
+      self->context_.options.onReport(self->context_.counters);
+      self->report();
+    });
+  }
+
   void accept() {
     acceptor_.async_accept(
         [self = shared_from_this()](boost::system::error_code ec, tcp::socket socket) {
@@ -107,12 +120,20 @@ class NodeRelay::Impl : public std::enable_shared_from_this<Impl> {
 
   asio::io_context& io_;
   tcp::acceptor acceptor_;
+  asio::steady_timer reportTimer_{io_};
   std::function<void(const std::string&)> onUpstreamLost_;
   RelayContext context_;
   std::shared_ptr<Upstream> upstream_;
   std::uint16_t port_ = 0;
   bool stopped_ = false;
 };
+
+std::string countersText(const RelayCounters& c) {
+  return fmt::format(
+      "connections={} requests={} upstream_requests={} shared_reads={} adds_combined={} "
+      "bytes_saved={}",
+      c.connectionsOpen, c.requests, c.upstreamRequests, c.coalesced, c.addsCombined, c.bytesSaved);
+}
 
 NodeRelay::NodeRelay(asio::io_context& io, RelayOptions options,
                      std::function<void(const std::string&)> onUpstreamLost)

@@ -392,6 +392,17 @@ void NodeRendezvous::asyncLeave(std::int64_t round, std::function<void()> done) 
   });
 }
 
+void NodeRendezvous::publishRelayCounters(std::string text) {
+  asio::post(worker_, [this, text = std::move(text)] {
+    if (!client_ || lost_) return;
+    try {
+      client_->publishRelayCounters(config_.runId, nodeId_, text);
+    } catch (const Error& e) {
+      DDPRUN_DEBUG("Node {} could not publish its relay's counters: {}", nodeId_, e.what());
+    }
+  });
+}
+
 void NodeRendezvous::asyncWaitUntilAllLeft(std::function<void()> done) {
   asio::post(worker_, [this, done = std::move(done)] {
     try {

@@ -83,7 +83,10 @@ NodeRounds makeRendezvousRounds(boost::asio::io_context& io, const AgentConfig& 
                                                      config, std::move(onAssigned));
   if (config.relayWorkersStore) {
     rounds.source =
-        std::make_unique<RelayedRounds>(std::move(rounds.source), config.rendezvous.token);
+        std::make_unique<RelayedRounds>(std::move(rounds.source), config.rendezvous.token,
+                                        [rendezvous = rounds.rendezvous.get()](std::string text) {
+                                          rendezvous->publishRelayCounters(std::move(text));
+                                        });
   }
   return rounds;
 }

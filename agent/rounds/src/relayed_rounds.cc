@@ -7,8 +7,14 @@
 
 namespace ddprun::agent {
 
-RelayedRounds::RelayedRounds(std::unique_ptr<RoundSource> inner, std::string token)
-    : inner_(std::move(inner)), token_(std::move(token)) {}
+namespace {
+// How often a relay's counters are published (ddprun status).
+constexpr std::chrono::seconds kPublishEvery{5};
+}  // namespace
+
+RelayedRounds::RelayedRounds(std::unique_ptr<RoundSource> inner, std::string token,
+                             std::function<void(std::string)> publish)
+    : inner_(std::move(inner)), token_(std::move(token)), publish_(std::move(publish)) {}
 
 RelayedRounds::~RelayedRounds() = default;
 
@@ -23,6 +29,12 @@ void RelayedRounds::join(std::function<void(JoinResult)> done) {
       options.upstreamPort = static_cast<std::uint16_t>(a.masterPort);
       options.token = token_;
       options.name = fmt::format("relay of group rank {}", a.groupRank);
+      if (publish_) {
+        options.reportEvery = kPublishEvery;
+        options.onReport = [publish = publish_](const RelayCounters& counters) {
+          publish(countersText(counters));
+        };
+      }
       const std::string store = fmt::format("{}:{}", a.masterAddr, a.masterPort);
       try {
         relay_ = std::make_unique<RelayThread>(options, [store](const std::string& reason) {

@@ -138,6 +138,17 @@ std::vector<std::string> StoreClient::multiGet(const std::vector<std::string>& k
   return std::move(reply.values);
 }
 
+std::vector<std::string> StoreClient::valuesNow(const std::vector<std::string>& keys) {
+  protocol::ValuesReply reply;
+  exchange(protocol::MultiGet{.timeoutMs = protocol::kNoWait, .keys = keys}, false, {},
+           [&reply](std::string_view body) { return protocol::decodeReply(body, reply); });
+  if (reply.values.size() != keys.size()) {
+    throw ProtocolError(fmt::format("store {}: MULTI_GET of {} returned {} values", endpoint_,
+                                    describeKeys(keys), reply.values.size()));
+  }
+  return std::move(reply.values);
+}
+
 void StoreClient::multiSet(const std::vector<std::pair<std::string, std::string>>& items) {
   protocol::MultiSet request;
   request.keys.reserve(items.size());

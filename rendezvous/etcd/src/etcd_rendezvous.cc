@@ -187,6 +187,27 @@ EtcdRendezvous::~EtcdRendezvous() {
   }
 }
 
+void EtcdRendezvous::publishRelayCounters(const std::string& rdzvId, const std::string& nodeId,
+                                          const std::string& text) {
+  std::int64_t lease = 0;
+  {
+    std::lock_guard lock(mutex_);
+    lease = lease_;
+  }
+  client_.put(etcd::Keys{base(rdzvId)}.relay(nodeId), text, lease);
+}
+
+std::vector<std::string> EtcdRendezvous::relayCounters(const std::string& rdzvId,
+                                                       const std::vector<std::string>& nodeIds) {
+  std::vector<std::string> texts;
+  const etcd::Keys keys{base(rdzvId)};
+  for (const auto& id : nodeIds) {
+    const EtcdRange found = client_.get(keys.relay(id));
+    texts.push_back(found.kvs.empty() ? std::string() : found.kvs.front().value);
+  }
+  return texts;
+}
+
 std::string EtcdRendezvous::base(const std::string& rdzvId) const {
   std::string prefix = options_.etcd.prefix;
   while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();

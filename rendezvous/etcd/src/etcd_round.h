@@ -138,6 +138,8 @@ struct Keys {
   std::string newest() const { return base + "newest"; }
   std::string joining(const std::string& node) const { return base + "joining/" + node; }
   std::string left(const std::string& node) const { return base + "left/" + node; }
+  // The node's relay counters (on its lease), for `ddprun status`.
+  std::string relay(const std::string& node) const { return base + "relay/" + node; }
   std::string assign(const std::string& node) const { return base + "assign/" + node; }
   std::string rank(std::int64_t nodeRank) const {
     return base + "rank/" + std::to_string(nodeRank);

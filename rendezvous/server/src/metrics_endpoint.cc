@@ -12,6 +12,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <vector>
+
 #include "awaitable.h"
 #include "ddprun/common/error.h"
 #include "rendezvous_manager.h"
@@ -135,6 +138,30 @@ class Text {
   std::string out_;
 };
 
+// The node relays' counters their agents keep under
+// protocol::relayCountersKey: ddprun_relay_<name>{rdzv_id, node}.
+void relayCounters(const StoreState& state, Text& t) {
+  std::map<std::string, std::vector<std::pair<std::string, std::uint64_t>>> byName;
+  for (const auto& key : state.keys()) {
+    if (key.rfind(protocol::kRelayCountersPrefix, 0) != 0) continue;
+    const std::string_view rest =
+        std::string_view(key).substr(protocol::kRelayCountersPrefix.size());
+    const auto slash = rest.find('/');
+    if (slash == std::string_view::npos) continue;
+    const std::string labels =
+        fmt::format("rdzv_id=\"{}\",node=\"{}\"", label(std::string(rest.substr(0, slash))),
+                    label(std::string(rest.substr(slash + 1))));
+    for (const auto& [name, value] : protocol::parseCounters(*state.find(key))) {
+      byName["ddprun_relay_" + name].emplace_back(labels, value);
+    }
+  }
+  for (const auto& [name, samples] : byName) {
+    t.family(name.c_str(), name == "ddprun_relay_connections" ? "gauge" : "counter",
+             "A node relay's counter, as its agent last published it (docs/operations.md).");
+    for (const auto& [labels, value] : samples) t.sample(name.c_str(), labels, value);
+  }
+}
+
 }  // namespace
 
 std::string renderMetrics(const ServerContext& c, const RendezvousManager* rendezvous) {
@@ -143,6 +170,12 @@ std::string renderMetrics(const ServerContext& c, const RendezvousManager* rende
   t.family("ddprun_store_connections", "gauge", "Connections open now, by dialect.");
   t.sample("ddprun_store_connections", "dialect=\"native\"", m.nativeConnections);
   t.sample("ddprun_store_connections", "dialect=\"tcpstore\"", m.tcpstoreConnections);
+  t.family("ddprun_store_connections_by_address", "gauge",
+           "Connections open now, by the peer's address (one node: its agent, its relay).");
+  for (const auto& [address, count] : c.budget.connectionsByAddress()) {
+    t.sample("ddprun_store_connections_by_address", fmt::format("address=\"{}\"", label(address)),
+             count);
+  }
   t.family("ddprun_store_connections_accepted_total", "counter", "Connections accepted.");
   t.sample("ddprun_store_connections_accepted_total", "", c.counters.accepted.load());
   t.family("ddprun_store_clients_rejected_total", "counter",
@@ -169,6 +202,7 @@ std::string renderMetrics(const ServerContext& c, const RendezvousManager* rende
            "The memory budget beyond the data (input, replies, waits): used and limit.");
   t.sample("ddprun_store_buffered_bytes", "kind=\"used\"", c.budget.used());
   t.sample("ddprun_store_buffered_bytes", "kind=\"limit\"", c.budget.limit());
+  relayCounters(c.state, t);
   if (rendezvous == nullptr) return t.take();
   const auto all = rendezvous->summaries();
   const auto each = [&](const char* name, const char* type, const char* help, auto value) {

@@ -70,6 +70,8 @@ class ResourceBudget {
   }
 
   std::size_t connections() const { return connections_; }
+  // Connections open now, by the peer's address (a node).
+  const std::map<std::string, std::size_t>& connectionsByAddress() const { return perAddress_; }
   std::size_t used() const { return used_; }
   std::size_t limit() const { return limits_.maxBufferedBytes; }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ddprun/rendezvous/messages.h"
 
@@ -46,6 +47,16 @@ class RendezvousBackend {
   // that hosts the store waits so before it closes the store), TimeoutError
   // after `timeout`. Returns at once where nothing is hosted (etcd).
   virtual void waitUntilAllLeft(const std::string& rdzvId, std::chrono::milliseconds timeout) = 0;
+  // Keeps a text about node `nodeId` (its relay's counters,
+  // protocol::relayCountersKey) where the rendezvous lives, for `ddprun
+  // status` and the store's metrics; it goes with the node (etcd: on its
+  // lease). Throws ddprun::Error when the rendezvous cannot be reached.
+  virtual void publishRelayCounters(const std::string& rdzvId, const std::string& nodeId,
+                                    const std::string& text) = 0;
+  // The texts publishRelayCounters() kept for `nodeIds`, in order ("" for
+  // none).
+  virtual std::vector<std::string> relayCounters(const std::string& rdzvId,
+                                                 const std::vector<std::string>& nodeIds) = 0;
   // The address of this host that the rendezvous reaches it at: where its
   // connection leaves from ("" before the first join).
   virtual std::string localAddress() = 0;

@@ -105,6 +105,9 @@ class StoreClient : public Store {
   std::vector<std::string> multiGet(const std::vector<std::string>& keys,
                                     std::chrono::milliseconds timeout) override;
   void multiSet(const std::vector<std::pair<std::string, std::string>>& items) override;
+  // The values now, without waiting: a missing key reads as "" (protocol
+  // version 6's MULTI_GET without wait).
+  std::vector<std::string> valuesNow(const std::vector<std::string>& keys);
   void append(const std::string& key, std::string_view value) override;
 
   // One round trip; throws if the server does not answer in requestTimeout

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -477,6 +478,17 @@ inline std::string rendezvousFinishedKey(std::string_view rdzvId) {
 // "WAIT timed out waiting for key 'a', 'b'": a wait's timeout, the same
 // words from the store and from a node's relay.
 std::string timeoutText(Op op, const std::vector<std::string>& missing);
+
+// The control key where an agent keeps its node relay's counters
+// ("connections=3 requests=48 ..."), for `ddprun status` and the store's
+// metrics: __ddprun/relay/<rdzv id>/<node id>.
+inline constexpr std::string_view kRelayCountersPrefix = "__ddprun/relay/";
+inline std::string relayCountersKey(std::string_view rdzvId, std::string_view nodeId) {
+  return std::string(kRelayCountersPrefix) + std::string(rdzvId) + "/" + std::string(nodeId);
+}
+// "name=value" words of such a text, in order; words that are not a name
+// and a decimal count are skipped (the text came from another node).
+std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_view text);
 
 // Converts a duration to the wire's timeout field (clamped; negative -> 0).
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout);

@@ -39,21 +39,6 @@
 
 namespace ddprun::agent {
 
-struct RelayOptions {
-  std::string upstreamHost;  // the job's store
-  std::uint16_t upstreamPort = 0;
-  std::string token;       // the agents' token; empty: an open store
-  std::string sourceHost;  // the upstream's local address (the node's); empty: any
-  std::string listenHost = "127.0.0.1";
-  std::uint16_t listenPort = 0;  // 0: a free port
-  std::string name = "relay";    // in the store's logs
-  rendezvous::protocol::Limits limits;
-  std::size_t maxUnackedBytes = 4 * 1024 * 1024;  // per worker connection
-  int listenBacklog = 4096;  // the kernel caps it at net.core.somaxconn
-  // How long the upstream connect keeps retrying a refused connection.
-  std::chrono::milliseconds connectTimeout{30000};
-};
-
 // What the relay did (ddprun status, the store's metrics, the benchmark).
 struct RelayCounters {
   std::uint64_t connectionsAccepted = 0;
@@ -65,6 +50,29 @@ struct RelayCounters {
   std::uint64_t coalesced = 0;         // reads answered by another's upstream request
   std::uint64_t addsCombined = 0;      // ADDs that rode in another's upstream ADD
   std::uint64_t bytesSaved = 0;        // reply bytes the store did not send
+};
+
+// "connections=8 requests=48 upstream_requests=9 shared_reads=30
+// adds_combined=9 bytes_saved=2100" (protocol::parseCounters reads it).
+std::string countersText(const RelayCounters& counters);
+
+struct RelayOptions {
+  std::string upstreamHost;  // the job's store
+  std::uint16_t upstreamPort = 0;
+  std::string token;       // the agents' token; empty: an open store
+  std::string sourceHost;  // the upstream's local address (the node's); empty: any
+  std::string listenHost = "127.0.0.1";
+  std::uint16_t listenPort = 0;  // 0: a free port
+  std::string name = "relay";    // in the store's logs
+  rendezvous::protocol::Limits limits;
+  std::size_t maxUnackedBytes = 4 * 1024 * 1024;  // per worker connection
+  int listenBacklog = 4096;                       // the kernel caps it at net.core.somaxconn
+  // How long the upstream connect keeps retrying a refused connection.
+  std::chrono::milliseconds connectTimeout{30000};
+  // Every this long (0: never), and once more when it stops, the relay
+  // hands its counters to `onReport` (on its loop thread).
+  std::chrono::milliseconds reportEvery{0};
+  std::function<void(const RelayCounters&)> onReport;
 };
 
 class NodeRelay {

@@ -21,7 +21,10 @@ namespace ddprun::agent {
 class RelayedRounds : public RoundSource {
  public:
   // `token`: what the round's store requires of agents (empty: open).
-  RelayedRounds(std::unique_ptr<RoundSource> inner, std::string token);
+  // `publish` (may be empty) gets the relay's counters as text every few
+  // seconds and when a round's relay stops, on the relay's thread.
+  RelayedRounds(std::unique_ptr<RoundSource> inner, std::string token,
+                std::function<void(std::string)> publish = {});
   ~RelayedRounds() override;
 
   void join(std::function<void(JoinResult)> done) override;
@@ -45,6 +48,7 @@ class RelayedRounds : public RoundSource {
  private:
   std::unique_ptr<RoundSource> inner_;
   std::string token_;
+  std::function<void(std::string)> publish_;
   std::unique_ptr<RelayThread> relay_;
   rendezvous::protocol::Assignment innerAssignment_;  // the current round, as the inner gave it
 };
