@@ -204,9 +204,16 @@ TEST(Protocol, AllStoreKeysVisitsOnlyStoreKeys) {
   EXPECT_EQ(keysOf(NumKeys{}), Keys{});
   EXPECT_EQ(keysOf(Hello{.token = "t", .clientName = "n"}), Keys{});
   const auto all = everyRequest();
-  for (std::size_t i = 13; i < all.size(); ++i) {  // JOIN and the other rendezvous ops
+  for (std::size_t i = 13; i < 17; ++i) {  // JOIN and the other rendezvous ops
     EXPECT_EQ(keysOf(all[i]), Keys{}) << opName(opOf(all[i]));
   }
+  EXPECT_EQ(keysOf(QueuePush{.key = "q", .value = "__ddprun/v"}), Keys{"q"});
+  EXPECT_EQ(keysOf(QueuePop{.key = "q"}), Keys{"q"});
+  EXPECT_EQ(keysOf(QueueLen{.key = "q"}), Keys{"q"});
+  EXPECT_EQ(keysOf(Barrier{.key = "b", .worldSize = 2}), Keys{"b"});
+  EXPECT_EQ(keysOf(SharedWait{.keys = {"a", "b"}}), (Keys{"a", "b"}));
+  EXPECT_EQ(keysOf(ListKeys{}), Keys{});
+  EXPECT_EQ(keysOf(Cancel{.requestId = 3}), Keys{});
   EXPECT_EQ(keysOf(RendezvousStatusQuery{"job"}), Keys{});
   // The first refusal stops the walk.
   int asked = 0;
@@ -432,8 +439,10 @@ TEST(Protocol, EncodingsAreByteForByteStable) {
   // node_cooldown_ms, REPORT_FAILURE's and LEAVE's failed_at_ms, the
   // kNodeExcluded/kNodeReadmitted events and the EXCLUDED status. Version 4
   // (0x50fc4f86d9e33d8e): RENDEZVOUS_STATUS's details. Version 5: JOIN's
-  // fixed_nodes.
-  EXPECT_EQ(digest, 0x7552664c67d1c743ULL) << std::hex << digest;
+  // fixed_nodes (0x7552664c67d1c743). Version 6: HELLO's version, and the
+  // new ops QUEUE_PUSH, QUEUE_POP (and its reply), QUEUE_LEN, LIST_KEYS,
+  // BARRIER, SHARED_WAIT and CANCEL, appended to the tables above.
+  EXPECT_EQ(digest, 0x2a515d8443e77dbfULL) << std::hex << digest;
 }
 
 TEST(Protocol, TimeoutConversionClamps) {
