@@ -400,14 +400,14 @@ void NativeSession::startWait(std::uint32_t id, Op op, std::vector<std::string> 
               fmt::format("request id {} already has a pending wait on this connection", id));
     return;
   }
-  if (timeoutMs == protocol::kNoWait && op != Op::kWait && op != Op::kSharedWait) {
-    answerReady(id, op, keys);  // TCPStore's GET: a missing key reads as empty
-    return;
-  }
-  if (timeoutMs == 0 || timeoutMs == protocol::kNoWait) {
-    if (!context_.state.check(keys)) {
-      sendTimeout(id, op, keys);
-      return;
+  if (timeoutMs == protocol::kNoWait) {
+    // Answered now: TCPStore's GET and MULTI_GET (a missing key reads as
+    // empty); a WAIT or SHARED_WAIT's TIMEOUT if a key is missing.
+    if (op == Op::kWait || op == Op::kSharedWait) {
+      if (!context_.state.check(keys)) {
+        sendTimeout(id, op, keys);
+        return;
+      }
     }
     answerReady(id, op, keys);
     return;
