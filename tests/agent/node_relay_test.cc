@@ -11,16 +11,21 @@
 #include <set>
 #include <thread>
 
+#include "ddprun/common/secret.h"
+#include "ddprun/rendezvous/rendezvous_client.h"
+#include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/store_server.h"
 #include "raw_socket.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace ddprun::agent {
 namespace {
 
 using namespace std::chrono_literals;
 using test_support::RawSocket;
+namespace protocol = rendezvous::protocol;
 
 std::string u64(std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
 std::string str(const std::string& s) { return u64(s.size()) + s; }
@@ -168,6 +173,87 @@ TEST_F(NodeRelayTest, AControlKeyClosesTheWorkersConnectionAsTheStoreDoes) {
   w->readUntilClosed(5s, closed);
   EXPECT_TRUE(closed);
   EXPECT_FALSE(lost_.load());
+}
+
+// A C++ worker of ddprun::worker speaks the native protocol with its worker
+// credential: through the relay it gets what it gets from the store, the
+// refusals' words included.
+TEST_F(NodeRelayTest, ANativeWorkerGetsTheStoresAnswersThroughTheRelay) {
+  const auto transcript = [&](std::uint16_t port) {
+    rendezvous::StoreClientOptions options;
+    options.port = port;
+    options.token = workerCredential("agents-token", "job");
+    rendezvous::StoreClient client(options);
+    std::vector<std::string> lines;
+    const auto attempt = [&](const std::function<std::string()>& op) {
+      try {
+        lines.push_back(op());
+      } catch (const std::exception& e) {
+        // The endpoint differs; the store's message after it must not.
+        const std::string what = e.what();
+        lines.push_back("error: " + what.substr(what.find(": ") + 2));
+      }
+    };
+    attempt([&] {
+      client.set("job/k", "v");
+      return client.get("job/k", 1s);
+    });
+    attempt([&] { return std::to_string(client.add("job/n", 5)); });
+    attempt([&] { return client.compareSet("job/k", "v", "w"); });
+    attempt([&] { return client.check({"job/k", "job/missing"}) ? "all" : "not all"; });
+    attempt([&] {
+      client.wait({"job/missing"}, 100ms);
+      return std::string("woken");
+    });
+    attempt([&] { return client.get("other/k", 1s); });
+    attempt([&] {
+      client.set("__ddprun/relay/x", "1");
+      return std::string("set");
+    });
+    attempt([&] { return client.deleteKey("job/k") ? "deleted" : "absent"; });
+    attempt([&] {
+      return fmt::format("{}", fmt::join(client.valuesNow({"job/n", "job/k"}), ","));
+    });
+    client.deleteKey("job/n");  // the next transcript starts afresh
+    return lines;
+  };
+  const auto direct = transcript(server_->port());
+  const auto relayed = transcript(relay_->port());
+  EXPECT_EQ(direct, relayed);
+  EXPECT_EQ(direct.size(), 9u);
+  EXPECT_NE(direct[4].find("WAIT timed out waiting for key 'job/missing'"), std::string::npos)
+      << direct[4];
+  EXPECT_NE(direct[5].find("outside this worker's job"), std::string::npos) << direct[5];
+}
+
+TEST_F(NodeRelayTest, ANativeWorkerThatHangsUpDropsItsWaitAndCannotJoin) {
+  rendezvous::StoreClientOptions options;
+  options.port = relay_->port();
+  options.token = workerCredential("agents-token", "job");
+  {
+    rendezvous::RendezvousClient agent(options);
+    protocol::JoinRequest join;
+    join.rdzvId = "job";
+    join.nodeId = "n";
+    try {
+      agent.join(join, 1s);
+      FAIL() << "joined through the relay";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("key-value operations only"), std::string::npos)
+          << e.what();
+    }
+  }
+  std::thread waiter([&] {
+    rendezvous::StoreClient client(options);
+    try {
+      client.wait({"job/never"}, 60s);
+    } catch (const std::exception&) {
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return server_->stats().waiters == 1; }));
+  relay_->stop();  // every worker connection closes: the waiter's call fails
+  waiter.join();
+  EXPECT_TRUE(eventually([&] { return server_->stats().waiters == 0; }));
 }
 
 // Workers that train for hours ask the store nothing: the store's idle

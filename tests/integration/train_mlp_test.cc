@@ -88,6 +88,21 @@ TEST(TrainMlp, BothStrategiesTrainTheSameModel) {
   EXPECT_NEAR(std::stod(checksums[0]), std::stod(checksums[1]), 1e-3);
 }
 
+// The C++ workers' native store connections through the node relay (their
+// worker credential checked there): the same model as direct.
+TEST(TrainMlp, ThroughTheNodeRelayItTrainsTheSameModel) {
+  std::vector<std::string> checksums;
+  for (const std::string relay : {"off", "on"}) {
+    const auto result = runDdprun({"--standalone", "--nproc_per_node=2", "--store_relay=" + relay,
+                                   kTrainMlp, "--steps", "60"},
+                                  {}, 120s);
+    ASSERT_EQ(result.code, 0) << result.out << result.err;
+    checksums.push_back(finalChecksum(result.out));
+  }
+  ASSERT_FALSE(checksums[0].empty());
+  EXPECT_EQ(checksums[0], checksums[1]);
+}
+
 TEST(TrainMlp, AKilledWorkerResumesFromTheCheckpointWithTheSameResult) {
   const std::vector<std::string> training = {
       kTrainMlp, "--steps", "400", "--log_every", "20", "--checkpoint_every", "25", "--resume"};

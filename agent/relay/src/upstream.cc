@@ -146,16 +146,20 @@ std::uint32_t Upstream::send(const protocol::Request& request, Handler handler) 
   return id;
 }
 
-void Upstream::cancel(std::uint32_t id) {
+void Upstream::cancel(std::uint32_t id, std::function<void(bool)> done) {
   auto it = pending_.find(id);
-  if (it == pending_.end() || lost_) return;
+  if (it == pending_.end() || lost_) {
+    if (done) asio::post(socket_.get_executor(), [done = std::move(done)] { done(false); });
+    return;
+  }
   it->second = nullptr;  // its reply, if it crosses the CANCEL, is dropped
-  send(protocol::Cancel{id}, [self = shared_from_this(), id](const UpstreamReply& reply) {
-    protocol::FlagReply flag;
-    if (reply.ok() && protocol::decodeReply(reply.body, flag) && flag.value) {
-      self->pending_.erase(id);
-    }
-  });
+  send(protocol::Cancel{id},
+       [self = shared_from_this(), id, done = std::move(done)](const UpstreamReply& reply) {
+         protocol::FlagReply flag;
+         const bool dropped = reply.ok() && protocol::decodeReply(reply.body, flag) && flag.value;
+         if (dropped) self->pending_.erase(id);
+         if (done) done(dropped);
+       });
 }
 
 void Upstream::flush() {

@@ -63,8 +63,9 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   // Queues `request`; `handler` gets its reply. Returns its request id.
   std::uint32_t send(const rendezvous::protocol::Request& request, Handler handler);
   // Drops pending request `id` on the store (CANCEL): its handler is never
-  // called. No-op when it was answered already.
-  void cancel(std::uint32_t id);
+  // called. `done` (if any) hears whether the store still held it (false:
+  // it was answered already).
+  void cancel(std::uint32_t id, std::function<void(bool)> done = {});
   // How many requests were sent so far: a request's place in the order
   // the store sees them.
   std::uint64_t sequence() const { return sequence_; }

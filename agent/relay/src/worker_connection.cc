@@ -6,6 +6,7 @@
 
 #include "ddprun/common/logging.h"
 #include "ddprun/rendezvous/tcpstore_codec.h"
+#include "native_forwarder.h"
 #include "tcpstore_forwarder.h"
 
 namespace ddprun::agent::relay {
@@ -36,8 +37,14 @@ void WorkerConnection::start() {
   readMore();
 }
 
+void WorkerConnection::closeAfterFlush(const std::string& why) {
+  if (closed_) return;
+  closeWhenWritten_ = why.empty() ? "closed" : why;
+  if (writing_.empty() && output_.empty()) close(closeWhenWritten_);
+}
+
 void WorkerConnection::readMore() {
-  if (closed_ || reading_) return;
+  if (closed_ || reading_ || !closeWhenWritten_.empty()) return;
   if (forwarder_ && (!forwarder_->wantsInput() || input_.readable().size() >= kReadAheadBytes)) {
     return;  // resume() reads again
   }
@@ -72,10 +79,8 @@ bool WorkerConnection::chooseForwarder() {
       forwarder_ = std::make_unique<TcpStoreForwarder>(*this, tcpstore::Dialect::kV2);
       return true;
     case tcpstore::Opening::kNative:
-      close(
-          "it speaks ddprun's native protocol, which the node relay does not carry; "
-          "connect to the job's store directly");
-      return false;
+      forwarder_ = std::make_unique<NativeForwarder>(*this);
+      return true;
     case tcpstore::Opening::kUnknown:
       close("it is not a PyTorch TCPStore client");
       return false;
@@ -106,6 +111,9 @@ void WorkerConnection::flush() {
                       }
                       self->writing_.clear();
                       self->flush();
+                      if (!self->closeWhenWritten_.empty() && self->writing_.empty()) {
+                        self->close(self->closeWhenWritten_);
+                      }
                     });
 }
 

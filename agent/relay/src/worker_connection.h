@@ -56,6 +56,8 @@ class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
   void start();
   // Closes the connection (idempotent); `why` goes to the log.
   void close(const std::string& why);
+  // Stops reading; closes once the queued output is written.
+  void closeAfterFlush(const std::string& why);
 
   // --- for its forwarder ---------------------------------------------------
   RelayContext& context() { return context_; }
@@ -82,6 +84,7 @@ class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
   std::string writing_;
   bool reading_ = false;
   bool closed_ = false;
+  std::string closeWhenWritten_;  // closeAfterFlush's reason
   std::unique_ptr<Forwarder> forwarder_;
 };
 

@@ -64,8 +64,13 @@ void RelayedRounds::leave(std::int64_t round, std::function<void()> done) {
 }
 
 WorkersStore RelayedRounds::workersStore(const rendezvous::protocol::Assignment& round) const {
-  if (round.round == innerAssignment_.round) return inner_->workersStore(innerAssignment_);
-  return inner_->workersStore(round);
+  if (round.round != innerAssignment_.round || !relay_) return inner_->workersStore(round);
+  // The native workers (ddprun::worker) through the relay too, to the
+  // round's store, with their credential and the inner source's prefix.
+  WorkersStore store = inner_->workersStore(innerAssignment_);
+  store.host = "127.0.0.1";
+  store.port = relay_->port();
+  return store;
 }
 
 RelayCounters RelayedRounds::counters() { return relay_ ? relay_->counters() : RelayCounters{}; }

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "ddprun/common/logging.h"
-#include "ddprun/common/secret.h"
 #include "server_context.h"
 #include "transport.h"
 
@@ -174,29 +173,14 @@ void NativeSession::handleFrame(const protocol::FrameHeader& header, std::string
 }
 
 void NativeSession::handleHello(std::uint32_t id, const protocol::Hello& hello) {
-  if (hello.version < protocol::kMinVersion || hello.version > protocol::kVersion) {
-    transport_.reject(Status::kUnsupportedVersion,
-                      fmt::format("it speaks protocol version {} and this server speaks {} to {}; "
-                                  "use a ddprun client of the same release",
-                                  hello.version, protocol::kMinVersion, protocol::kVersion));
+  const protocol::HelloVerdict verdict = protocol::judgeHello(hello, context_.options.token);
+  if (verdict.status != Status::kOk) {
+    transport_.reject(verdict.status, verdict.message);
     return;
   }
-  // An open store (no token configured) serves every client as an agent.
-  // Otherwise the agents' token, or a worker credential made from it.
-  const std::string& token = context_.options.token;
-  if (!token.empty() && !constantTimeEquals(hello.token, token)) {
-    if (auto job = workerCredentialJob(hello.token, token)) {
-      role_ = Role::kWorker;
-      workerJob_ = std::move(*job);
-    } else {
-      transport_.reject(
-          Status::kAuthFailed,
-          hello.token.empty()
-              ? "it sent no token and this store requires one; export the same DDPRUN_TOKEN "
-                "(or token file) on every node"
-              : "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)");
-      return;
-    }
+  if (!verdict.agent) {
+    role_ = Role::kWorker;
+    workerJob_ = verdict.workerJob;
   }
   authenticated_ = true;
   transport_.markProven();
@@ -207,23 +191,11 @@ void NativeSession::handleHello(std::uint32_t id, const protocol::Hello& hello) 
 
 bool NativeSession::mayUse(std::uint32_t id, const Request& request) {
   return protocol::allStoreKeys(request, [&](std::string_view key) {
-    if (protocol::isControlKey(key) && role_ != Role::kAgent) {
-      sendError(id, Status::kAuthFailed,
-                fmt::format("key '{}' is one of ddprun's control keys, which only agents (the "
-                            "full token) may use",
-                            printable(key)));
-      return false;
-    }
-    if (role_ == Role::kWorker &&
-        (key.size() <= workerJob_.size() || key.compare(0, workerJob_.size(), workerJob_) != 0 ||
-         key[workerJob_.size()] != '/')) {
-      sendError(id, Status::kAuthFailed,
-                fmt::format("key '{}' is outside this worker's job: a worker credential reaches "
-                            "only keys under '{}/'",
-                            printable(key), printable(workerJob_)));
-      return false;
-    }
-    return true;
+    const std::string refusal =
+        protocol::keyRefusal(key, role_ == Role::kAgent, role_ == Role::kWorker ? workerJob_ : "");
+    if (refusal.empty()) return true;
+    sendError(id, Status::kAuthFailed, refusal);
+    return false;
   });
 }
 
@@ -575,8 +547,7 @@ void NativeSession::listKeys(std::uint32_t id) {
   reply.values = context_.state.keys();
   if (role_ == Role::kWorker) {
     std::erase_if(reply.values, [&](const std::string& key) {
-      return key.size() <= workerJob_.size() ||
-             key.compare(0, workerJob_.size(), workerJob_) != 0 || key[workerJob_.size()] != '/';
+      return !protocol::keyRefusal(key, false, workerJob_).empty();
     });
   }
   std::size_t bytes = protocol::kHeaderSize + 4;

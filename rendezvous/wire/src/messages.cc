@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/common/secret.h"
 
 namespace ddprun::rendezvous::protocol {
 
@@ -130,6 +131,45 @@ std::string lostNodesReport(const std::vector<std::string>& lost, std::uint32_t 
       "instead of waiting for it",
       lost.size() == 1 ? "a node" : fmt::format("{} nodes", lost.size()), fmt::join(lost, "; "),
       fixedNodes, left, left == 1 ? "is" : "are", minNodes);
+}
+
+HelloVerdict judgeHello(const Hello& hello, std::string_view storeToken) {
+  HelloVerdict verdict;
+  if (hello.version < kMinVersion || hello.version > kVersion) {
+    verdict.status = Status::kUnsupportedVersion;
+    verdict.message = fmt::format(
+        "it speaks protocol version {} and this server speaks {} to {}; use a ddprun client of "
+        "the same release",
+        hello.version, kMinVersion, kVersion);
+  } else if (storeToken.empty() || constantTimeEquals(hello.token, storeToken)) {
+    verdict.agent = true;
+  } else if (auto job = workerCredentialJob(hello.token, storeToken)) {
+    verdict.workerJob = std::move(*job);
+  } else {
+    verdict.status = Status::kAuthFailed;
+    verdict.message =
+        hello.token.empty()
+            ? "it sent no token and this store requires one; export the same DDPRUN_TOKEN (or "
+              "token file) on every node"
+            : "its token is wrong; give every node the same DDPRUN_TOKEN (or token file)";
+  }
+  return verdict;
+}
+
+std::string keyRefusal(std::string_view key, bool agent, std::string_view workerJob) {
+  if (isControlKey(key) && !agent) {
+    return fmt::format(
+        "key '{}' is one of ddprun's control keys, which only agents (the full token) may use",
+        printable(key));
+  }
+  if (!workerJob.empty() &&
+      (key.size() <= workerJob.size() || key.compare(0, workerJob.size(), workerJob) != 0 ||
+       key[workerJob.size()] != '/')) {
+    return fmt::format(
+        "key '{}' is outside this worker's job: a worker credential reaches only keys under '{}/'",
+        printable(key), printable(workerJob));
+  }
+  return "";
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_view text) {

@@ -468,6 +468,24 @@ inline bool isControlKey(std::string_view key) {
   return key.substr(0, kControlKeyPrefix.size()) == kControlKeyPrefix;
 }
 
+// Who a HELLO makes its client, on a store (or a node relay) whose agents'
+// token is `storeToken` (empty: an open store, where everyone is an agent):
+// an agent, a worker of `workerJob` (a worker credential), or refused
+// (`status` not kOk, with the words the client is told).
+struct HelloVerdict {
+  Status status = Status::kOk;
+  std::string message;
+  bool agent = false;
+  std::string workerJob;
+};
+HelloVerdict judgeHello(const Hello& hello, std::string_view storeToken);
+
+// Why a client may not use `key`, or "" when it may: control keys are for
+// agents only; a worker credential (`workerJob` not empty) reaches only
+// keys under "<workerJob>/". The store's and the node relay's one rule
+// (docs/security.md), refused with AUTH_FAILED.
+std::string keyRefusal(std::string_view key, bool agent, std::string_view workerJob);
+
 // The control key the server sets once every node of rendezvous `rdzvId`
 // has left, so the agent hosting the store can WAIT for it before shutting
 // down.

@@ -1,10 +1,11 @@
 // RelayedRounds: the rounds of another RoundSource with this node's workers
 // reaching their store through the node relay (ddprun/agent/relay): for
-// each round a fresh relay on 127.0.0.1 carries their TCPStore connections
-// to the round's store (MASTER_ADDR:MASTER_PORT of the inner assignment)
-// over one connection authenticated with the agents' token, and the
-// workers are given the relay as MASTER_ADDR:MASTER_PORT. Everything else
-// is the inner source's (docs/multinode.md, "The node relay").
+// each round a fresh relay on 127.0.0.1 carries their connections (PyTorch's
+// TCPStore and ddprun's native protocol) to the round's store
+// (MASTER_ADDR:MASTER_PORT of the inner assignment) over one connection
+// authenticated with the agents' token, and the workers are given the relay
+// as MASTER_ADDR:MASTER_PORT and DDPRUN_STORE_HOST:PORT. Everything else is
+// the inner source's (docs/multinode.md, "The node relay").
 //
 // Thread-safety: the agent's loop thread only (the relay has its own).
 // Ownership: owns the inner source and the current round's relay.
@@ -37,7 +38,8 @@ class RelayedRounds : public RoundSource {
   void waitUntilAllLeft(std::function<void()> done) override {
     inner_->waitUntilAllLeft(std::move(done));
   }
-  // The inner source's, for the round as it assigned it.
+  // The relay, with the inner source's prefix for the round (native
+  // workers' credentials are checked by the relay, docs/security.md).
   WorkersStore workersStore(const rendezvous::protocol::Assignment& round) const override;
   std::string restartMessage(std::int64_t restarts, int maxRestarts) const override {
     return inner_->restartMessage(restarts, maxRestarts);
