@@ -502,6 +502,31 @@ FaninResult oneRun(const std::string& serverName, const ServerProcess& server, i
 
 }  // namespace
 
+namespace {
+
+ServerCommand ddprunStoreCommand(const std::filesystem::path& daemonPath, bool open) {
+  ServerCommand command;
+  command.name = "ddprun-rendezvous";
+  command.argv = {daemonPath.string(),
+                  "--host",
+                  "127.0.0.1",
+                  "--port",
+                  "0",
+                  "--max-connections",
+                  "1048576",
+                  "--max-connections-per-address",
+                  "1048576"};
+  if (open) command.argv.push_back("--open");
+  // NCCL's scalable init at 98,304 ranks: each node's WAIT on 768 ids and
+  // the values in flight pass the default 512 MiB of buffers.
+  command.argv.insert(command.argv.end(), {"--max-buffered-bytes", "8589934592"});
+  command.env = {{"DDPRUN_LOG_LEVEL", "warn"}};
+  if (!open) command.env.emplace_back("DDPRUN_TOKEN", "fanin-benchmark-token");
+  return command;
+}
+
+}  // namespace
+
 std::vector<FaninResult> runFaninBenchmark(const FaninOptions& options,
                                            const std::filesystem::path& daemonPath,
                                            const std::filesystem::path& benchPath,
@@ -509,19 +534,7 @@ std::vector<FaninResult> runFaninBenchmark(const FaninOptions& options,
   raiseDescriptorLimit();
   std::vector<FaninResult> results;
   std::vector<std::pair<std::string, ServerCommand>> servers;
-  ServerCommand ddprun;
-  ddprun.name = "ddprun-rendezvous";
-  ddprun.argv = {daemonPath.string(),
-                 "--host",
-                 "127.0.0.1",
-                 "--port",
-                 "0",
-                 "--open",
-                 "--max-connections",
-                 "1048576",
-                 "--max-connections-per-address",
-                 "1048576"};
-  ddprun.env = {{"DDPRUN_LOG_LEVEL", "warn"}};
+  const ServerCommand ddprun = ddprunStoreCommand(daemonPath, true);
   servers.emplace_back("ddprun store", ddprun);
   if (options.reference && !options.referenceCommand.empty()) {
     ServerCommand reference;
@@ -606,27 +619,6 @@ void printFaninTable(const std::vector<FaninResult>& results, const FaninOptions
 }
 
 namespace {
-
-ServerCommand ddprunStoreCommand(const std::filesystem::path& daemonPath, bool open) {
-  ServerCommand command;
-  command.name = "ddprun-rendezvous";
-  command.argv = {daemonPath.string(),
-                  "--host",
-                  "127.0.0.1",
-                  "--port",
-                  "0",
-                  "--max-connections",
-                  "1048576",
-                  "--max-connections-per-address",
-                  "1048576"};
-  if (open) command.argv.push_back("--open");
-  // NCCL's scalable init at 98,304 ranks: each node's WAIT on 768 ids and
-  // the values in flight pass the default 512 MiB of buffers.
-  command.argv.insert(command.argv.end(), {"--max-buffered-bytes", "8589934592"});
-  command.env = {{"DDPRUN_LOG_LEVEL", "warn"}};
-  if (!open) command.env.emplace_back("DDPRUN_TOKEN", "fanin-benchmark-token");
-  return command;
-}
 
 // One run through relays: a fresh store, `n / ranksPerNode` relays that
 // have joined it, then the ranks.

@@ -48,6 +48,20 @@ bool eventually(Condition condition) {
   return true;
 }
 
+// Starts a relay and returns what it says when it loses (or never gets)
+// the store; "" if that does not happen within the wait.
+std::string whyTheStoreIsLost(const RelayOptions& options) {
+  std::atomic<bool> lost{false};
+  std::string why;
+  RelayThread thread(options, [&](const std::string& reason) {
+    why = reason;
+    lost = true;
+  });
+  if (!eventually([&] { return lost.load(); })) return "";
+  thread.stop();
+  return why;
+}
+
 class NodeRelayTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -289,13 +303,7 @@ TEST(NodeRelay, AStoreThatRefusesTheTokenIsNamed) {
   relay.upstreamHost = "127.0.0.1";
   relay.upstreamPort = server.port();
   relay.token = "wrong";
-  std::atomic<bool> lost{false};
-  std::string why;
-  RelayThread thread(relay, [&](const std::string& reason) {
-    why = reason;
-    lost = true;
-  });
-  ASSERT_TRUE(eventually([&] { return lost.load(); }));
+  const std::string why = whyTheStoreIsLost(relay);
   EXPECT_NE(why.find("refused the relay"), std::string::npos) << why;
   EXPECT_NE(why.find("token is wrong"), std::string::npos) << why;
 }
@@ -305,13 +313,7 @@ TEST(NodeRelay, AStoreNobodyServesIsNamedAfterTheConnectTimeout) {
   relay.upstreamHost = "127.0.0.1";
   relay.upstreamPort = 1;  // nothing listens
   relay.connectTimeout = 300ms;
-  std::atomic<bool> lost{false};
-  std::string why;
-  RelayThread thread(relay, [&](const std::string& reason) {
-    why = reason;
-    lost = true;
-  });
-  ASSERT_TRUE(eventually([&] { return lost.load(); }));
+  const std::string why = whyTheStoreIsLost(relay);
   EXPECT_NE(why.find("cannot connect to the store at 127.0.0.1:1"), std::string::npos) << why;
 }
 

@@ -478,16 +478,26 @@ std::map<std::string, double> parseMetrics(const std::string& text) {
   return samples;
 }
 
+// The ports a daemon started with --metrics_port 0 prints: the store's,
+// then the metrics endpoint's.
+bool daemonPorts(ChildProcess& daemon, std::uint16_t& port, std::uint16_t& metricsPort) {
+  port = daemonPort(daemon);
+  const auto metricsLine = daemon.readStdoutLine(10s);
+  if (port == 0 || !metricsLine || !metricsLine->starts_with("metrics on http://127.0.0.1:")) {
+    return false;
+  }
+  metricsPort =
+      static_cast<std::uint16_t>(std::stoi(metricsLine->substr(metricsLine->rfind(':') + 1)));
+  return true;
+}
+
 TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
   ChildProcess daemon(
       {kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0", "--metrics_port", "0"},
       {{"DDPRUN_TOKEN", kToken}});
-  const std::uint16_t port = daemonPort(daemon);
-  ASSERT_NE(port, 0);
-  const auto metricsLine = daemon.readStdoutLine(10s);
-  ASSERT_TRUE(metricsLine && metricsLine->starts_with("metrics on http://127.0.0.1:"));
-  const auto metricsPort =
-      static_cast<std::uint16_t>(std::stoi(metricsLine->substr(metricsLine->rfind(':') + 1)));
+  std::uint16_t port = 0;
+  std::uint16_t metricsPort = 0;
+  ASSERT_TRUE(daemonPorts(daemon, port, metricsPort));
   const auto dir = test_support::scratch();
   // Round 1: rank 3 fails; round 2 waits for `go`.
   const std::string script = fmt::format(
@@ -538,12 +548,9 @@ TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
   ChildProcess daemon(
       {kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0", "--metrics_port", "0"},
       {{"DDPRUN_TOKEN", kToken}});
-  const std::uint16_t port = daemonPort(daemon);
-  ASSERT_NE(port, 0);
-  const auto metricsLine = daemon.readStdoutLine(10s);
-  ASSERT_TRUE(metricsLine && metricsLine->starts_with("metrics on http://127.0.0.1:"));
-  const auto metricsPort =
-      static_cast<std::uint16_t>(std::stoi(metricsLine->substr(metricsLine->rfind(':') + 1)));
+  std::uint16_t port = 0;
+  std::uint16_t metricsPort = 0;
+  ASSERT_TRUE(daemonPorts(daemon, port, metricsPort));
   const StopFile stop;
   // Each worker is a PyTorch 1.13 TCPStore client at MASTER_ADDR:MASTER_PORT.
   const std::string script =
