@@ -253,6 +253,12 @@ int Agent::run() {
     a.rounds = makeLocalRounds(a.io, a.config);
   }
   a.runner.useRounds(*a.rounds.source);
+  if (a.rounds.relayed) {
+    // The relay lost the workers' store: the failure report names it.
+    a.rounds.relayed->onRelayLost([&a](const std::string& why) {
+      for (const auto& worker : a.runner.watched()) a.runner.noteCause(worker.localRank, why, {});
+    });
+  }
   a.runner.setWorkerToken(a.rounds.workerToken);
   a.buildLifecycle();
   if (a.rounds.rendezvous) {

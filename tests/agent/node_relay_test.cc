@@ -6,11 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+
 #include <atomic>
 #include <cstring>
 #include <set>
 #include <thread>
 
+#include "ddprun/agent/rounds/relayed_rounds.h"
 #include "ddprun/common/secret.h"
 #include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_client.h"
@@ -189,6 +193,30 @@ TEST_F(NodeRelayTest, AControlKeyClosesTheWorkersConnectionAsTheStoreDoes) {
   EXPECT_FALSE(lost_.load());
 }
 
+// One worker writing more than the store has acknowledged is not read
+// until it catches up; its writes all arrive, and the other workers of the
+// node are answered meanwhile.
+TEST_F(NodeRelayTest, AFloodingWorkerDoesNotStarveTheOthers) {
+  auto flooder = worker();
+  const std::string value(1 << 20, 'x');
+  std::string flood;
+  for (int i = 0; i < 32; ++i) flood += kSet + str(fmt::format("/big{}", i)) + str(value);
+  std::thread writer([&] { flooder->send(flood); });  // 32 MiB, 8x the relay's budget
+  auto other = worker();
+  for (int i = 0; i < 20; ++i) {
+    other->send(kAdd + str("/other") + u64(1));
+    EXPECT_EQ(asU64(other->readExactly(8, 10s)), static_cast<std::uint64_t>(i + 1));
+  }
+  writer.join();
+  flooder->send(kAdd + str("/flooder-done") + u64(1));  // answered after its SETs
+  EXPECT_EQ(asU64(flooder->readExactly(8, 30s)), 1u);
+  for (int i = 0; i < 32; ++i) {
+    other->send(kGet + str(fmt::format("/big{}", i)));
+    EXPECT_EQ(asU64(other->readExactly(8, 10s)), value.size()) << i;
+    EXPECT_EQ(other->readExactly(value.size(), 10s).size(), value.size());
+  }
+}
+
 // A C++ worker of ddprun::worker speaks the native protocol with its worker
 // credential: through the relay it gets what it gets from the store, the
 // refusals' words included.
@@ -292,6 +320,69 @@ TEST(NodeRelay, AnIdleGoodbyeIsNotTheStoreLost) {
   w.send(kAdd + str("/n") + u64(1));
   EXPECT_EQ(asU64(w.readExactly(8, 5s)), 2u);
   EXPECT_FALSE(lost.load());
+}
+
+// One round whose workers' store is at 127.0.0.1:`port`.
+class OneRound : public RoundSource {
+ public:
+  OneRound(boost::asio::io_context& io, std::uint16_t port) : io_(io), port_(port) {}
+  void join(std::function<void(JoinResult)> done) override {
+    JoinResult result;
+    result.assignment.emplace();
+    result.assignment->round = 1;
+    result.assignment->masterAddr = "127.0.0.1";
+    result.assignment->masterPort = port_;
+    boost::asio::post(io_, [done = std::move(done), result] { done(result); });
+  }
+  void reportFailure(std::int64_t, const WorkerFailure&, const std::string&,
+                     std::function<void(FailureAnswer)>) override {}
+  void leave(std::int64_t, std::function<void()> done) override { done(); }
+  bool hosting() const override { return false; }
+  void waitUntilAllLeft(std::function<void()> done) override { done(); }
+  WorkersStore workersStore(const protocol::Assignment& round) const override {
+    return {round.masterAddr, static_cast<int>(round.masterPort), "job/round_1/"};
+  }
+  std::string restartMessage(std::int64_t, int) const override { return ""; }
+
+ private:
+  boost::asio::io_context& io_;
+  std::uint16_t port_;
+};
+
+// The agent's side: each round's workers get the relay as MASTER_ADDR:PORT
+// and DDPRUN_STORE_*, and the relay's loss reaches the agent's loop with
+// the words the failure report shows.
+TEST(RelayedRounds, TheWorkersGetTheRelayAndItsLossIsNamed) {
+  rendezvous::StoreServerOptions options;
+  options.token = "t";
+  auto server = std::make_unique<rendezvous::StoreServer>(options);
+  server->start();
+  const std::uint16_t storePort = server->port();
+  boost::asio::io_context io;
+  RelayedRounds rounds(io, std::make_unique<OneRound>(io, storePort), "t");
+  std::string why;
+  auto work = boost::asio::make_work_guard(io);  // the loss comes from the relay's thread
+  rounds.onRelayLost([&](const std::string& reason) {
+    why = reason;
+    io.stop();
+  });
+  rounds.join([&](JoinResult result) {
+    ASSERT_TRUE(result.assignment.has_value()) << result.error;
+    EXPECT_EQ(result.assignment->masterAddr, "127.0.0.1");
+    EXPECT_NE(result.assignment->masterPort, storePort);  // the relay's
+    const WorkersStore store = rounds.workersStore(*result.assignment);
+    EXPECT_EQ(store.port, static_cast<int>(result.assignment->masterPort));
+    EXPECT_EQ(store.prefix, "job/round_1/");
+    RawSocket w("127.0.0.1", static_cast<std::uint16_t>(store.port));
+    w.send(kValidate + kAdd + str("job/n") + u64(2));
+    EXPECT_EQ(asU64(w.readExactly(8, 5s)), 2u);  // through the relay to the store
+    server.reset();                              // the store is lost
+  });
+  io.run_for(30s);
+  EXPECT_NE(
+      why.find(fmt::format("this node's relay lost the workers' store at 127.0.0.1:{}", storePort)),
+      std::string::npos)
+      << why;
 }
 
 TEST(NodeRelay, AStoreThatRefusesTheTokenIsNamed) {

@@ -14,11 +14,6 @@ namespace ddprun::agent::relay {
 namespace asio = boost::asio;
 namespace tcpstore = rendezvous::tcpstore;
 
-namespace {
-// Input read ahead of what the forwarder takes (a pipelining client).
-constexpr std::size_t kReadAheadBytes = 64 * 1024;
-}  // namespace
-
 WorkerConnection::WorkerConnection(asio::ip::tcp::socket socket, RelayContext& context)
     : socket_(std::move(socket)), context_(context) {
   boost::system::error_code ec;
@@ -45,9 +40,9 @@ void WorkerConnection::closeAfterFlush(const std::string& why) {
 
 void WorkerConnection::readMore() {
   if (closed_ || reading_ || !closeWhenWritten_.empty()) return;
-  if (forwarder_ && (!forwarder_->wantsInput() || input_.readable().size() >= kReadAheadBytes)) {
-    return;  // resume() reads again
-  }
+  // A forwarder that takes input has consumed every complete request: what
+  // is left is one partial request, which needs more bytes whatever its size.
+  if (forwarder_ && !forwarder_->wantsInput()) return;  // resume() reads again
   reading_ = true;
   std::size_t space = 0;
   char* into = input_.writable(0, space);

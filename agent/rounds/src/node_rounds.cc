@@ -8,7 +8,6 @@
 #include "ddprun/agent/rounds/free_port.h"
 #include "ddprun/agent/rounds/local_rounds.h"
 #include "ddprun/agent/rounds/network_interface.h"
-#include "ddprun/agent/rounds/relayed_rounds.h"
 #include "ddprun/agent/rounds/rendezvous_rounds.h"
 #include "ddprun/common/env.h"
 #include "ddprun/common/logging.h"
@@ -52,7 +51,9 @@ NodeRounds makeLocalRounds(boost::asio::io_context& io, const AgentConfig& confi
   rounds.source = std::make_unique<LocalRounds>(
       io, *rounds.attemptStore, base, config.useAgentStore, config.maxRestarts, config.runId);
   if (config.relayWorkersStore) {
-    rounds.source = std::make_unique<RelayedRounds>(std::move(rounds.source), token);
+    auto relayed = std::make_unique<RelayedRounds>(io, std::move(rounds.source), token);
+    rounds.relayed = relayed.get();
+    rounds.source = std::move(relayed);
   }
   return rounds;
 }
@@ -82,11 +83,13 @@ NodeRounds makeRendezvousRounds(boost::asio::io_context& io, const AgentConfig& 
   rounds.source = std::make_unique<RendezvousRounds>(*rounds.rendezvous, rounds.attemptStore.get(),
                                                      config, std::move(onAssigned));
   if (config.relayWorkersStore) {
-    rounds.source =
-        std::make_unique<RelayedRounds>(std::move(rounds.source), config.rendezvous.token,
+    auto relayed =
+        std::make_unique<RelayedRounds>(io, std::move(rounds.source), config.rendezvous.token,
                                         [rendezvous = rounds.rendezvous.get()](std::string text) {
                                           rendezvous->publishRelayCounters(std::move(text));
                                         });
+    rounds.relayed = relayed.get();
+    rounds.source = std::move(relayed);
   }
   return rounds;
 }

@@ -1,5 +1,7 @@
 #include "ddprun/agent/rounds/relayed_rounds.h"
 
+#include <boost/asio/post.hpp>
+
 #include <fmt/format.h>
 
 #include "ddprun/common/error.h"
@@ -12,9 +14,9 @@ namespace {
 constexpr std::chrono::seconds kPublishEvery{5};
 }  // namespace
 
-RelayedRounds::RelayedRounds(std::unique_ptr<RoundSource> inner, std::string token,
-                             std::function<void(std::string)> publish)
-    : inner_(std::move(inner)), token_(std::move(token)), publish_(std::move(publish)) {}
+RelayedRounds::RelayedRounds(boost::asio::io_context& io, std::unique_ptr<RoundSource> inner,
+                             std::string token, std::function<void(std::string)> publish)
+    : io_(io), inner_(std::move(inner)), token_(std::move(token)), publish_(std::move(publish)) {}
 
 RelayedRounds::~RelayedRounds() = default;
 
@@ -37,12 +39,17 @@ void RelayedRounds::join(std::function<void(JoinResult)> done) {
       }
       const std::string store = fmt::format("{}:{}", a.masterAddr, a.masterPort);
       try {
-        relay_ = std::make_unique<RelayThread>(options, [store](const std::string& reason) {
-          DDPRUN_WARN(
-              "The node relay lost the workers' store at {}: {}. This node's workers lose their "
-              "store connection.",
-              store, reason);
-        });
+        const std::uint64_t relay = ++relays_;
+        relay_ =
+            std::make_unique<RelayThread>(options, [this, store, relay](const std::string& reason) {
+              const std::string why =
+                  fmt::format("this node's relay lost the workers' store at {}: {}", store, reason);
+              DDPRUN_WARN("{}. This node's workers lose their store connection.", why);
+              // On the agent's loop; a relay already replaced says nothing.
+              boost::asio::post(io_, [this, why, relay] {
+                if (relay == relays_ && onLost_) onLost_(why);
+              });
+            });
       } catch (const std::exception& e) {
         result.assignment.reset();
         result.error = fmt::format("the node relay could not start: {}", e.what());

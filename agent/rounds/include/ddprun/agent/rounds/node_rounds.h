@@ -27,6 +27,7 @@
 #include "ddprun/agent/core/round_source.h"
 #include "ddprun/agent/rounds/attempt_store.h"
 #include "ddprun/agent/rounds/node_rendezvous.h"
+#include "ddprun/agent/rounds/relayed_rounds.h"
 
 namespace ddprun::agent {
 
@@ -34,6 +35,7 @@ struct NodeRounds {
   std::unique_ptr<AttemptStore> attemptStore;  // null: the workers use the job's store
   std::unique_ptr<NodeRendezvous> rendezvous;  // several nodes only
   std::unique_ptr<RoundSource> source;
+  RelayedRounds* relayed = nullptr;  // `source`, when the workers' store is relayed
   std::string workerToken;
 };
 

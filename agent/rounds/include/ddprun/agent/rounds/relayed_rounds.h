@@ -11,6 +11,8 @@
 // Ownership: owns the inner source and the current round's relay.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+
 #include <memory>
 #include <string>
 
@@ -24,7 +26,7 @@ class RelayedRounds : public RoundSource {
   // `token`: what the round's store requires of agents (empty: open).
   // `publish` (may be empty) gets the relay's counters as text every few
   // seconds and when a round's relay stops, on the relay's thread.
-  RelayedRounds(std::unique_ptr<RoundSource> inner, std::string token,
+  RelayedRounds(boost::asio::io_context& io, std::unique_ptr<RoundSource> inner, std::string token,
                 std::function<void(std::string)> publish = {});
   ~RelayedRounds() override;
 
@@ -46,11 +48,18 @@ class RelayedRounds : public RoundSource {
   }
   // The current round's relay counters (none: zero).
   RelayCounters counters();
+  // `lost` hears, on the agent's loop, why a round's relay lost the
+  // workers' store ("this node's relay lost the workers' store at H:P:
+  // why"): the node's workers fail next, and their report says so.
+  void onRelayLost(std::function<void(const std::string&)> lost) { onLost_ = std::move(lost); }
 
  private:
+  boost::asio::io_context& io_;
   std::unique_ptr<RoundSource> inner_;
   std::string token_;
   std::function<void(std::string)> publish_;
+  std::function<void(const std::string&)> onLost_;
+  std::uint64_t relays_ = 0;  // relays started: a late loss of an old one is ignored
   std::unique_ptr<RelayThread> relay_;
   rendezvous::protocol::Assignment innerAssignment_;  // the current round, as the inner gave it
 };
