@@ -630,7 +630,7 @@ FaninResult relayRun(int n, bool scalable, const FaninOptions& options,
   const long long overflowsBefore = listenOverflows();
   RelayHosts hosts;
   hosts.start(nodes, options.ranksPerNode, server.host(), server.port(), "fanin-benchmark-token",
-              options.limit);
+              options.limit, options.addWindow);
   const long long overflowsAfter = listenOverflows();
   RunShape shape;
   shape.nodes = nodes;

@@ -61,6 +61,7 @@ struct FaninOptions {
   // reads N/128 ids of 128 bytes (98,304 ranks: 9.6 GB to the ranks, more
   // than a 24 GiB machine holds in flight with the store and relays).
   int scalableMaxRanks = 32768;
+  std::chrono::microseconds addWindow{0};  // the relays' (RelayOptions::addWindow)
 };
 
 struct FaninResult {

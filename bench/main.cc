@@ -164,6 +164,11 @@ int main(int argc, char** argv) {
       ->add_option("--scalable-max-ranks", faninOptions.scalableMaxRanks,
                    "run NCCL's scalable init only up to this many ranks")
       ->capture_default_str();
+  int addWindowUs = 0;
+  fanin
+      ->add_option("--add-window-us", addWindowUs,
+                   "the relays' ADD combining window in microseconds (RelayOptions::addWindow)")
+      ->capture_default_str();
   fanin->add_option("--flat-ranks", faninOptions.flatRanks, "ranks of the flat comparison")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -184,6 +189,7 @@ int main(int argc, char** argv) {
   try {
     if (fanin->parsed()) {
       faninOptions.limit = std::chrono::seconds(faninLimit);
+      faninOptions.addWindow = std::chrono::microseconds(addWindowUs);
       faninOptions.dialect =
           faninDialect == "2.x" ? bench::FaninDialect::kV2 : bench::FaninDialect::kV1;
       std::istringstream words(referenceCommand);

@@ -57,7 +57,8 @@ std::string dotted(std::uint32_t address) {
 }
 
 [[noreturn]] void hostRelays(int first, int count, const std::string& host, std::uint16_t port,
-                             const std::string& token, int commands, int replies) {
+                             const std::string& token, std::chrono::microseconds addWindow,
+                             int commands, int replies) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
     asio::io_context io;
@@ -73,6 +74,7 @@ std::string dotted(std::uint32_t address) {
       options.listenHost = dotted(RelayHosts::address(first + i));
       options.listenPort = RelayHosts::kRelayPort;
       options.sourceHost = options.listenHost;
+      options.addWindow = addWindow;
       relays.push_back(
           std::make_unique<agent::NodeRelay>(io, options, [&](const std::string& reason) {
             if (failure.empty()) failure = reason;
@@ -113,7 +115,8 @@ std::string dotted(std::uint32_t address) {
 }  // namespace
 
 void RelayHosts::start(int relays, int workersPerRelay, const std::string& host, std::uint16_t port,
-                       const std::string& token, std::chrono::seconds limit) {
+                       const std::string& token, std::chrono::seconds limit,
+                       std::chrono::microseconds addWindow) {
   rlimit descriptors{};
   ::getrlimit(RLIMIT_NOFILE, &descriptors);
   const long perRelay = 2 + workersPerRelay;
@@ -132,7 +135,7 @@ void RelayHosts::start(int relays, int workersPerRelay, const std::string& host,
     if (pid == 0) {
       ::close(command[1]);
       ::close(reply[0]);
-      hostRelays(first, count, host, port, token, command[0], reply[1]);
+      hostRelays(first, count, host, port, token, addWindow, command[0], reply[1]);
     }
     ::close(command[0]);
     ::close(reply[1]);

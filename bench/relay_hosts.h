@@ -34,7 +34,8 @@ class RelayHosts {
   // loopback): thousands of listeners on one address would crowd the
   // ephemeral ports every connect searches.
   void start(int relays, int workersPerRelay, const std::string& host, std::uint16_t port,
-             const std::string& token, std::chrono::seconds limit);
+             const std::string& token, std::chrono::seconds limit,
+             std::chrono::microseconds addWindow = {});
   void stop();
   static constexpr std::uint16_t kRelayPort = 29555;
   // 127.1.0.1 + i, host order.

@@ -61,7 +61,8 @@ class NodeRelay::Impl : public std::enable_shared_from_this<Impl> {
                                              if (auto self = weak.lock())
                                                self->upstreamLost(reason);
                                            });
-    context_.shared = std::make_shared<relay::SharedRequests>(upstream_, context_.counters);
+    context_.shared = std::make_shared<relay::SharedRequests>(upstream_, context_.counters,
+                                                              context_.options.addWindow);
     upstream_->start(std::move(onReady));
     accept();
     if (context_.options.reportEvery.count() > 0 && context_.options.onReport) report();

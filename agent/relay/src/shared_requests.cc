@@ -1,5 +1,7 @@
 #include "shared_requests.h"
 
+#include <boost/asio/steady_timer.hpp>
+
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -43,8 +45,9 @@ bool isWrite(const protocol::Request& request) {
   }
 }
 
-SharedRequests::SharedRequests(std::shared_ptr<Upstream> upstream, RelayCounters& counters)
-    : upstream_(std::move(upstream)), counters_(counters) {}
+SharedRequests::SharedRequests(std::shared_ptr<Upstream> upstream, RelayCounters& counters,
+                               std::chrono::microseconds addWindow)
+    : upstream_(std::move(upstream)), counters_(counters), addWindow_(addWindow) {}
 
 std::uint32_t SharedRequests::forward(Caller& caller, const protocol::Request& request,
                                       Handler handler) {
@@ -200,12 +203,27 @@ void SharedRequests::add(Caller& caller, const std::string& key, std::int64_t de
   caller.lastWrite = kWriteWaiting;
   AddQueue& queue = adds_[key];
   queue.waiting.push_back({delta, std::move(handler)});
-  if (queue.inFlight == 0) {
-    auto batch = std::move(queue.waiting);
-    queue.waiting.clear();
-    sendAdds(key, std::move(batch));
+  if (queue.inFlight == 0 && !queue.gathering) {
+    if (addWindow_.count() > 0) {
+      queue.gathering = true;
+      auto timer = std::make_shared<boost::asio::steady_timer>(upstream_->executor(), addWindow_);
+      timer->async_wait([self = shared_from_this(), key, timer](boost::system::error_code) {
+        self->adds_[key].gathering = false;
+        self->releaseAdds(key);
+      });
+    } else {
+      releaseAdds(key);
+    }
   }
   sent(caller);
+}
+
+void SharedRequests::releaseAdds(const std::string& key) {
+  AddQueue& queue = adds_[key];
+  if (queue.inFlight > 0 || queue.waiting.empty()) return;
+  auto batch = std::move(queue.waiting);
+  queue.waiting.clear();
+  sendAdds(key, std::move(batch));
 }
 
 void SharedRequests::sendAdds(const std::string& key, std::vector<PendingAdd> batch) {

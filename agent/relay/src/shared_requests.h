@@ -9,6 +9,7 @@
 // caller's handler until its answer or its cancel.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,7 +40,10 @@ class SharedRequests : public std::enable_shared_from_this<SharedRequests> {
   // An ADD's answer: the sum when `reply.ok()`.
   using AddHandler = std::function<void(const UpstreamReply& reply, std::int64_t sum)>;
 
-  SharedRequests(std::shared_ptr<Upstream> upstream, RelayCounters& counters);
+  // `addWindow`: how long the first ADD of a key waits for others to join
+  // it (zero: it goes at once; later ones still join while it is in flight).
+  SharedRequests(std::shared_ptr<Upstream> upstream, RelayCounters& counters,
+                 std::chrono::microseconds addWindow = {});
 
   Upstream& upstream() { return *upstream_; }
 
@@ -81,7 +85,8 @@ class SharedRequests : public std::enable_shared_from_this<SharedRequests> {
     AddHandler handler;
   };
   struct AddQueue {
-    int inFlight = 0;  // upstream ADDs of the key not answered yet
+    int inFlight = 0;        // upstream ADDs of the key not answered yet
+    bool gathering = false;  // the first ADD waits out the combining window
     std::vector<PendingAdd> waiting;
   };
 
@@ -101,8 +106,12 @@ class SharedRequests : public std::enable_shared_from_this<SharedRequests> {
   // A request of `caller` went up.
   static void sent(Caller& caller);
 
+  // The ADDs of `key` waiting and none in flight: go up now.
+  void releaseAdds(const std::string& key);
+
   std::shared_ptr<Upstream> upstream_;
   RelayCounters& counters_;
+  std::chrono::microseconds addWindow_;
   std::unordered_map<std::string, std::shared_ptr<Group>> open_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Group>> waits_;  // by ticket
   std::unordered_set<std::string> queues_;                           // names a queue push has woken

@@ -70,6 +70,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   // the store sees them.
   std::uint64_t sequence() const { return sequence_; }
   bool lost() const { return lost_; }
+  boost::asio::any_io_executor executor() { return socket_.get_executor(); }
   void close(const std::string& reason);
 
  private:

@@ -77,10 +77,13 @@ namespace {
 
 constexpr int kListenBacklog = 65535;
 
-// The youngest connection that may be shed to make room: a second, so that
-// a store short of CPU while thousands of agents connect at once still
-// reads their handshakes before it would shed any of them.
+// The youngest connection that may be shed to make room: when too many owe
+// their handshake, a second, so that a store short of CPU while thousands
+// of agents connect at once still reads their handshakes before it would
+// shed any of them (the others wait in the listen backlog meanwhile); when
+// the descriptors run out, 100 ms: a real client must get one.
 constexpr std::chrono::milliseconds kShedMinAge{1000};
+constexpr std::chrono::milliseconds kShedMinAgeOutOfDescriptors{100};
 
 // Closes the connection that has waited longest without proving itself, so
 // that a flood of idle or half-open connections cannot starve real clients.
@@ -124,7 +127,7 @@ asio::awaitable<void> StoreServer::Impl::listen() {
     if (ec) {
       if (ec == asio::error::operation_aborted || stopped) co_return;
       if ((ec == asio::error::no_descriptors || ec.value() == ENFILE) &&
-          shedOldestUnproven(context, "out of file descriptors", kShedMinAge)) {
+          shedOldestUnproven(context, "out of file descriptors", kShedMinAgeOutOfDescriptors)) {
         continue;  // a descriptor is free again: accept at once
       }
       // Out of descriptors with nothing to shed, or a transient error: back
