@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/agent/relay/node_relay.h"
+
 namespace ddprun::bench {
 
 // The TCPStore protocol the simulated ranks speak.
@@ -61,7 +63,8 @@ struct FaninOptions {
   // reads N/128 ids of 128 bytes (98,304 ranks: 9.6 GB to the ranks, more
   // than a 24 GiB machine holds in flight with the store and relays).
   int scalableMaxRanks = 32768;
-  std::chrono::microseconds addWindow{0};  // the relays' (RelayOptions::addWindow)
+  // The relays' ADD combining window: the agent's (RelayOptions::addWindow).
+  std::chrono::microseconds addWindow = agent::RelayOptions{}.addWindow;
 };
 
 struct FaninResult {

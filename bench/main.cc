@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
       ->add_option("--scalable-max-ranks", faninOptions.scalableMaxRanks,
                    "run NCCL's scalable init only up to this many ranks")
       ->capture_default_str();
-  int addWindowUs = 0;
+  int addWindowUs = static_cast<int>(faninOptions.addWindow.count());
   fanin
       ->add_option("--add-window-us", addWindowUs,
                    "the relays' ADD combining window in microseconds (RelayOptions::addWindow)")

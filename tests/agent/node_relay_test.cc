@@ -135,6 +135,34 @@ TEST_F(NodeRelayTest, ConcurrentAddsEachGetTheirOwnSum) {
   EXPECT_EQ(asU64(workers[0]->readExactly(8, 5s)), static_cast<std::uint64_t>(kWorkers));
 }
 
+// The first ADD of a new key waits out the combining window: the ADDs the
+// node's workers send within it go up as one (the window here is long
+// enough that a loaded machine's four sends all fall in it).
+TEST(NodeRelay, AddsWithinTheWindowGoUpAsOne) {
+  rendezvous::StoreServerOptions options;
+  options.token = "t";
+  rendezvous::StoreServer server(options);
+  server.start();
+  RelayOptions relay;
+  relay.upstreamHost = "127.0.0.1";
+  relay.upstreamPort = server.port();
+  relay.token = "t";
+  relay.addWindow = 3s;
+  RelayThread thread(relay, nullptr);
+  std::vector<std::unique_ptr<RawSocket>> workers;
+  for (int i = 0; i < 4; ++i) {
+    workers.push_back(std::make_unique<RawSocket>("127.0.0.1", thread.port()));
+    workers.back()->send(kValidate + kAdd + str("/init") + u64(1));
+  }
+  std::set<std::uint64_t> sums;
+  for (auto& w : workers) sums.insert(asU64(w->readExactly(8, 30s)));
+  EXPECT_EQ(sums, (std::set<std::uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(thread.counters().addsCombined, 3u);
+  // The key's next ADD does not wait: answered at once.
+  workers[0]->send(kAdd + str("/init") + u64(1));
+  EXPECT_EQ(asU64(workers[0]->readExactly(8, 2s)), 5u);
+}
+
 // A read is shared only with one that went up after the caller's own last
 // write: a worker never reads a value older than its own write.
 TEST_F(NodeRelayTest, AWorkerAlwaysReadsItsOwnWrite) {

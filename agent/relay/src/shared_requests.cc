@@ -204,7 +204,10 @@ void SharedRequests::add(Caller& caller, const std::string& key, std::int64_t de
   AddQueue& queue = adds_[key];
   queue.waiting.push_back({delta, std::move(handler)});
   if (queue.inFlight == 0 && !queue.gathering) {
-    if (addWindow_.count() > 0) {
+    // Only a key's first ADD waits: the node's workers reach a new key
+    // (init/, a barrier's count) together; a worker's loop of ADDs on one
+    // key never waits.
+    if (addWindow_.count() > 0 && addedKeys_.insert(key).second) {
       queue.gathering = true;
       auto timer = std::make_shared<boost::asio::steady_timer>(upstream_->executor(), addWindow_);
       timer->async_wait([self = shared_from_this(), key, timer](boost::system::error_code) {

@@ -40,8 +40,9 @@ class SharedRequests : public std::enable_shared_from_this<SharedRequests> {
   // An ADD's answer: the sum when `reply.ok()`.
   using AddHandler = std::function<void(const UpstreamReply& reply, std::int64_t sum)>;
 
-  // `addWindow`: how long the first ADD of a key waits for others to join
-  // it (zero: it goes at once; later ones still join while it is in flight).
+  // `addWindow`: how long the first ADD of a key through this relay waits
+  // for others to join it (zero: it goes at once; later ADDs join one in
+  // flight either way).
   SharedRequests(std::shared_ptr<Upstream> upstream, RelayCounters& counters,
                  std::chrono::microseconds addWindow = {});
 
@@ -116,6 +117,7 @@ class SharedRequests : public std::enable_shared_from_this<SharedRequests> {
   std::unordered_map<std::uint64_t, std::shared_ptr<Group>> waits_;  // by ticket
   std::unordered_set<std::string> queues_;                           // names a queue push has woken
   std::unordered_map<std::string, AddQueue> adds_;
+  std::unordered_set<std::string> addedKeys_;  // keys ADDed through this relay
   std::uint64_t nextTicket_ = 1;
 };
 

@@ -69,10 +69,12 @@ struct RelayOptions {
   int listenBacklog = 4096;                       // the kernel caps it at net.core.somaxconn
   // How long the upstream connect keeps retrying a refused connection.
   std::chrono::milliseconds connectTimeout{30000};
-  // How long the first ADD of a key waits for the node's other workers'
-  // ADDs of it to go up as one (zero: at once; later ADDs still join one in
-  // flight).
-  std::chrono::microseconds addWindow{0};
+  // How long the first ADD of a key through this relay waits for the
+  // node's other workers' ADDs of it to go up as one (zero: at once; later
+  // ADDs join one in flight either way). 2 ms: init_process_group's two
+  // ADDs cost 4 ms more, and a node's 8 ranks send the store 6.8 requests
+  // instead of 11.6 (docs/benchmarks.md, "Fan-in through node relays").
+  std::chrono::microseconds addWindow{2000};
   // Every this long (0: never), and once more when it stops, the relay
   // hands its counters to `onReport` (on its loop thread).
   std::chrono::milliseconds reportEvery{0};
