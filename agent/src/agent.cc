@@ -194,7 +194,8 @@ void Agent::Impl::buildLifecycle() {
     features.push_back(std::make_unique<UninterruptibleFeature>(
         io, config.uninterruptibleStateTimeout, runner, *lifecycle));
   }
-  features.push_back(std::make_unique<TrainedAloneNote>(config, rounds.attemptStore.get()));
+  features.push_back(
+      std::make_unique<TrainedAloneNote>(config, rounds.attemptStore.get(), rounds.relayed));
   for (auto& feature : features) lifecycle->addHook(*feature);
   if (fileTimer) lifecycle->addHook(*fileTimer);
   lifecycle->addHook(*failureReport);

@@ -113,7 +113,10 @@ std::string socketInterfaceFor(const std::string& address) {
 void TrainedAloneNote::attemptEnded(const Attempt& attempt, const GroupOutcome& outcome) {
   if (!outcome.succeeded) return;
   if (!config_.pythonProgram || !config_.useAgentStore || attempt.assignment.worldSize < 2) return;
-  if (!store_ || attempt.assignment.groupRank != 0 || store_->connectionsAccepted() > 0) return;
+  if (!store_ || attempt.assignment.groupRank != 0) return;
+  const std::uint64_t connections =
+      relayed_ ? relayed_->counters().connectionsAccepted : store_->connectionsAccepted();
+  if (connections > 0) return;
   DDPRUN_WARN(
       "The {} workers finished without any of them connecting to the store at MASTER_ADDR:"
       "MASTER_PORT, so they formed no process group: each ran alone, as a world of one. If they "

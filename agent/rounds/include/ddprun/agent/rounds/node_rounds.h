@@ -56,13 +56,17 @@ std::string socketInterfaceFor(const std::string& address);
 // served that store.
 class TrainedAloneNote : public LifecycleHook {
  public:
-  TrainedAloneNote(const AgentConfig& config, const AttemptStore* store)
-      : config_(config), store_(store) {}
+  // `relayed`: the node's workers reach the store through its relay, whose
+  // connections are then theirs (the store sees only relays).
+  TrainedAloneNote(const AgentConfig& config, const AttemptStore* store,
+                   RelayedRounds* relayed = nullptr)
+      : config_(config), store_(store), relayed_(relayed) {}
   void attemptEnded(const Attempt& attempt, const GroupOutcome& outcome) override;
 
  private:
   const AgentConfig& config_;
   const AttemptStore* store_;
+  RelayedRounds* relayed_;
 };
 
 }  // namespace ddprun::agent
