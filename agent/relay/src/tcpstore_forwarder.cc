@@ -12,18 +12,10 @@ namespace protocol = rendezvous::protocol;
 namespace tcpstore = rendezvous::tcpstore;
 using tcpstore::Op;
 
-namespace {
-
-tcpstore::DecoderLimits decoderLimits(const protocol::Limits& limits) {
-  return {limits.maxKeyBytes, limits.maxValueBytes, limits.maxKeysPerRequest, limits.maxFrameBytes};
-}
-
-}  // namespace
-
 TcpStoreForwarder::TcpStoreForwarder(WorkerConnection& connection, tcpstore::Dialect dialect)
     : connection_(connection),
       context_(connection.context()),
-      decoder_(dialect, decoderLimits(connection.context().options.limits)) {}
+      decoder_(dialect, tcpstore::decoderLimits(connection.context().options.limits)) {}
 
 bool TcpStoreForwarder::wantsInput() const {
   return !awaiting_ && unacked_ <= context_.options.maxUnackedBytes;

@@ -26,16 +26,12 @@ const char* describe(StoreResult result) {
   return "unknown";
 }
 
-tcpstore::DecoderLimits decoderLimits(const protocol::Limits& limits) {
-  return {limits.maxKeyBytes, limits.maxValueBytes, limits.maxKeysPerRequest, limits.maxFrameBytes};
-}
-
 }  // namespace
 
 TcpStoreSession::TcpStoreSession(Transport& transport, tcpstore::Dialect dialect)
     : transport_(transport),
       context_(transport.context()),
-      decoder_(dialect, decoderLimits(context_.options.limits)) {}
+      decoder_(dialect, tcpstore::decoderLimits(context_.options.limits)) {}
 
 void TcpStoreSession::closing(const std::string&) { dropWait(); }
 

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ddprun/rendezvous/protocol.h"
+
 namespace ddprun::rendezvous::tcpstore {
 
 enum class Dialect { kV1, kV2 };
@@ -68,6 +70,12 @@ struct DecoderLimits {
   // All of one request's fields together, with a per-field overhead.
   std::size_t maxRequestBytes = 64 * 1024 * 1024;
 };
+
+// The store's limits (the native protocol's) as a TCPStore decoder's: the
+// same for a store's TCPStore session and a node relay's.
+inline DecoderLimits decoderLimits(const protocol::Limits& limits) {
+  return {limits.maxKeyBytes, limits.maxValueBytes, limits.maxKeysPerRequest, limits.maxFrameBytes};
+}
 
 // The bytes charged per key or value in a request beyond its text.
 inline constexpr std::size_t kFieldOverheadBytes = 32;
