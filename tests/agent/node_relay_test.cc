@@ -20,6 +20,7 @@
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/store_server.h"
 #include "raw_socket.h"
+#include "wait_until.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -42,15 +43,7 @@ const std::string kValidate("\x00\xCE\xF7\x85\x3C", 5);
 // PyTorch 2.2+'s opcodes.
 const std::string kSet("\x01", 1), kGet("\x03", 1), kAdd("\x04", 1), kWait("\x06", 1);
 
-template <typename Condition>
-bool eventually(Condition condition) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
+using test_support::waitUntil;
 
 // Starts a relay and returns what it says when it loses (or never gets)
 // the store; "" if that does not happen within the wait.
@@ -61,9 +54,18 @@ std::string whyTheStoreIsLost(const RelayOptions& options) {
     why = reason;
     lost = true;
   });
-  if (!eventually([&] { return lost.load(); })) return "";
+  if (!waitUntil([&] { return lost.load(); })) return "";
   thread.stop();
   return why;
+}
+
+// A relay in front of `server`, with `token` for it.
+RelayOptions relayTo(const rendezvous::StoreServer& server, const std::string& token) {
+  RelayOptions options;
+  options.upstreamHost = "127.0.0.1";
+  options.upstreamPort = server.port();
+  options.token = token;
+  return options;
 }
 
 class NodeRelayTest : public ::testing::Test {
@@ -78,13 +80,7 @@ class NodeRelayTest : public ::testing::Test {
       lost_ = true;
     });
   }
-  RelayOptions relayOptions() const {
-    RelayOptions options;
-    options.upstreamHost = "127.0.0.1";
-    options.upstreamPort = server_->port();
-    options.token = "agents-token";
-    return options;
-  }
+  RelayOptions relayOptions() const { return relayTo(*server_, "agents-token"); }
   std::unique_ptr<RawSocket> worker() {
     auto socket = std::make_unique<RawSocket>("127.0.0.1", relay_->port());
     socket->send(kValidate);
@@ -104,8 +100,8 @@ TEST_F(NodeRelayTest, EightWorkersWaitingForOneKeyShareOneWaitOnTheStore) {
     workers.push_back(worker());
     workers.back()->send(kWait + u64(1) + str("/nccl_id"));
   }
-  ASSERT_TRUE(eventually([&] { return relay_->counters().waiting == 8; }));
-  ASSERT_TRUE(eventually([&] { return server_->stats().waiters == 1; }));
+  ASSERT_TRUE(waitUntil([&] { return relay_->counters().waiting == 8; }));
+  ASSERT_TRUE(waitUntil([&] { return server_->stats().waiters == 1; }));
   auto rank0 = worker();
   rank0->send(kSet + str("/nccl_id") + str("id-bytes"));
   for (auto& w : workers) {
@@ -143,10 +139,7 @@ TEST(NodeRelay, AddsWithinTheWindowGoUpAsOne) {
   options.token = "t";
   rendezvous::StoreServer server(options);
   server.start();
-  RelayOptions relay;
-  relay.upstreamHost = "127.0.0.1";
-  relay.upstreamPort = server.port();
-  relay.token = "t";
+  RelayOptions relay = relayTo(server, "t");
   relay.addWindow = 3s;
   RelayThread thread(relay, nullptr);
   std::vector<std::unique_ptr<RawSocket>> workers;
@@ -192,10 +185,10 @@ TEST_F(NodeRelayTest, AWorkerAlwaysReadsItsOwnWrite) {
 TEST_F(NodeRelayTest, AWorkerThatHangsUpDropsItsWaitOnTheStore) {
   auto waiting = worker();
   waiting->send(kWait + u64(1) + str("/never"));
-  ASSERT_TRUE(eventually([&] { return server_->stats().waiters == 1; }));
+  ASSERT_TRUE(waitUntil([&] { return server_->stats().waiters == 1; }));
   waiting->close();
-  EXPECT_TRUE(eventually([&] { return server_->stats().waiters == 0; }));
-  EXPECT_TRUE(eventually([&] { return relay_->counters().connectionsOpen == 0; }));
+  EXPECT_TRUE(waitUntil([&] { return server_->stats().waiters == 0; }));
+  EXPECT_TRUE(waitUntil([&] { return relay_->counters().connectionsOpen == 0; }));
 }
 
 // The store lost: every worker's connection closes at once (their next
@@ -203,12 +196,12 @@ TEST_F(NodeRelayTest, AWorkerThatHangsUpDropsItsWaitOnTheStore) {
 TEST_F(NodeRelayTest, TheStoreLostClosesEveryWorkerAndTellsTheAgent) {
   auto waiting = worker();
   waiting->send(kWait + u64(1) + str("/never"));
-  ASSERT_TRUE(eventually([&] { return server_->stats().waiters == 1; }));
+  ASSERT_TRUE(waitUntil([&] { return server_->stats().waiters == 1; }));
   server_.reset();
   bool closed = false;
   waiting->readUntilClosed(5s, closed);
   EXPECT_TRUE(closed);
-  ASSERT_TRUE(eventually([&] { return lost_.load(); }));
+  ASSERT_TRUE(waitUntil([&] { return lost_.load(); }));
   EXPECT_NE(lostBecause_.find("closed"), std::string::npos) << lostBecause_;
 }
 
@@ -320,10 +313,10 @@ TEST_F(NodeRelayTest, ANativeWorkerThatHangsUpDropsItsWaitAndCannotJoin) {
     } catch (const std::exception&) {
     }
   });
-  ASSERT_TRUE(eventually([&] { return server_->stats().waiters == 1; }));
+  ASSERT_TRUE(waitUntil([&] { return server_->stats().waiters == 1; }));
   relay_->stop();  // every worker connection closes: the waiter's call fails
   waiter.join();
-  EXPECT_TRUE(eventually([&] { return server_->stats().waiters == 0; }));
+  EXPECT_TRUE(waitUntil([&] { return server_->stats().waiters == 0; }));
 }
 
 // Workers that train for hours ask the store nothing: the store's idle
@@ -335,16 +328,13 @@ TEST(NodeRelay, AnIdleGoodbyeIsNotTheStoreLost) {
   options.idleTimeout = 200ms;
   rendezvous::StoreServer server(options);
   server.start();
-  RelayOptions relay;
-  relay.upstreamHost = "127.0.0.1";
-  relay.upstreamPort = server.port();
-  relay.token = "t";
+  RelayOptions relay = relayTo(server, "t");
   std::atomic<bool> lost{false};
   RelayThread thread(relay, [&](const std::string&) { lost = true; });
   RawSocket w("127.0.0.1", thread.port());
   w.send(kValidate + kAdd + str("/n") + u64(1));
   EXPECT_EQ(asU64(w.readExactly(8, 5s)), 1u);
-  ASSERT_TRUE(eventually([&] { return server.stats().accepted >= 2; }));  // said goodbye, came back
+  ASSERT_TRUE(waitUntil([&] { return server.stats().accepted >= 2; }));  // said goodbye, came back
   w.send(kAdd + str("/n") + u64(1));
   EXPECT_EQ(asU64(w.readExactly(8, 5s)), 2u);
   EXPECT_FALSE(lost.load());
@@ -418,10 +408,7 @@ TEST(NodeRelay, AStoreThatRefusesTheTokenIsNamed) {
   options.token = "right";
   rendezvous::StoreServer server(options);
   server.start();
-  RelayOptions relay;
-  relay.upstreamHost = "127.0.0.1";
-  relay.upstreamPort = server.port();
-  relay.token = "wrong";
+  RelayOptions relay = relayTo(server, "wrong");
   const std::string why = whyTheStoreIsLost(relay);
   EXPECT_NE(why.find("refused the relay"), std::string::npos) << why;
   EXPECT_NE(why.find("token is wrong"), std::string::npos) << why;

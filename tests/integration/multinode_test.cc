@@ -17,6 +17,7 @@
 
 #include "launcher_support.h"
 #include "node_process.h"
+#include "wait_until.h"
 
 namespace ddprun {
 namespace {
@@ -478,26 +479,30 @@ std::map<std::string, double> parseMetrics(const std::string& text) {
   return samples;
 }
 
-// The ports a daemon started with --metrics_port 0 prints: the store's,
-// then the metrics endpoint's.
-bool daemonPorts(ChildProcess& daemon, std::uint16_t& port, std::uint16_t& metricsPort) {
-  port = daemonPort(daemon);
-  const auto metricsLine = daemon.readStdoutLine(10s);
-  if (port == 0 || !metricsLine || !metricsLine->starts_with("metrics on http://127.0.0.1:")) {
-    return false;
-  }
-  metricsPort =
-      static_cast<std::uint16_t>(std::stoi(metricsLine->substr(metricsLine->rfind(':') + 1)));
-  return true;
-}
-
-TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
-  ChildProcess daemon(
+// A ddprun-rendezvous with the job's token and a metrics endpoint, both
+// on free ports (the daemon prints them: the store's, then the metrics').
+struct MetricsDaemon {
+  ChildProcess process{
       {kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0", "--metrics_port", "0"},
-      {{"DDPRUN_TOKEN", kToken}});
+      {{"DDPRUN_TOKEN", kToken}}};
   std::uint16_t port = 0;
   std::uint16_t metricsPort = 0;
-  ASSERT_TRUE(daemonPorts(daemon, port, metricsPort));
+
+  // False when the daemon did not say where it listens.
+  bool started() {
+    port = daemonPort(process);
+    const auto line = process.readStdoutLine(10s);
+    if (port == 0 || !line || !line->starts_with("metrics on http://127.0.0.1:")) return false;
+    metricsPort = static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+    return true;
+  }
+};
+
+TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
+  MetricsDaemon daemon;
+  ASSERT_TRUE(daemon.started()) << daemon.process.stderrText();
+  const std::uint16_t port = daemon.port;
+  const std::uint16_t metricsPort = daemon.metricsPort;
   const auto dir = test_support::scratch();
   // Round 1: rank 3 fails; round 2 waits for `go`.
   const std::string script = fmt::format(
@@ -534,8 +539,8 @@ TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
   EXPECT_EQ(httpGet(metricsPort, "/").first, "HTTP/1.1 404 Not Found");
   std::ofstream(dir / "go").put('1');
   for (auto& node : nodes) EXPECT_EQ(node.finish(), 0) << node.err;
-  daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait(10s), 0);
+  daemon.process.signal(SIGTERM);
+  EXPECT_EQ(daemon.process.wait(10s), 0);
 }
 
 // With relays, each node's workers reach their store through it; the
@@ -545,12 +550,10 @@ TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
   if (test_support::ChildProcess({"/usr/bin/python3", "-c", "import torch"}).wait(60s) != 0) {
     GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/setup)";
   }
-  ChildProcess daemon(
-      {kBinDir + "/ddprun-rendezvous", "--host", "127.0.0.1", "--port", "0", "--metrics_port", "0"},
-      {{"DDPRUN_TOKEN", kToken}});
-  std::uint16_t port = 0;
-  std::uint16_t metricsPort = 0;
-  ASSERT_TRUE(daemonPorts(daemon, port, metricsPort));
+  MetricsDaemon daemon;
+  ASSERT_TRUE(daemon.started()) << daemon.process.stderrText();
+  const std::uint16_t port = daemon.port;
+  const std::uint16_t metricsPort = daemon.metricsPort;
   const StopFile stop;
   // Each worker is a PyTorch 1.13 TCPStore client at MASTER_ADDR:MASTER_PORT.
   const std::string script =
@@ -569,15 +572,17 @@ TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
   // Published every few seconds: wait for both nodes' two requests.
   std::map<std::string, double> m;
   double requests = 0;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (requests < 4 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(200ms);
-    m = parseMetrics(httpGet(metricsPort, "/metrics").second);
-    requests = 0;
-    for (const auto& [name, value] : m) {
-      if (name.starts_with("ddprun_relay_requests{rdzv_id=\"job\",node=")) requests += value;
-    }
-  }
+  const bool published = test_support::waitUntil(
+      [&] {
+        m = parseMetrics(httpGet(metricsPort, "/metrics").second);
+        requests = 0;
+        for (const auto& [name, value] : m) {
+          if (name.starts_with("ddprun_relay_requests{rdzv_id=\"job\",node=")) requests += value;
+        }
+        return requests >= 4;
+      },
+      60s, 200ms);
+  EXPECT_TRUE(published);
   EXPECT_EQ(requests, 4);  // each node: its two workers' ADD
   EXPECT_TRUE(m.contains("ddprun_store_connections_by_address{address=\"127.0.0.2\"}"));
   EXPECT_TRUE(m.contains("ddprun_store_connections_by_address{address=\"127.0.0.3\"}"));
@@ -595,8 +600,8 @@ TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
   EXPECT_EQ(relayed, 2u) << status.out;
   stop.create();
   for (auto& node : nodes) EXPECT_EQ(node.finish(), 0) << node.err;
-  daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait(10s), 0);
+  daemon.process.signal(SIGTERM);
+  EXPECT_EQ(daemon.process.wait(10s), 0);
 }
 
 }  // namespace

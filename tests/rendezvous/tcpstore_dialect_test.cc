@@ -14,6 +14,7 @@
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/store_server.h"
 #include "raw_socket.h"
+#include "wait_until.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -44,12 +45,7 @@ class TcpStoreDialectTest : public ::testing::Test {
   }
   // Waits until the server holds `n` pending waits (WAIT or BARRIER).
   bool waitForServerWaiters(std::size_t n) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (server_->stats().waiters != n) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
+    return test_support::waitUntil([&] { return server_->stats().waiters == n; });
   }
   std::unique_ptr<StoreServer> server_;
 };
@@ -75,12 +71,7 @@ class TcpStoreOpsTest : public TcpStoreDialectTest, public ::testing::WithParamI
   // store, or in the relay (where callers of one key share a wait).
   bool waitForWaiters(std::size_t n) {
     if (!throughRelay()) return waitForServerWaiters(n);
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (relay_->counters().waiting != n) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
+    return test_support::waitUntil([&] { return relay_->counters().waiting == n; });
   }
   std::unique_ptr<agent::RelayThread> relay_;
 };
