@@ -15,6 +15,7 @@
 #include <random>
 
 #include "ddprun/agent/core/node_lifecycle.h"
+#include "ddprun/agent/features/downtime_feature.h"
 #include "ddprun/agent/features/event_log_feature.h"
 #include "ddprun/agent/features/failure_report_feature.h"
 #include "ddprun/agent/features/file_timer_feature.h"
@@ -64,7 +65,7 @@ struct Agent::Impl {
         signals(io),
         runDir(config.logDir, config.runId, config.keepLogs),
         baseEnv(environmentMap()),
-        events(config) {
+        events(config, runDir.root()) {
     for (int sig : config.forwardedSignals) signals.add(sig);
     if (config.underSlurm) {
       for (int sig : {SIGUSR1, SIGUSR2}) signals.add(sig);
@@ -76,6 +77,10 @@ struct Agent::Impl {
       placements = planNumaForThisNode(config.numaBinding, config.nprocPerNode, baseEnv);
     }
     fileTimer = FileTimerFeature::fromEnvironment(io, baseEnv, runDir.root(), runner);
+    downtime = std::make_unique<DowntimeFeature>(
+        io, runDir.root(), baseEnv, config.progressHook, config.nprocPerNode, runner, events,
+        [this] { lifecycle->noteProgress(); });
+    if (fileTimer) fileTimer->onRequest([this](int pid) { downtime->fileTimerRequest(pid); });
     if (!config.preload.empty()) startZygote();
     // One node: its notices now; several: once per job (onAssigned).
     if (!multiNode() && !guard.notice().empty()) DDPRUN_INFO("Notice: {}.", guard.notice());
@@ -96,6 +101,10 @@ struct Agent::Impl {
   void buildLifecycle();
   void waitForSignal();
   void finish(int code);
+  void onWorkerEvent(const WorkerEvent& event) {
+    events.worker(event);
+    downtime->worker(event);
+  }
 
   const AgentConfig config;
   OrphanGuard guard;  // forked first, before any thread exists (see OrphanGuard)
@@ -113,8 +122,10 @@ struct Agent::Impl {
   WorkerGroupRunner runner{
       io,
       WorkerGroup::Shared{config, baseEnv, guard, router, runDir,
-                          [this](const WorkerEvent& e) { events.worker(e); }, placements, nullptr}};
+                          [this](const WorkerEvent& e) { onWorkerEvent(e); }, placements,
+                          nullptr}};
   std::unique_ptr<FileTimerFeature> fileTimer;
+  std::unique_ptr<DowntimeFeature> downtime;
   NodeRounds rounds;
   bool jobNoticesSaid = false;
   LoopClock clock{io};
@@ -185,10 +196,14 @@ void Agent::Impl::buildLifecycle() {
     return failureReport->describe(outcome, context);
   };
   settings.exit = [this](int code) { finish(code); };
+  settings.maxNoProgressRestarts = config.maxNoProgressRestarts;
+  settings.noRestartExitCode = config.noRestartExitCode;
   lifecycle = std::make_unique<NodeLifecycle>(
       std::move(settings), LifecyclePorts{runner, *rounds.source, clock, gate.get()});
   if (config.watchdogTimeout.count() > 0) {
-    features.push_back(std::make_unique<HangWatchdogFeature>(io, config.watchdogTimeout, runner));
+    auto watchdog = std::make_unique<HangWatchdogFeature>(io, config.watchdogTimeout, runner);
+    watchdog->whenHangFound([this](double stalledSeconds) { downtime->hangFound(stalledSeconds); });
+    features.push_back(std::move(watchdog));
   }
   if (config.uninterruptibleStateTimeout.count() > 0) {
     features.push_back(std::make_unique<UninterruptibleFeature>(
@@ -203,6 +218,7 @@ void Agent::Impl::buildLifecycle() {
     features.push_back(std::make_unique<LauncherErrorFileFeature>(*config.launcherErrorFile));
     lifecycle->addHook(*features.back());
   }
+  lifecycle->addHook(*downtime);  // its summary before the event log's status
   lifecycle->addHook(events);
 }
 

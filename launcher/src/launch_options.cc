@@ -65,6 +65,12 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   text(app, "rdzv_id", o.rdzvId, "job id shared by all nodes (also names the log directory)");
   text(app, "rdzv_conf", o.rdzvConf, "rendezvous settings KEY=VALUE[,KEY=VALUE...]");
   text(app, "max_restarts", o.maxRestarts, "restarts of the worker group before giving up");
+  text(app, "max_no_progress_restarts", o.maxNoProgressRestarts,
+       "restarts in a row whose attempts made no progress (no rank reached its first training "
+       "step) after which the next such failure stops the job: a crash loop; -1: never");
+  text(app, "no_restart_exit_code", o.noRestartExitCode,
+       "exit code (1-255) when the crash-loop stop ends the job, for a scheduler not to requeue "
+       "it (e.g. 93); default: the failing worker's code");
   text(app, "restart_backoff_initial", o.restartBackoffInitial,
        "seconds to wait before the second restart in a row (the first is immediate); doubles "
        "with each further failure in a row");

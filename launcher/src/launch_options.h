@@ -28,6 +28,8 @@ struct LaunchOptions {
   std::string rdzvId = "none";
   std::string rdzvConf;
   std::string maxRestarts = "0";
+  std::string maxNoProgressRestarts = "3";
+  std::string noRestartExitCode;  // empty: the failing worker's code
   std::string restartBackoffInitial = "1";
   std::string restartBackoffMax = "30";
   std::string watchdogTimeout = "0";

@@ -20,6 +20,7 @@
 #include "launch_options.h"
 #include "run_config.h"
 #include "slurm_fan_out.h"
+#include "report/report_command.h"
 #include "status_command.h"
 
 namespace ddprun::launcher {
@@ -52,6 +53,9 @@ int launcherMain(int argc, char** argv, LauncherKind kind) {
   const char* name = kind == LauncherKind::kLegacyLaunch ? "ddprun-launch" : "ddprun";
   if (kind == LauncherKind::kDdprun && argc > 1 && std::string_view(argv[1]) == "status") {
     return runStatusCommand(argc, argv);
+  }
+  if (kind == LauncherKind::kDdprun && argc > 1 && std::string_view(argv[1]) == "report") {
+    return runReportCommand(argc, argv);
   }
   LaunchOptions options;
   options.legacyLaunch = kind == LauncherKind::kLegacyLaunch;

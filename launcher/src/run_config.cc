@@ -361,6 +361,18 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   config.masterAddr = parseHost("master_addr", o.masterAddr);
   applyRendezvousOptions(o, environmentMap(), config);
   config.maxRestarts = integerOption("max_restarts", o.maxRestarts, 0, 1'000'000, "3");
+  config.maxNoProgressRestarts =
+      integerOption("max_no_progress_restarts", o.maxNoProgressRestarts, -1, 1'000'000, "3");
+  if (!o.noRestartExitCode.empty()) {
+    config.noRestartExitCode = integerOption("no_restart_exit_code", o.noRestartExitCode, 1, 255, "93");
+  }
+  if (const char* hook = std::getenv(env::kProgressHook); hook != nullptr && *hook != '\0') {
+    if (std::string(hook) != "0" && std::string(hook) != "1") {
+      throw ConfigError(fmt::format("{}={} must be 0 (no progress hook) or 1; give e.g. {}=0",
+                                    env::kProgressHook, hook, env::kProgressHook));
+    }
+    config.progressHook = std::string(hook) == "1";
+  }
   secondsOption("monitor_interval", o.monitorInterval);
   const char* shutdownEnv = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
   if (!o.isGiven("shutdown_timeout") && shutdownEnv != nullptr) {

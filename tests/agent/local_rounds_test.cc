@@ -39,7 +39,7 @@ TEST(LocalRounds, CountsTheBudgetAndGivesEachAttemptAFreshStore) {
     io.restart();
   };
   auto fail = [&] {
-    rounds.reportFailure(0, WorkerFailure{}, "",
+    rounds.reportFailure(FailureNotice{},
                          [&](FailureAnswer a) { decisions.push_back(a.decision); });
     EXPECT_TRUE(decisions.empty() || decisions.size() < 4);  // not answered inside the call
     io.run();

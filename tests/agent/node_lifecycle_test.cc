@@ -45,9 +45,9 @@ class FakeRounds : public RoundSource {
     ++joins;
     joinDone = std::move(done);
   }
-  void reportFailure(std::int64_t round, const WorkerFailure& root, const std::string& report,
+  void reportFailure(const FailureNotice& failure,
                      std::function<void(FailureAnswer)> done) override {
-    reported.push_back({round, root.status.shellCode(), report});
+    reported.push_back({failure.round, failure.exitCode, failure.report, failure.giveUp});
     decisionDone = std::move(done);
   }
   void leave(std::int64_t round, std::function<void()> done) override {
@@ -83,6 +83,7 @@ class FakeRounds : public RoundSource {
     std::int64_t round;
     int code;
     std::string text;
+    bool giveUp = false;
   };
   int joins = 0;
   std::vector<Report> reported;

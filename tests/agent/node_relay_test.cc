@@ -352,8 +352,7 @@ class OneRound : public RoundSource {
     result.assignment->masterPort = port_;
     boost::asio::post(io_, [done = std::move(done), result] { done(result); });
   }
-  void reportFailure(std::int64_t, const WorkerFailure&, const std::string&,
-                     std::function<void(FailureAnswer)>) override {}
+  void reportFailure(const FailureNotice&, std::function<void(FailureAnswer)>) override {}
   void leave(std::int64_t, std::function<void()> done) override { done(); }
   bool hosting() const override { return false; }
   void waitUntilAllLeft(std::function<void()> done) override { done(); }

@@ -24,6 +24,7 @@
 #include "ddprun/worker/process_group.h"
 #include "error_text.h"
 #include "process_group_access.h"
+#include "progress_report.h"
 
 namespace ddprun::worker {
 
@@ -320,6 +321,7 @@ class DistributedDataParallel::Reducer {
               static_cast<int>(reducer_->get_grad_buckets(/*return_zero_tensors=*/false).size());
           stats_.exposedCommSeconds =
               std::chrono::duration<double>(Clock::now() - lastGradient).count();
+          reportStep();
         });
       });
     }

@@ -24,6 +24,7 @@
 #include "group_arrival.h"
 #include "job_store.h"
 #include "process_group_access.h"
+#include "progress_report.h"
 #include "tensor_description.h"
 
 namespace ddprun::worker {
@@ -765,7 +766,9 @@ std::shared_ptr<ProcessGroup> initProcessGroup(const Environment& environment,
     impl->size = 1;
   }
   connect(*impl, environment);
-  return std::make_shared<ProcessGroup>(environment, std::move(impl));
+  auto group = std::make_shared<ProcessGroup>(environment, std::move(impl));
+  reportProcessGroupFormed();
+  return group;
 }
 
 }  // namespace ddprun::worker

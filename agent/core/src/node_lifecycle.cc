@@ -128,6 +128,7 @@ void NodeLifecycle::start() { join(); }
 
 void NodeLifecycle::join() {
   moveTo(S::kJoining);
+  for (auto* hook : hooks_) hook->joining();
   ports_.rounds.join([this](JoinResult result) { onJoined(std::move(result)); });
 }
 
@@ -177,6 +178,7 @@ void NodeLifecycle::startWhenOpen() {
 void NodeLifecycle::startGroup() {
   moveTo(S::kRunning);
   attemptStarted_ = ports_.clock.now();
+  progressed_ = false;
   const std::uint64_t run = ++runs_;
   for (auto* hook : hooks_) hook->attemptStarted(attempt_);
   ports_.runner.start(attempt_,
@@ -189,6 +191,9 @@ void NodeLifecycle::stopGroup(int signal) {
     // The hooks first: a watchdog or a file timer would only kill a worker
     // that is being stopped already, and blame it.
     for (auto* hook : hooks_) hook->attemptStopping(attempt_, signal);
+    if (stop_) {
+      for (auto* hook : hooks_) hook->stopRequested(attempt_, *stop_);
+    }
   }
   ports_.runner.stop(signal);
 }
@@ -312,6 +317,7 @@ void NodeLifecycle::onGroupDone(std::uint64_t run, GroupOutcome outcome) {
     return drop("a group's outcome");
   }
   for (auto* hook : hooks_) hook->attemptEnded(attempt_, outcome);
+  noProgressInARow_ = progressed_ ? 0 : noProgressInARow_ + 1;
   // A lost store or a signal: the node exits whatever the outcome.
   if (const auto exit = finalExit()) {
     if (const auto* stop = requestIf<SignalStop>(stop_)) {
@@ -337,27 +343,46 @@ void NodeLifecycle::onFailure(const GroupOutcome& outcome) {
   const WorkerFailure& root = *outcome.rootCause;
   lastFailureCode_ = root.status.shellCode();
   ++failedRunsInARow_;
-  const std::string report =
-      settings_.describeFailure(outcome, {attempt_, history_, failedRunsInARow_});
+  std::string report =
+      settings_.describeFailure(outcome, {attempt_, history_, failedRunsInARow_, progressed_});
+  // A crash loop: this many restarts in a row made no progress already.
+  const int allowed = settings_.maxNoProgressRestarts;
+  const bool giveUp = allowed >= 0 && noProgressInARow_ > allowed;
+  int exitCode = lastFailureCode_;
+  if (giveUp) {
+    exitCode = settings_.noRestartExitCode.value_or(lastFailureCode_);
+    report += fmt::format(
+        "ddprun: error: the workers made no progress in {} attempts in a row "
+        "(--max_no_progress_restarts={}): not restarting{}.\n",
+        noProgressInARow_, allowed,
+        settings_.noRestartExitCode
+            ? fmt::format("; exit code {} (--no_restart_exit_code)", exitCode)
+            : std::string());
+  }
   if (unhealthy_) {
     // A worker wedged in the kernel: a new one would meet the same device.
     // Unlike torchrun 2.14 (which exits 0 here), the job fails.
     DDPRUN_WARN("This node is unhealthy (a worker stayed in D state); no restart.");
     deciding_ = std::make_unique<GroupOutcome>(outcome);
-    return leaveThenExit(exitOf(lastFailureCode_, "", report, &*deciding_->rootCause), false);
+    return leaveThenExit(exitOf(exitCode, "", report, &*deciding_->rootCause), false);
   }
   moveTo(S::kDeciding);
   deciding_ = std::make_unique<GroupOutcome>(outcome);
-  ports_.rounds.reportFailure(
-      attempt_.assignment.round, root, report,
-      [this, report](FailureAnswer answer) { onDecision(std::move(answer), *deciding_, report); });
+  const FailureNotice notice{attempt_.assignment.round, exitCode, root.time, report, giveUp};
+  ports_.rounds.reportFailure(notice, [this, report, exitCode](FailureAnswer answer) {
+    onDecision(std::move(answer), *deciding_, report, exitCode);
+  });
+}
+
+void NodeLifecycle::noteProgress() {
+  if (state_ != S::kRunning && state_ != S::kStopping) return drop("progress");
+  progressed_ = true;
 }
 
 void NodeLifecycle::onDecision(FailureAnswer answer, const GroupOutcome& outcome,
-                               const std::string& report) {
+                               const std::string& report, int code) {
   if (state_ != S::kDeciding) return drop("a restart decision");
   const WorkerFailure& root = *outcome.rootCause;
-  const int code = root.status.shellCode();
   if (!answer.decision) {
     return exitWith(exitOf(
         code, "",
@@ -368,7 +393,7 @@ void NodeLifecycle::onDecision(FailureAnswer answer, const GroupOutcome& outcome
     return leaveThenExit(exitOf(code, "", report, &root), false);
   }
   history_.add(attempt_.restartCount, root);
-  restartAfterBackoff(answer.decision->restarts, code);
+  restartAfterBackoff(answer.decision->restarts, root.status.shellCode());
 }
 
 void NodeLifecycle::restartAfterBackoff(std::int64_t restarts, int failedCode) {

@@ -58,6 +58,9 @@ std::string formatFailureReport(const FailureSummary& s) {
   for (const auto& line : root.causeDetails) out << "    " << line << "\n";
   out << fmt::format("  time       : {}\n", formatTime(root.time));
   out << fmt::format("  attempt    : {}\n", root.attempt);
+  out << fmt::format("  phase      : {}\n", s.startedTraining
+                                                 ? "after training began"
+                                                 : "at startup (before any rank's first step)");
   out << fmt::format("  error_file : {}{}\n",
                      root.error ? root.errorFile.string() : std::string("<none written>"),
                      root.error && !s.filesKept ? " (removed at exit; --log_dir keeps it)" : "");

@@ -35,6 +35,7 @@ std::string FailureReportFeature::describe(const GroupOutcome& outcome,
         context.failedRunsInARow);
   }
   summary.filesKept = filesKept_;
+  summary.startedTraining = context.progressed;
   return formatFailureReport(summary);
 }
 

@@ -1,19 +1,12 @@
 #include "ddprun/agent/features/file_timer_server.h"
 
-#include <fcntl.h>
-#include <limits.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <boost/asio/read_until.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
@@ -23,79 +16,23 @@ namespace ddprun::agent {
 namespace asio = boost::asio;
 using WallClock = std::chrono::system_clock;
 
-namespace {
-
-int openPipe(const std::filesystem::path& path, bool& created) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) == 0) {
-    if (!S_ISFIFO(info.st_mode)) {
-      throw Error(fmt::format(
-          "TORCHELASTIC_TIMER_FILE={} exists and is not a named pipe; remove it or name another "
-          "path",
-          path.string()));
-    }
-  } else if (::mkfifo(path.c_str(), 0600) == 0) {
-    created = true;
-  } else {
-    throw Error(fmt::format("cannot create the file timer's pipe {}: {}", path.string(),
-                            std::strerror(errno)));
-  }
-  // Read and write: clients can always open it (O_WRONLY|O_NONBLOCK fails
-  // without a reader) and reads never see end of file.
-  const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    throw Error(fmt::format("cannot open the file timer's pipe {}: {}", path.string(),
-                            std::strerror(errno)));
-  }
-  return fd;
-}
-
-}  // namespace
-
 FileTimerServer::FileTimerServer(asio::io_context& io, std::filesystem::path path, AcceptFn accept,
                                  ExpiredFn onExpired)
-    : path_(std::move(path)),
-      accept_(std::move(accept)),
+    : accept_(std::move(accept)),
       onExpired_(std::move(onExpired)),
-      pipe_(io),
-      input_(PIPE_BUF + 1),
+      pipe_(
+          io, std::move(path), "the file timer's pipe", "TORCHELASTIC_TIMER_FILE",
+          [this](const std::string& line) { handle(line); },
+          [this] { ++dropped_["a request longer than PIPE_BUF"]; }),
       alarm_(io) {
-  pipe_.assign(openPipe(path_, created_));
-  DDPRUN_INFO("The file timer server reads {} (TORCHELASTIC_TIMER_FILE).", path_.string());
-  readLine();
+  DDPRUN_INFO("The file timer server reads {} (TORCHELASTIC_TIMER_FILE).", pipe_.path().string());
 }
 
-FileTimerServer::~FileTimerServer() {
-  boost::system::error_code ignored;
-  pipe_.close(ignored);
-  if (created_) ::unlink(path_.c_str());
-}
+FileTimerServer::~FileTimerServer() = default;
 
 void FileTimerServer::clear() {
   timers_.clear();
   alarm_.cancel();
-}
-
-void FileTimerServer::readLine() {
-  asio::async_read_until(pipe_, input_, '\n', [this](boost::system::error_code ec, std::size_t n) {
-    if (ec == asio::error::operation_aborted) return;
-    if (ec == asio::error::not_found) {
-      // A line longer than PIPE_BUF (PyTorch's clients never write one):
-      // drop what was buffered and carry on.
-      ++dropped_["a request longer than PIPE_BUF"];
-      input_.consume(input_.size());
-    } else if (ec) {
-      DDPRUN_WARN("The file timer's pipe {} failed ({}); timers are no longer served.",
-                  path_.string(), ec.message());
-      return;
-    } else {
-      std::string line(asio::buffers_begin(input_.data()),
-                       asio::buffers_begin(input_.data()) + static_cast<std::ptrdiff_t>(n));
-      input_.consume(n);
-      handle(line);
-    }
-    readLine();
-  });
 }
 
 void FileTimerServer::handle(const std::string& line) {
@@ -120,6 +57,7 @@ void FileTimerServer::handle(const std::string& line) {
     drop("a request from a pid that is not one of this node's workers");
     return;
   }
+  if (onRequest_) onRequest_(pid);
   const auto key = std::make_pair(pid, scope);
   if (expiration < 0) {
     timers_.erase(key);  // release

@@ -36,6 +36,7 @@ void HangWatchdogFeature::onHang(const HangReport& report) {
                 peer.where.empty() ? "" : "; ", peer.where);
   }
   workers_.noteCause(report.localRank, cause, report.details);
+  if (hangFound_) hangFound_(report.stalledSeconds);
   ::kill(report.pid, SIGKILL);
 }
 

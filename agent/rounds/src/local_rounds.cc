@@ -30,11 +30,11 @@ void LocalRounds::join(std::function<void(JoinResult)> done) {
   boost::asio::post(io_, [done = std::move(done), result] { done(result); });
 }
 
-void LocalRounds::reportFailure(std::int64_t, const WorkerFailure&, const std::string&,
+void LocalRounds::reportFailure(const FailureNotice& failure,
                                 std::function<void(FailureAnswer)> done) {
   FailureAnswer answer;
   answer.decision.emplace();
-  answer.decision->restartAllowed = restarts_ < maxRestarts_;
+  answer.decision->restartAllowed = !failure.giveUp && restarts_ < maxRestarts_;
   if (answer.decision->restartAllowed) ++restarts_;
   answer.decision->restarts = restarts_;
   boost::asio::post(io_, [done = std::move(done), answer] { done(answer); });

@@ -352,18 +352,19 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   });
 }
 
-void NodeRendezvous::asyncReportFailure(std::int64_t round, int exitCode, const std::string& report,
-                                        std::chrono::system_clock::time_point failedAt,
+void NodeRendezvous::asyncReportFailure(const FailureNotice& failure,
                                         std::function<void(FailureAnswer)> done) {
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;
-  r.round = round;
+  r.round = failure.round;
   r.maxRestarts = config_.maxRestarts;
-  r.exitCode = exitCode;
-  r.report = report;
-  r.failedAtMs =
-      std::chrono::duration_cast<std::chrono::milliseconds>(failedAt.time_since_epoch()).count();
+  r.exitCode = failure.exitCode;
+  r.report = failure.report;
+  r.failedAtMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     failure.failedAt.time_since_epoch())
+                     .count();
+  r.giveUp = failure.giveUp;
   asio::post(worker_, [this, r, done = std::move(done)] {
     FailureAnswer answer;
     try {

@@ -40,11 +40,9 @@ void RendezvousRounds::join(std::function<void(JoinResult)> done) {
   });
 }
 
-void RendezvousRounds::reportFailure(std::int64_t round, const WorkerFailure& root,
-                                     const std::string& report,
+void RendezvousRounds::reportFailure(const FailureNotice& failure,
                                      std::function<void(FailureAnswer)> done) {
-  rendezvous_.asyncReportFailure(round, root.status.shellCode(), report, root.time,
-                                 std::move(done));
+  rendezvous_.asyncReportFailure(failure, std::move(done));
 }
 
 void RendezvousRounds::leave(std::int64_t round, std::function<void()> done) {

@@ -624,7 +624,7 @@ protocol::RestartDecision EtcdRendezvous::reportFailure(const protocol::NodeRepo
     next.lastFailure = {report.nodeId, report.round, report.exitCode, report.failedAtMs,
                         report.report};
     const policy::FailureOutcome out =
-        policy::spendRestart(s.settings(), s.restarts, report.nodeId);
+        policy::spendRestart(s.settings(), s.restarts, report.nodeId, report.giveUp);
     next.restarts = out.restarts;
     if (out.restartAllowed) {
       next = etcd::endRound(next, out.endReason, nowMs());

@@ -76,10 +76,11 @@ std::string endOnJoin(const Settings& s, std::size_t participants, bool particip
   return "";
 }
 
-FailureOutcome spendRestart(const Settings& s, std::int64_t restarts, const std::string& nodeId) {
+FailureOutcome spendRestart(const Settings& s, std::int64_t restarts, const std::string& nodeId,
+                            bool giveUp) {
   FailureOutcome out;
   out.restarts = restarts;
-  if (restarts >= s.maxRestarts) return out;  // the job fails
+  if (giveUp || restarts >= s.maxRestarts) return out;  // the job fails
   out.restarts = restarts + 1;
   out.restartAllowed = true;
   out.endReason = failedText(nodeId, out.restarts, s.maxRestarts);

@@ -429,7 +429,7 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
                       report.report};
     ++r->failures;
     const policy::FailureOutcome out =
-        policy::spendRestart(r->settings, r->restarts, report.nodeId);
+        policy::spendRestart(r->settings, r->restarts, report.nodeId, report.giveUp);
     r->restarts = out.restarts;
     if (out.restartAllowed) {
       endRound(*r, out.endReason, report.nodeId);

@@ -60,6 +60,7 @@ class Writer {
   bool u32(std::uint32_t v) { return putU32(out_, v), true; }
   bool i64(std::int64_t v) { return putI64(out_, v), true; }
   bool flag(bool v) { return putU8(out_, v ? 1 : 0), true; }
+  bool trailingFlag(bool v) { return flag(v); }
   bool key(std::string_view s) { return putString(out_, s), true; }
   bool name(std::string_view s) { return key(s); }
   bool value(std::string_view s) { return putString(out_, s), true; }
@@ -97,6 +98,15 @@ class RequestDecoder {
   bool u16(std::uint16_t& v) { return reader_.u16(v); }
   bool u32(std::uint32_t& v) { return reader_.u32(v); }
   bool i64(std::int64_t& v) { return reader_.i64(v); }
+  // A flag a later version added at the end of a request: absent (false)
+  // when an older client's body ends before it.
+  bool trailingFlag(bool& v) {
+    std::uint8_t byte = 0;
+    if (reader_.atEnd()) return v = false, true;
+    if (!reader_.u8(byte)) return false;
+    v = byte != 0;
+    return true;
+  }
   bool key(std::string& s) { return string(s, limits_.maxKeyBytes, "key"); }
   bool name(std::string& s) { return key(s); }
   bool value(std::string& s) { return string(s, limits_.maxValueBytes, "value"); }
@@ -176,6 +186,7 @@ class LimitChecker {
   bool u16(std::uint16_t) { return add(2); }
   bool u32(std::uint32_t) { return add(4); }
   bool i64(std::int64_t) { return add(8); }
+  bool trailingFlag(bool) { return add(1); }
   bool key(std::string_view s) { return string(s, limits_.maxKeyBytes, "key"); }
   bool name(std::string_view s) { return key(s); }
   bool value(std::string_view s) { return string(s, limits_.maxValueBytes, "value"); }
@@ -240,6 +251,7 @@ class KeyVisitor {
   bool u16(std::uint16_t) { return true; }
   bool u32(std::uint32_t) { return true; }
   bool i64(std::int64_t) { return true; }
+  bool trailingFlag(bool) { return true; }
   bool key(std::string_view s) { return allowed_(s); }
   bool name(std::string_view) { return true; }  // ids and names, not store keys
   bool value(std::string_view) { return true; }
@@ -396,10 +408,12 @@ bool fields(auto& io, OneOf<Assignment> auto& a) {
 
 // LEAVE: the NodeReport -> (empty)
 // REPORT_FAILURE: the NodeReport -> i64 restarts used, u8 restart allowed
+// (version 7 adds u8 give_up at the end; a version 5/6 body ends before it)
 bool fields(auto& io, OneOf<Leave, ReportFailure> auto& m) {
   auto& n = m.node;
   return io.name(n.rdzvId) && io.name(n.nodeId) && io.i64(n.round) && io.i64(n.maxRestarts) &&
-         io.i64(n.exitCode) && io.value(n.report) && io.i64(n.failedAtMs);
+         io.i64(n.exitCode) && io.value(n.report) && io.i64(n.failedAtMs) &&
+         io.trailingFlag(n.giveUp);
 }
 bool fields(auto& io, OneOf<RestartDecision> auto& r) {
   return io.i64(r.restarts) && io.flag(r.restartAllowed);

@@ -58,5 +58,11 @@ inline constexpr char kHostname[] = "DDPRUN_HOSTNAME";
 // Seconds between rendezvous progress lines when stderr is not a terminal
 // (default 10; 0: none).
 inline constexpr char kProgressInterval[] = "DDPRUN_PROGRESS_INTERVAL";
+// The named pipe a worker reports its progress to (its process group
+// formed, its training steps): one JSON line per report,
+// {"pid": P, "event": "process_group"|"step", "step": N}. Set by the agent.
+inline constexpr char kProgressPipe[] = "DDPRUN_PROGRESS_PIPE";
+// 0: no progress hook on the Python workers' path (read by the launcher).
+inline constexpr char kProgressHook[] = "DDPRUN_PROGRESS_HOOK";
 
 }  // namespace ddprun::env

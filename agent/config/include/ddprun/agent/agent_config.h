@@ -115,6 +115,13 @@ struct AgentConfig {
   int masterPort = 0;
 
   int maxRestarts = 0;
+  // The crash-loop stop (docs/operations.md, "Crash loops"): restarts in a
+  // row without progress allowed (-1: never stop), and the exit code then
+  // (none: the failing worker's).
+  int maxNoProgressRestarts = 3;
+  std::optional<int> noRestartExitCode;
+  // Python workers get ddprun's progress hook (DDPRUN_PROGRESS_HOOK=0: not).
+  bool progressHook = true;
   RestartBackoffConfig restartBackoff;
   // --watchdog_timeout: a node none of whose workers progressed (CPU or
   // I/O) for this long is hung; its first-stalled worker fails. Zero: off.

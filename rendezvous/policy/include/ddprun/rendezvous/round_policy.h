@@ -92,8 +92,10 @@ struct FailureOutcome {
   bool restartAllowed = false;
   std::string endReason;  // the round's end (restart allowed); else the job failed
 };
+// `giveUp`: the node asks the job to stop (a crash loop): it fails
+// whatever budget is left.
 FailureOutcome spendRestart(const Settings& settings, std::int64_t restarts,
-                            const std::string& nodeId);
+                            const std::string& nodeId, bool giveUp = false);
 
 // --- blame, streaks and host exclusion ------------------------------------------
 

@@ -25,8 +25,9 @@ namespace ddprun::rendezvous::protocol {
 // for details (members, restarts, the last failure) for `ddprun status`.
 // Version 6: every op of PyTorch's TCPStore (queues, LIST_KEYS, BARRIER),
 // SHARED_WAIT and CANCEL, for the node relay; a version 5 client is still
-// served (it never sends them).
-inline constexpr std::uint16_t kVersion = 6;
+// served (it never sends them). Version 7: REPORT_FAILURE ends with u8
+// give_up (a crash loop fails the job); a version 5/6 body ends before it.
+inline constexpr std::uint16_t kVersion = 7;
 inline constexpr std::uint16_t kMinVersion = 5;
 // A timeout field of this value means "wait without limit".
 inline constexpr std::uint32_t kNoTimeout = 0xFFFFFFFFu;
@@ -407,6 +408,10 @@ struct NodeReport {
   // the earliest failure of a round is blamed on its host, not the
   // knock-on failures of other nodes.
   std::int64_t failedAtMs = 0;
+  // REPORT_FAILURE (version 7): the node's attempts made no progress for
+  // --max_no_progress_restarts in a row: the job fails now with `exitCode`,
+  // whatever its restart budget.
+  bool giveUp = false;
   bool operator==(const NodeReport&) const = default;
 };
 struct Leave {

@@ -86,9 +86,13 @@ struct NodeExit {
 class LifecycleHook {
  public:
   virtual ~LifecycleHook() = default;
+  // The node joins a round (the first, or again).
+  virtual void joining() {}
   virtual void attemptStarted(const Attempt&) {}
-  // The group is being stopped with `signal` (before its outcome).
+  // The group is being stopped with `signal` (before its outcome); `why`:
+  // the stop request that asked for it.
   virtual void attemptStopping(const Attempt&, int /*signal*/) {}
+  virtual void stopRequested(const Attempt&, const StopRequest& /*why*/) {}
   virtual void attemptEnded(const Attempt&, const GroupOutcome&) {}
   virtual void restarting(const RestartNote&) {}
   virtual void exiting(const NodeExit&) {}
@@ -128,6 +132,7 @@ struct FailureContext {
   const Attempt& attempt;
   const FailureHistory& history;
   int failedRunsInARow = 0;  // this node's, this one included
+  bool progressed = false;   // the attempt made progress (noteProgress) before it failed
 };
 
 struct LifecycleSettings {
@@ -138,6 +143,12 @@ struct LifecycleSettings {
   std::uint64_t backoffSeed = 0;
   std::function<std::string(const GroupOutcome&, const FailureContext&)> describeFailure;
   std::function<void(int code)> exit;  // after every hook saw the exit
+  // The crash-loop stop (docs/operations.md, "Crash loops"): after this many
+  // restarts in a row whose attempts made no progress, the next failure
+  // stops the job (giveUp) instead of restarting; -1: never.
+  int maxNoProgressRestarts = -1;
+  // The code the job then exits with; none: the root cause's.
+  std::optional<int> noRestartExitCode;
 };
 
 struct LifecyclePorts {
@@ -171,6 +182,9 @@ class NodeLifecycle {
   static constexpr std::chrono::milliseconds kSameDelivery{500};
   // A worker of this node wedged in the kernel: no restart from now on.
   void markUnhealthy() { unhealthy_ = true; }
+  // The running attempt made progress (a rank's first step, or it ran long
+  // enough: the downtime feature decides, docs/operations.md).
+  void noteProgress();
   // Something the node cannot go on without failed (--preload's zygote):
   // prints `report` and exits with `code`.
   void fail(const std::string& report, int code);
@@ -190,7 +204,9 @@ class NodeLifecycle {
   void stopGroup(int signal);
   void onGroupDone(std::uint64_t run, GroupOutcome outcome);
   void onFailure(const GroupOutcome& outcome);
-  void onDecision(FailureAnswer answer, const GroupOutcome& outcome, const std::string& report);
+  // `code`: the exit code if the job stops now.
+  void onDecision(FailureAnswer answer, const GroupOutcome& outcome, const std::string& report,
+                  int code);
   void restartAfterBackoff(std::int64_t restarts, int failedCode);
   void restart(std::int64_t restarts, int failedCode);
   void rejoin(const std::string& reason);
@@ -231,6 +247,8 @@ class NodeLifecycle {
   bool unhealthy_ = false;
   int failedRunsInARow_ = 0;
   int lastFailureCode_ = 0;
+  bool progressed_ = false;    // the running attempt made progress
+  int noProgressInARow_ = 0;   // attempts ended without progress, in a row
   FailureHistory history_;
   RestartBackoff backoff_;
   std::chrono::steady_clock::time_point attemptStarted_;

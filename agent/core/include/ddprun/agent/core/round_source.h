@@ -11,6 +11,7 @@
 // Thread-safety: the lifecycle's loop thread only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -38,6 +39,17 @@ struct WorkersStore {
   std::string prefix;
 };
 
+// A failure of this node's workers, as the job is told it.
+struct FailureNotice {
+  std::int64_t round = 0;
+  int exitCode = 0;  // the code the job fails with if it stops now
+  std::chrono::system_clock::time_point failedAt;  // the root cause's
+  std::string report;                              // the root-cause report
+  // A crash loop (--max_no_progress_restarts): the job stops now,
+  // whatever restarts are left.
+  bool giveUp = false;
+};
+
 // What a failure report got back: the decision, or why there is none.
 struct FailureAnswer {
   std::optional<rendezvous::protocol::RestartDecision> decision;
@@ -49,9 +61,8 @@ class RoundSource {
   virtual ~RoundSource() = default;
 
   virtual void join(std::function<void(JoinResult)> done) = 0;
-  // This node's workers failed in `round` (the first at `root.time`).
-  virtual void reportFailure(std::int64_t round, const WorkerFailure& root,
-                             const std::string& report,
+  // This node's workers failed.
+  virtual void reportFailure(const FailureNotice& failure,
                              std::function<void(FailureAnswer)> done) = 0;
   virtual void leave(std::int64_t round, std::function<void()> done) = 0;
   // True when this node's process serves the job's store: it waits for the

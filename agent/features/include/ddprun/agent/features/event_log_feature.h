@@ -2,11 +2,17 @@
 // torchelastic's events, each worker's start and end (WorkerEvent, from the
 // workers' room), each round this node is assigned
 // (torchelastic.agent.RENDEZVOUS), each restart (torchelastic.agent.RESTART)
-// and the node's end (torchelastic.agent.status.SUCCEEDED/FAILED). Nothing
-// is formatted when the handler is "null".
+// and the node's end (torchelastic.agent.status.SUCCEEDED/FAILED), and
+// other features' events (record). They also go to the run directory's
+// events.jsonl, whatever the handler.
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
 
 #include "ddprun/agent/agent_config.h"
 #include "ddprun/agent/core/node_lifecycle.h"
@@ -18,10 +24,17 @@ namespace ddprun::agent {
 
 class EventLogFeature : public LifecycleHook {
  public:
-  // Throws ddprun::Error when the log's file cannot be opened.
-  explicit EventLogFeature(const AgentConfig& config);
+  // Writes to the user's log (--event_log_handler) and always to
+  // `runDirectory`/events.jsonl (what `ddprun report` reads). Throws
+  // ddprun::Error when a log's file cannot be opened.
+  EventLogFeature(const AgentConfig& config, const std::filesystem::path& runDirectory);
+
+  // One event, with run_id and hostname added to `metadata`.
+  void record(const std::string& name, const std::string& source,
+              std::map<std::string, std::string> metadata);
 
   void worker(const WorkerEvent& event);
+  void joining() override { joinedAt_ = std::chrono::steady_clock::now(); }
   void roundAssigned(const rendezvous::protocol::Assignment& assigned);
   void restarting(const RestartNote& note) override;
   void exiting(const NodeExit& exit) override;
@@ -29,6 +42,8 @@ class EventLogFeature : public LifecycleHook {
  private:
   const AgentConfig& config_;
   EventLog log_;
+  EventLog runLog_;  // the run directory's events.jsonl
+  std::chrono::steady_clock::time_point joinedAt_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace ddprun::agent

@@ -30,6 +30,10 @@ struct FailureSummary {
   std::vector<int> stoppedRanks;             // ranks the agent stopped
   FailureHistory history;                    // the earlier attempts
   std::string repeatedFailure;               // a host that failed round after round
+  // Whether the attempt had made progress (a rank's first step) before it
+  // failed: a startup failure (an import, an argument, a missing file, a
+  // device at start) or one after training began.
+  bool startedTraining = false;
   bool filesKept = true;                     // false: the run directory is temporary (no --log_dir)
 };
 

@@ -34,6 +34,9 @@ class FileTimerFeature : public LifecycleHook {
   FileTimerFeature(boost::asio::io_context& io, const std::filesystem::path& path,
                    RunningWorkers& workers);
 
+  // Called with the pid of every accepted request.
+  void onRequest(std::function<void(int pid)> then) { server_.onRequest(std::move(then)); }
+
   void attemptStarted(const Attempt&) override { server_.clear(); }
   void attemptStopping(const Attempt&, int) override { server_.clear(); }
   void attemptEnded(const Attempt&, const GroupOutcome&) override { server_.clear(); }

@@ -21,9 +21,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/streambuf.hpp>
 
 #include <chrono>
 #include <filesystem>
@@ -31,6 +29,8 @@
 #include <map>
 #include <string>
 #include <utility>
+
+#include "ddprun/agent/features/line_pipe.h"
 
 namespace ddprun::agent {
 
@@ -58,10 +58,13 @@ class FileTimerServer {
   FileTimerServer(const FileTimerServer&) = delete;
   FileTimerServer& operator=(const FileTimerServer&) = delete;
 
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return pipe_.path(); }
   // Drops every timer (a new attempt's workers start with none).
   void clear();
   std::size_t liveTimers() const { return timers_.size(); }
+  // Called with the pid of every accepted request (a keep-alive is a sign
+  // of progress).
+  void onRequest(std::function<void(int pid)> then) { onRequest_ = std::move(then); }
 
  private:
   struct Timer {
@@ -69,18 +72,15 @@ class FileTimerServer {
     int signal = 0;
   };
 
-  void readLine();
   void handle(const std::string& line);
   void rearm();
   void expire();
   void dropTimersOf(int pid);
 
-  std::filesystem::path path_;
-  bool created_ = false;
   AcceptFn accept_;
   ExpiredFn onExpired_;
-  boost::asio::posix::stream_descriptor pipe_;
-  boost::asio::streambuf input_;
+  std::function<void(int pid)> onRequest_;
+  LinePipe pipe_;
   boost::asio::steady_timer alarm_;
   std::map<std::pair<int, std::string>, Timer> timers_;  // (pid, scope)
   std::map<std::string, int> dropped_;                   // reason -> count

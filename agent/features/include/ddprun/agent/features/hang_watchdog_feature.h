@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "ddprun/agent/core/node_lifecycle.h"
@@ -24,6 +25,11 @@ class HangWatchdogFeature : public LifecycleHook {
   HangWatchdogFeature(boost::asio::io_context& io, std::chrono::milliseconds timeout,
                       RunningWorkers& workers);
 
+  // Told how long the culprit had been stalled when a hang is found.
+  void whenHangFound(std::function<void(double stalledSeconds)> then) {
+    hangFound_ = std::move(then);
+  }
+
   void attemptStarted(const Attempt&) override;
   void attemptStopping(const Attempt&, int) override { watchdog_.reset(); }
   void attemptEnded(const Attempt&, const GroupOutcome&) override { watchdog_.reset(); }
@@ -36,6 +42,7 @@ class HangWatchdogFeature : public LifecycleHook {
   const std::chrono::milliseconds timeout_;
   RunningWorkers& workers_;
   std::unique_ptr<HangWatchdog> watchdog_;
+  std::function<void(double)> hangFound_;
 };
 
 }  // namespace ddprun::agent

@@ -23,7 +23,7 @@ class LocalRounds : public RoundSource {
               std::string runId);
 
   void join(std::function<void(JoinResult)> done) override;
-  void reportFailure(std::int64_t round, const WorkerFailure& root, const std::string& report,
+  void reportFailure(const FailureNotice& failure,
                      std::function<void(FailureAnswer)> done) override;
   void leave(std::int64_t round, std::function<void()> done) override;
   bool hosting() const override { return false; }

@@ -70,9 +70,7 @@ class NodeRendezvous {
   // order, on the worker thread; each answer is posted to the agent's loop
   // (never called inside the call).
   void asyncJoin(std::function<void(JoinResult)> done);
-  void asyncReportFailure(std::int64_t round, int exitCode, const std::string& report,
-                          std::chrono::system_clock::time_point failedAt,
-                          std::function<void(FailureAnswer)> done);
+  void asyncReportFailure(const FailureNotice& failure, std::function<void(FailureAnswer)> done);
   // A lost store is not asked: `done` comes at once.
   void asyncLeave(std::int64_t round, std::function<void()> done);
   // Host only: calls `done` once every node has left or the close timeout

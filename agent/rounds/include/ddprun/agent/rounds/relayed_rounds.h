@@ -31,9 +31,9 @@ class RelayedRounds : public RoundSource {
   ~RelayedRounds() override;
 
   void join(std::function<void(JoinResult)> done) override;
-  void reportFailure(std::int64_t round, const WorkerFailure& root, const std::string& report,
+  void reportFailure(const FailureNotice& failure,
                      std::function<void(FailureAnswer)> done) override {
-    inner_->reportFailure(round, root, report, std::move(done));
+    inner_->reportFailure(failure, std::move(done));
   }
   void leave(std::int64_t round, std::function<void()> done) override;
   bool hosting() const override { return inner_->hosting(); }

@@ -24,7 +24,7 @@ class RendezvousRounds : public RoundSource {
                    std::function<void(const rendezvous::protocol::Assignment&)> assigned);
 
   void join(std::function<void(JoinResult)> done) override;
-  void reportFailure(std::int64_t round, const WorkerFailure& root, const std::string& report,
+  void reportFailure(const FailureNotice& failure,
                      std::function<void(FailureAnswer)> done) override;
   void leave(std::int64_t round, std::function<void()> done) override;
   bool hosting() const override { return rendezvous_.hosting(); }

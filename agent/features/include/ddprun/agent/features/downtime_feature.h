@@ -1,0 +1,92 @@
+// DowntimeFeature: times every incident of this node phase by phase
+// (IncidentTimeline), tells the lifecycle when an attempt made progress (the
+// crash-loop stop counts attempts without), records each incident in the
+// event log and says where the time went when the node exits
+// (docs/operations.md, "Downtime, phase by phase").
+//
+// What it sees, with no change to the training program:
+//   - each worker's start and failure (WorkerEvent), a hang's lag (the
+//     watchdog), why the lifecycle stopped a group (StopRequest);
+//   - the workers' reports on the progress pipe (DDPRUN_PROGRESS_PIPE, in
+//     the run directory): Python workers through ddprun's progress hook
+//     (progress_hook.py, first on their PYTHONPATH unless
+//     DDPRUN_PROGRESS_HOOK=0), C++ workers through ddprun::worker; each
+//     report's pid must be one of the running workers or theirs;
+//   - PyTorch file timer requests (a keep-alive is a step).
+// An attempt without any step that runs kAssumeTrainingAfter counts as
+// training from its process group (or its spawn): a program that reports
+// nothing is neither a crash loop nor all downtime.
+//
+// Thread-safety: the agent's loop thread only.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "ddprun/agent/core/node_lifecycle.h"
+#include "ddprun/agent/core/running_workers.h"
+#include "ddprun/agent/core/worker_event.h"
+#include "ddprun/agent/features/event_log_feature.h"
+#include "ddprun/agent/features/incident_timeline.h"
+#include "ddprun/agent/features/line_pipe.h"
+
+namespace ddprun::agent {
+
+class DowntimeFeature : public LifecycleHook {
+ public:
+  static constexpr std::chrono::minutes kAssumeTrainingAfter{5};
+
+  // Creates the progress pipe in `runDirectory` and names it in `env` (the
+  // workers' base environment); with `pythonHook`, writes the Python hook
+  // (progress_hook/sitecustomize.py there) and puts it first on env's
+  // PYTHONPATH. `localWorkers`: this node's workers per attempt.
+  // `progressed` is told each attempt's first progress. Throws
+  // ddprun::Error when the pipe cannot be made.
+  DowntimeFeature(boost::asio::io_context& io, const std::filesystem::path& runDirectory,
+                  std::map<std::string, std::string>& env, bool pythonHook,
+                  int localWorkers, RunningWorkers& workers, EventLogFeature& events,
+                  std::function<void()> progressed);
+
+  // Inputs from the other rooms (the root connects them).
+  void worker(const WorkerEvent& event);
+  void hangFound(double stalledSeconds) { lag_ = std::chrono::duration<double>(stalledSeconds); }
+  void fileTimerRequest(int pid);
+
+  void joining() override;
+  void attemptStarted(const Attempt& attempt) override;
+  void stopRequested(const Attempt&, const StopRequest& why) override;
+  void attemptEnded(const Attempt&, const GroupOutcome&) override;
+  void exiting(const NodeExit& exit) override;
+
+  DowntimeSummary summary() const { return timeline_.summary(IncidentTimeline::Clock::now()); }
+
+ private:
+  void onLine(const std::string& line);
+  void onStep(int localRank);
+  void recordEnded();
+  void drop(const std::string& reason);
+
+  const int localWorkers_;
+  RunningWorkers& workers_;
+  EventLogFeature& events_;
+  std::function<void()> progressed_;
+  IncidentTimeline timeline_;
+  LinePipe pipe_;
+  boost::asio::steady_timer assumeTraining_;
+  std::chrono::duration<double> lag_{0};
+  Attempt attempt_;
+  std::map<std::string, int> dropped_;  // reason -> count
+};
+
+// Writes the Python progress hook as `dir`/sitecustomize.py.
+void writeProgressHook(const std::filesystem::path& dir);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,207 @@
+#include "ddprun/agent/features/downtime_feature.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "ddprun/common/env.h"
+#include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
+#include "progress_hook_source.h"
+
+namespace ddprun::agent {
+
+namespace {
+
+using Clock = IncidentTimeline::Clock;
+
+std::string millis(double seconds) { return std::to_string(std::llround(seconds * 1000.0)); }
+
+std::string epochMillis(std::chrono::system_clock::time_point t) {
+  return std::to_string(
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
+}
+
+}  // namespace
+
+void writeProgressHook(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir / "sitecustomize.py", std::ios::trunc);
+  out << kProgressHookSource;
+  if (!out.flush()) {
+    throw Error(fmt::format("cannot write the progress hook to {}", dir.string()));
+  }
+}
+
+DowntimeFeature::DowntimeFeature(boost::asio::io_context& io,
+                                 const std::filesystem::path& runDirectory,
+                                 std::map<std::string, std::string>& env, bool pythonHook,
+                                 int localWorkers, RunningWorkers& workers, EventLogFeature& events,
+                                 std::function<void()> progressed)
+    : localWorkers_(localWorkers),
+      workers_(workers),
+      events_(events),
+      progressed_(std::move(progressed)),
+      timeline_(Clock::now(), std::chrono::system_clock::now()),
+      pipe_(
+          io, runDirectory / "progress.pipe", "the workers' progress pipe", env::kProgressPipe,
+          [this](const std::string& line) { onLine(line); },
+          [this] { drop("a report longer than PIPE_BUF"); }),
+      assumeTraining_(io) {
+  env[env::kProgressPipe] = pipe_.path().string();
+  if (pythonHook) {
+    const auto dir = runDirectory / "progress_hook";
+    writeProgressHook(dir);
+    const auto path = env.find("PYTHONPATH");
+    env["PYTHONPATH"] = path == env.end() || path->second.empty()
+                            ? dir.string()
+                            : dir.string() + ":" + path->second;
+  }
+}
+
+void DowntimeFeature::drop(const std::string& reason) {
+  if (dropped_[reason]++ == 0) {
+    DDPRUN_WARN("The workers' progress pipe dropped {} (further ones are dropped silently).",
+                reason);
+  }
+}
+
+void DowntimeFeature::onLine(const std::string& line) {
+  const auto report = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!report.is_object() || !report.contains("pid") || !report["pid"].is_number_integer() ||
+      !report.contains("event") || !report["event"].is_string()) {
+    return drop("a report that is not ddprun's progress JSON");
+  }
+  const int pid = report["pid"].get<int>();
+  const auto localRank = pid > 0 ? workers_.localRankOf(pid) : std::nullopt;
+  if (!localRank) return drop("a report from a pid that is not one of this node's workers");
+  const std::string event = report["event"].get<std::string>();
+  if (event == "process_group") {
+    timeline_.processGroupFormed(Clock::now(), *localRank);
+    events_.record("ddprun.worker.PROCESS_GROUP", "WORKER",
+                   {{"global_rank", std::to_string(workers_.rankOf(*localRank))},
+                    {"local_rank", std::to_string(*localRank)},
+                    {"worker_id", std::to_string(pid)},
+                    {"agent_restarts", std::to_string(attempt_.restartCount)},
+                    {"attempt", std::to_string(attempt_.runIndex)}});
+  } else if (event == "step") {
+    onStep(*localRank);
+  } else {
+    drop("a report of an unknown event");
+  }
+}
+
+void DowntimeFeature::fileTimerRequest(int pid) {
+  if (const auto localRank = workers_.localRankOf(pid)) onStep(*localRank);
+}
+
+void DowntimeFeature::onStep(int localRank) {
+  if (!timeline_.stepped(Clock::now(), localRank)) return;
+  assumeTraining_.cancel();
+  events_.record("ddprun.worker.FIRST_STEP", "WORKER",
+                 {{"global_rank", std::to_string(workers_.rankOf(localRank))},
+                  {"local_rank", std::to_string(localRank)},
+                  {"agent_restarts", std::to_string(attempt_.restartCount)},
+                  {"attempt", std::to_string(attempt_.runIndex)}});
+  recordEnded();
+  if (progressed_) progressed_();
+}
+
+void DowntimeFeature::worker(const WorkerEvent& event) {
+  const auto now = Clock::now();
+  if (event.state == "START") {
+    timeline_.workerStarted(now, event.localRank);
+  } else if (event.state == "FAILED") {
+    const bool hang = lag_.count() > 0;
+    timeline_.failed(now, lag_, hang ? "hang" : "worker failure",
+                     fmt::format("worker rank {} (local rank {}, pid {}) {}", event.rank,
+                                 event.localRank, event.pid,
+                                 event.exitCode ? fmt::format("exited with code {}", *event.exitCode)
+                                                : std::string("failed")));
+    lag_ = std::chrono::duration<double>(0);
+    recordEnded();
+  }
+}
+
+void DowntimeFeature::joining() { timeline_.joining(Clock::now()); }
+
+void DowntimeFeature::attemptStarted(const Attempt& attempt) {
+  attempt_ = attempt;
+  lag_ = std::chrono::duration<double>(0);
+  timeline_.attemptStarted(Clock::now(), attempt.runIndex, localWorkers_);
+  assumeTraining_.expires_after(kAssumeTrainingAfter);
+  assumeTraining_.async_wait([this](boost::system::error_code ec) {
+    if (ec || timeline_.attemptTrained()) return;
+    timeline_.assumeTraining(Clock::now());
+    recordEnded();
+    if (progressed_) progressed_();
+  });
+}
+
+void DowntimeFeature::stopRequested(const Attempt&, const StopRequest& why) {
+  const auto now = Clock::now();
+  std::visit(
+      [&](const auto& request) {
+        using T = std::decay_t<decltype(request)>;
+        if constexpr (std::is_same_v<T, RoundEnded>) {
+          timeline_.failed(now, {}, "round ended", request.reason);
+        } else if constexpr (std::is_same_v<T, JobFailed>) {
+          timeline_.failed(now, {}, "job failed", "the job failed on another node");
+        } else if constexpr (std::is_same_v<T, StoreLost>) {
+          timeline_.failed(now, {}, "store lost", request.reason);
+        }
+        // A signal is the end of the job, not an incident.
+      },
+      why);
+  recordEnded();
+}
+
+void DowntimeFeature::attemptEnded(const Attempt&, const GroupOutcome&) {
+  assumeTraining_.cancel();
+  timeline_.attemptEnded(Clock::now());
+}
+
+void DowntimeFeature::exiting(const NodeExit&) {
+  assumeTraining_.cancel();
+  const auto now = Clock::now();
+  timeline_.exiting(now);
+  recordEnded();
+  const DowntimeSummary s = timeline_.summary(now);
+  std::map<std::string, std::string> meta{
+      {"incidents", std::to_string(s.incidents)},
+      {"lost_ms", millis(s.lostSeconds)},
+      {"training_ms", millis(s.trainingSeconds)},
+      {"elapsed_ms", millis(s.elapsedSeconds)},
+      {"start_ms", millis(s.startSeconds)},
+      {"goodput", fmt::format("{:.4f}", s.goodput())}};
+  for (Phase phase : kPhases) {
+    meta[std::string(phaseName(phase)) + "_ms"] =
+        millis(s.phaseSeconds[static_cast<std::size_t>(phase)]);
+  }
+  events_.record("ddprun.agent.DOWNTIME", "AGENT", meta);
+  DDPRUN_INFO("Downtime on this node: {}.", describeDowntime(s));
+}
+
+void DowntimeFeature::recordEnded() {
+  for (const Incident& incident : timeline_.takeEnded()) {
+    std::map<std::string, std::string> meta{
+        {"incident", std::to_string(incident.number)},
+        {"kind", incident.kind},
+        {"cause", incident.cause},
+        {"failed_attempt", std::to_string(incident.failedAttempt)},
+        {"startup", incident.startup ? "true" : "false"},
+        {"complete", incident.complete ? "true" : "false"},
+        {"assumed", incident.assumed ? "true" : "false"},
+        {"began", epochMillis(incident.began)},
+        {"lost_ms", millis(incident.lostSeconds)}};
+    for (Phase phase : kPhases) {
+      if (const auto& s = incident.seconds[static_cast<std::size_t>(phase)]) {
+        meta[std::string(phaseName(phase)) + "_ms"] = millis(*s);
+      }
+    }
+    events_.record("ddprun.agent.INCIDENT", "AGENT", meta);
+  }
+}
+
+}  // namespace ddprun::agent

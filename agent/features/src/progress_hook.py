@@ -1,0 +1,130 @@
+# ddprun's progress hook: how a Python worker tells its agent, with no change
+# to the training script, when its process group formed and that it trains
+# (docs/operations.md, "Downtime, phase by phase").
+#
+# ddprun puts this file first on the workers' PYTHONPATH as sitecustomize.py
+# (DDPRUN_PROGRESS_HOOK=0 turns it off). It runs the sitecustomize it hides,
+# then waits for `import torch` and, after it:
+#   - wraps torch.distributed.init_process_group: "process_group" once it
+#     returned;
+#   - registers a global optimizer step hook (PyTorch 2.0 and later): "step"
+#     on the first step, then at most once a second with the count.
+# Each report is one JSON line written to the agent's named pipe
+# (DDPRUN_PROGRESS_PIPE) with one non-blocking write; a report that cannot
+# be written is dropped, never raised.
+import os
+import sys
+
+
+def _chain_hidden_sitecustomize():
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+class _Reporter:
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.fd = None
+        self.steps = 0
+        self.last = 0.0
+
+    def send(self, event, step=0):
+        import time
+
+        try:
+            if self.fd is None:
+                self.fd = os.open(self.pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            line = '{"pid": %d, "event": "%s", "step": %d, "time": %.6f}\n' % (
+                os.getpid(), event, step, time.time())
+            os.write(self.fd, line.encode())
+        except OSError:
+            pass
+
+    def step(self, *_):
+        import time
+
+        self.steps += 1
+        now = time.monotonic()
+        if self.steps == 1 or now - self.last >= 1.0:
+            self.last = now
+            self.send("step", self.steps)
+
+
+def _install(reporter):
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and hasattr(dist, "init_process_group"):
+        original = dist.init_process_group
+        if not getattr(original, "_ddprun_progress", False):
+            import functools
+
+            @functools.wraps(original)
+            def init_process_group(*args, **kwargs):
+                result = original(*args, **kwargs)
+                reporter.send("process_group")
+                return result
+
+            init_process_group._ddprun_progress = True
+            dist.init_process_group = init_process_group
+            c10d = sys.modules.get("torch.distributed.distributed_c10d")
+            if c10d is not None and getattr(c10d, "init_process_group", None) is original:
+                c10d.init_process_group = init_process_group
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except ImportError:  # PyTorch 1.x: no global step hook
+        return
+    register_optimizer_step_post_hook(reporter.step)
+
+
+class _AfterTorch:
+    """Runs _install once `import torch` has finished."""
+
+    def __init__(self, reporter):
+        self.reporter = reporter
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+        reporter = self.reporter
+
+        def exec_module(module):
+            original(module)
+            try:
+                _install(reporter)
+            except Exception:  # never break the worker's import
+                pass
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _start():
+    pipe = os.environ.get("DDPRUN_PROGRESS_PIPE")
+    if not pipe:
+        return
+    reporter = _Reporter(pipe)
+    if "torch" in sys.modules:
+        _install(reporter)
+    else:
+        sys.meta_path.insert(0, _AfterTorch(reporter))
+
+
+try:
+    _start()
+finally:
+    _chain_hidden_sitecustomize()

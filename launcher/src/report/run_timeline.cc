@@ -1,0 +1,201 @@
+#include "report/run_timeline.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+
+#include "ddprun/common/error.h"
+
+namespace ddprun::launcher::report {
+
+namespace {
+
+using nlohmann::json;
+
+std::string metaText(const json& meta, const char* key) {
+  const auto it = meta.find(key);
+  if (it == meta.end()) return {};
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+std::optional<std::int64_t> metaNumber(const json& meta, const char* key) {
+  const auto it = meta.find(key);
+  if (it == meta.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<std::int64_t>();
+}
+
+int metaInteger(const json& meta, const char* key, int otherwise = 0) {
+  return static_cast<int>(metaNumber(meta, key).value_or(otherwise));
+}
+
+class Builder {
+ public:
+  void add(const json& event) {
+    const std::string name = event.value("name", "");
+    const json& meta = event["metadata"];
+    const std::int64_t at = event["timestamp"].get<std::int64_t>();
+    if (run_.runId.empty()) run_.runId = metaText(meta, "run_id");
+    NodeTimeline& node = nodeOf(metaText(meta, "hostname"), at);
+    constexpr std::string_view kWorker = "torchelastic.worker.status.";
+    constexpr std::string_view kAgent = "torchelastic.agent.status.";
+    if (name.starts_with(kWorker)) {
+      const std::string state = name.substr(kWorker.size());
+      const int localRank = metaInteger(meta, "local_rank");
+      if (state == "START") {
+        WorkerLife life;
+        life.localRank = localRank;
+        life.globalRank = metaInteger(meta, "global_rank");
+        life.restartCount = metaInteger(meta, "agent_restarts");
+        for (const auto& earlier : node.workers) {
+          if (earlier.localRank == localRank) ++life.attempt;
+        }
+        life.startMs = at;
+        node.workers.push_back(life);
+      } else if (WorkerLife* life = latest(node, localRank)) {
+        life->endMs = at;
+        life->state = state;
+        life->exitCode = metaNumber(meta, "exit_code");
+        life->rawError = metaText(meta, "raw_error");
+      }
+    } else if (name == "ddprun.worker.PROCESS_GROUP" || name == "ddprun.worker.FIRST_STEP") {
+      if (WorkerLife* life = latest(node, metaInteger(meta, "local_rank"))) {
+        (name == "ddprun.worker.PROCESS_GROUP" ? life->processGroupMs : life->firstStepMs) = at;
+      }
+    } else if (name == "ddprun.agent.INCIDENT") {
+      IncidentRecord incident;
+      incident.number = metaInteger(meta, "incident");
+      incident.kind = metaText(meta, "kind");
+      incident.cause = metaText(meta, "cause");
+      incident.startup = metaText(meta, "startup") == "true";
+      incident.complete = metaText(meta, "complete") == "true";
+      incident.beganMs = metaNumber(meta, "began").value_or(at);
+      incident.lostMs = metaNumber(meta, "lost_ms").value_or(0);
+      for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
+        incident.phaseMs[i] = metaNumber(meta, fmt::format("{}_ms", kPhaseNames[i]).c_str());
+      }
+      node.incidents.push_back(incident);
+      widen(node, incident.beganMs);
+    } else if (name == "ddprun.agent.DOWNTIME") {
+      DowntimeRecord d;
+      d.incidents = metaInteger(meta, "incidents");
+      d.lostMs = metaNumber(meta, "lost_ms").value_or(0);
+      d.trainingMs = metaNumber(meta, "training_ms").value_or(0);
+      d.elapsedMs = metaNumber(meta, "elapsed_ms").value_or(0);
+      d.startMs = metaNumber(meta, "start_ms").value_or(0);
+      d.goodput = d.elapsedMs > 0 ? static_cast<double>(d.trainingMs) / d.elapsedMs : 0;
+      for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
+        d.phaseMs[i] = metaNumber(meta, fmt::format("{}_ms", kPhaseNames[i]).c_str()).value_or(0);
+      }
+      node.downtime = d;
+      // The node started elapsed_ms before this record.
+      widen(node, at - d.elapsedMs);
+    } else if (name.starts_with(kAgent)) {
+      node.exitCode = metaInteger(meta, "exit_code");
+    }
+  }
+
+  RunTimeline finish() {
+    bool first = true;
+    for (auto& [host, node] : nodes_) {
+      run_.firstMs = first ? node.firstMs : std::min(run_.firstMs, node.firstMs);
+      run_.lastMs = first ? node.lastMs : std::max(run_.lastMs, node.lastMs);
+      first = false;
+      run_.nodes.push_back(std::move(node));
+    }
+    return std::move(run_);
+  }
+
+  RunTimeline run_;
+
+ private:
+  NodeTimeline& nodeOf(const std::string& host, std::int64_t at) {
+    auto [it, inserted] = nodes_.try_emplace(host);
+    if (inserted) {
+      it->second.host = host;
+      it->second.firstMs = it->second.lastMs = at;
+    }
+    widen(it->second, at);
+    return it->second;
+  }
+  static void widen(NodeTimeline& node, std::int64_t at) {
+    node.firstMs = std::min(node.firstMs, at);
+    node.lastMs = std::max(node.lastMs, at);
+  }
+  static WorkerLife* latest(NodeTimeline& node, int localRank) {
+    for (auto it = node.workers.rbegin(); it != node.workers.rend(); ++it) {
+      if (it->localRank == localRank) return &*it;
+    }
+    return nullptr;
+  }
+
+  std::map<std::string, NodeTimeline> nodes_;
+};
+
+std::vector<std::filesystem::path> eventFiles(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return {path};
+  if (!fs::is_directory(path, ec)) {
+    throw ConfigError(fmt::format(
+        "{} is neither a run directory nor an event log; give a run's log directory (--log_dir) "
+        "or its events.jsonl",
+        path.string()));
+  }
+  std::vector<fs::path> files;
+  for (auto it = fs::recursive_directory_iterator(
+           path, fs::directory_options::skip_permission_denied, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (it.depth() > 3) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->path().filename() == "events.jsonl" && it->is_regular_file(ec)) {
+      files.push_back(it->path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    throw ConfigError(fmt::format(
+        "no events.jsonl under {}: give the --log_dir a run was started with, or one node's run "
+        "directory in it",
+        path.string()));
+  }
+  return files;
+}
+
+}  // namespace
+
+RunTimeline loadRunTimeline(const std::filesystem::path& path) {
+  Builder builder;
+  std::vector<json> events;
+  for (const auto& file : eventFiles(path)) {
+    std::ifstream in(file);
+    if (!in) throw ConfigError(fmt::format("cannot read {}", file.string()));
+    builder.run_.sources.push_back(file);
+    std::string line;
+    while (std::getline(in, line)) {
+      json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!event.is_object() || !event.contains("name") || !event["name"].is_string() ||
+          !event.contains("timestamp") || !event["timestamp"].is_number_integer() ||
+          !event.contains("metadata") || !event["metadata"].is_object()) {
+        ++builder.run_.unreadLines;
+        continue;
+      }
+      events.push_back(std::move(event));
+    }
+  }
+  if (events.empty()) {
+    throw ConfigError(fmt::format("{} holds no ddprun events", path.string()));
+  }
+  // Nodes' files interleave: one order for all (a worker's end after its start).
+  std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
+    return a["timestamp"].get<std::int64_t>() < b["timestamp"].get<std::int64_t>();
+  });
+  for (const auto& event : events) builder.add(event);
+  return builder.finish();
+}
+
+}  // namespace ddprun::launcher::report
