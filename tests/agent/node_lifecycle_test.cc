@@ -205,7 +205,8 @@ protocol::Event jobFailed(std::int64_t round, std::int64_t code = 6) {
 class NodeLifecycleTest : public ::testing::Test {
  protected:
   // `gated`: a start gate that is closed until the test opens it.
-  void make(bool gated = false, BackoffLimits backoff = {0ms, 0ms}) {
+  void make(bool gated = false, BackoffLimits backoff = {0ms, 0ms},
+            std::function<void(LifecycleSettings&)> adjust = {}) {
     LifecycleSettings settings;
     settings.maxRestarts = 3;
     settings.workersPerNode = 2;
@@ -217,6 +218,7 @@ class NodeLifecycleTest : public ::testing::Test {
              std::to_string(context.failedRunsInARow) + " in a row\n";
     };
     settings.exit = [this](int code) { exits.push_back(code); };
+    if (adjust) adjust(settings);
     node = std::make_unique<NodeLifecycle>(
         std::move(settings), LifecyclePorts{runner, rounds, clock, gated ? &gate : nullptr});
     node->addHook(hook);
@@ -811,6 +813,100 @@ TEST_F(NodeLifecycleTest, ANewRoundForgetsTheLastAttemptsJobFailure) {
   EXPECT_EQ(exits, std::vector<int>{1});
   EXPECT_EQ(hook.exits[0].reason, "lost the rendezvous store at h:1 (closed)");
   EXPECT_EQ(hook.exits[0].report, "");
+}
+
+}  // namespace
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+namespace {
+
+// The crash-loop stop: --max_no_progress_restarts=1, --no_restart_exit_code=93.
+class CrashLoopTest : public NodeLifecycleTest {
+ protected:
+  void makeCrashLoop(int maxRestarts = 5, std::optional<int> code = 93) {
+    make(false, {0ms, 0ms}, [maxRestarts, code](LifecycleSettings& settings) {
+      settings.maxRestarts = maxRestarts;
+      settings.maxNoProgressRestarts = 1;
+      settings.noRestartExitCode = code;
+    });
+  }
+};
+
+TEST_F(CrashLoopTest, AttemptsWithoutProgressStopTheJobWithItsCodeAndRestartsLeft) {
+  makeCrashLoop();
+  runRound();
+  runner.end(failed(1));
+  ASSERT_EQ(rounds.reported.size(), 1u);
+  EXPECT_FALSE(rounds.reported[0].giveUp);  // one restart without progress is allowed
+  EXPECT_EQ(rounds.reported[0].code, 1);
+  rounds.decide(true, 1);
+  runRound(2, 1);
+  runner.end(failed(1));
+  ASSERT_EQ(rounds.reported.size(), 2u);
+  EXPECT_TRUE(rounds.reported[1].giveUp);
+  EXPECT_EQ(rounds.reported[1].code, 93);  // what the job fails with everywhere
+  EXPECT_NE(rounds.reported[1].text.find("made no progress in 2 attempts in a row "
+                                         "(--max_no_progress_restarts=1): not restarting; "
+                                         "exit code 93 (--no_restart_exit_code)"),
+            std::string::npos)
+      << rounds.reported[1].text;
+  rounds.decide(false, 1);
+  rounds.answerLeave();
+  EXPECT_EQ(exits, std::vector<int>{93});
+}
+
+TEST_F(CrashLoopTest, ProgressStartsTheCountAgain) {
+  makeCrashLoop();
+  runRound();
+  runner.end(failed(1));
+  rounds.decide(true, 1);
+  runRound(2, 1);
+  node->noteProgress();  // this attempt trained before it failed
+  runner.end(failed(1));
+  EXPECT_FALSE(rounds.reported.back().giveUp);
+  rounds.decide(true, 2);
+  runRound(3, 2);
+  runner.end(failed(1));
+  EXPECT_FALSE(rounds.reported.back().giveUp);  // one without progress since
+  rounds.decide(true, 3);
+  runRound(4, 3);
+  runner.end(failed(1));
+  EXPECT_TRUE(rounds.reported.back().giveUp);
+}
+
+TEST_F(CrashLoopTest, ARoundEndedElsewhereCountsAsAnAttemptWithoutProgress) {
+  makeCrashLoop();
+  runRound();
+  node->onRoundEvent(protocol::Event{protocol::EventType::kRoundEnded, "job", 1, 0,
+                                     "node b's worker failed"});
+  runner.end(GroupOutcome{});  // stopped, not failed here
+  runRound(2, 1);
+  runner.end(failed(1));
+  EXPECT_TRUE(rounds.reported.back().giveUp);
+}
+
+TEST_F(CrashLoopTest, TheSpentBudgetEndsTheJobAsBeforeWithTheWorkersCode) {
+  makeCrashLoop(/*maxRestarts=*/1);
+  runRound();
+  runner.end(failed(7));
+  rounds.decide(true, 1);
+  runRound(2, 1);
+  runner.end(failed(7));
+  EXPECT_FALSE(rounds.reported.back().giveUp);  // no restart left to save
+  EXPECT_EQ(rounds.reported.back().code, 7);
+  EXPECT_EQ(rounds.reported.back().text.find("no progress"), std::string::npos);
+}
+
+TEST_F(CrashLoopTest, WithoutAnExitCodeTheJobFailsWithTheWorkersCode) {
+  makeCrashLoop(5, std::nullopt);
+  runRound();
+  runner.end(failed(4));
+  rounds.decide(true, 1);
+  runRound(2, 1);
+  runner.end(failed(4));
+  EXPECT_TRUE(rounds.reported.back().giveUp);
+  EXPECT_EQ(rounds.reported.back().code, 4);
 }
 
 }  // namespace

@@ -420,6 +420,25 @@ TEST_F(RendezvousTest, JobWideRestartBudget) {
   }
 }
 
+// A crash loop (give_up, version 7) fails the job at once, with the
+// reporter's code, whatever budget is left.
+TEST_F(RendezvousTest, AGiveUpReportFailsTheJobWithRestartsLeft) {
+  auto a = client("a"), b = client("b");
+  auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2), 10s); });
+  const Assignment rb = b->join(request("node2", 2, 2), 10s);
+  fa.get();
+  protocol::NodeReport report{"job", "node2", rb.round, 1, 93, "no progress in 4 attempts"};
+  report.giveUp = true;
+  const auto decision = b->reportFailure(report);
+  EXPECT_FALSE(decision.restartAllowed);
+  EXPECT_EQ(decision.restarts, 0);  // the budget of 1 was not spent
+  auto event = a->waitEvent(5s);
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->type, EventType::kJobFailed);
+  EXPECT_EQ(event->exitCode, 93);
+  EXPECT_EQ(event->message, "no progress in 4 attempts");
+}
+
 // A connection acts only for the node it joined as, and the budget is the
 // one the job was created with: neither a stranger's report for a real node,
 // a report for a node that does not exist, nor a report asking for more

@@ -174,6 +174,15 @@ TEST(RoundPolicy, FailuresSpendTheJobWideBudgetThenFailTheJob) {
   EXPECT_EQ(out.endReason, "");
 }
 
+// A crash loop's give-up fails the job with restarts left, spending none.
+TEST(RoundPolicy, AGiveUpFailsTheJobWhateverTheBudget) {
+  Settings s = settings(2, 2);
+  s.maxRestarts = 5;
+  const FailureOutcome out = spendRestart(s, 1, "node2", /*giveUp=*/true);
+  EXPECT_FALSE(out.restartAllowed);
+  EXPECT_EQ(out.restarts, 1);
+}
+
 // --- blame, streaks, exclusion ------------------------------------------------------------
 
 // The earliest failure is blamed; ties go to the lower address, then the

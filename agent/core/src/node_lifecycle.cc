@@ -347,7 +347,9 @@ void NodeLifecycle::onFailure(const GroupOutcome& outcome) {
       settings_.describeFailure(outcome, {attempt_, history_, failedRunsInARow_, progressed_});
   // A crash loop: this many restarts in a row made no progress already.
   const int allowed = settings_.maxNoProgressRestarts;
-  const bool giveUp = allowed >= 0 && noProgressInARow_ > allowed;
+  // Only when it stops the job sooner than the spent budget would.
+  const bool giveUp = allowed >= 0 && noProgressInARow_ > allowed &&
+                      attempt_.restartCount < settings_.maxRestarts;
   int exitCode = lastFailureCode_;
   if (giveUp) {
     exitCode = settings_.noRestartExitCode.value_or(lastFailureCode_);

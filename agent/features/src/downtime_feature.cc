@@ -97,13 +97,15 @@ void DowntimeFeature::fileTimerRequest(int pid) {
 }
 
 void DowntimeFeature::onStep(int localRank) {
-  if (!timeline_.stepped(Clock::now(), localRank)) return;
-  assumeTraining_.cancel();
+  if (localRank < 0 || localRank >= localWorkers_ || stepped_.contains(localRank)) return;
+  stepped_.insert(localRank);  // each rank's first step of the attempt is recorded
   events_.record("ddprun.worker.FIRST_STEP", "WORKER",
                  {{"global_rank", std::to_string(workers_.rankOf(localRank))},
                   {"local_rank", std::to_string(localRank)},
                   {"agent_restarts", std::to_string(attempt_.restartCount)},
                   {"attempt", std::to_string(attempt_.runIndex)}});
+  if (!timeline_.stepped(Clock::now(), localRank)) return;  // not the attempt's first
+  assumeTraining_.cancel();
   recordEnded();
   if (progressed_) progressed_();
 }
@@ -129,6 +131,7 @@ void DowntimeFeature::joining() { timeline_.joining(Clock::now()); }
 void DowntimeFeature::attemptStarted(const Attempt& attempt) {
   attempt_ = attempt;
   lag_ = std::chrono::duration<double>(0);
+  stepped_.clear();
   timeline_.attemptStarted(Clock::now(), attempt.runIndex, localWorkers_);
   assumeTraining_.expires_after(kAssumeTrainingAfter);
   assumeTraining_.async_wait([this](boost::system::error_code ec) {

@@ -7,8 +7,9 @@
 # then waits for `import torch` and, after it:
 #   - wraps torch.distributed.init_process_group: "process_group" once it
 #     returned;
-#   - registers a global optimizer step hook (PyTorch 2.0 and later): "step"
-#     on the first step, then at most once a second with the count.
+#   - counts optimizer steps (PyTorch 2.x: a global step hook; 1.x: each
+#     optimizer class's step, wrapped once): "step" on the first step, then
+#     at most once a second with the count.
 # Each report is one JSON line written to the agent's named pipe
 # (DDPRUN_PROGRESS_PIPE) with one non-blocking write; a report that cannot
 # be written is dropped, never raised.
@@ -78,9 +79,44 @@ def _install(reporter):
                 c10d.init_process_group = init_process_group
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
-    except ImportError:  # PyTorch 1.x: no global step hook
+    except ImportError:
+        _wrap_steps_of_subclasses(reporter)
         return
     register_optimizer_step_post_hook(reporter.step)
+
+
+def _wrap_steps_of_subclasses(reporter):
+    # PyTorch 1.x has no global step hook; each optimizer class's step is
+    # wrapped once by Optimizer._hook_for_profile (called by __init__):
+    # wrap it once more, after.
+    import functools
+
+    optimizer = sys.modules.get("torch.optim.optimizer")
+    base = getattr(optimizer, "Optimizer", None)
+    original = getattr(base, "_hook_for_profile", None)
+    if original is None or getattr(original, "_ddprun_progress", False):
+        return
+
+    @functools.wraps(original)
+    def _hook_for_profile(self):
+        original(self)
+        cls = self.__class__
+        step = cls.step
+        if getattr(step, "_ddprun_progress", False):
+            return
+
+        @functools.wraps(step)
+        def counted(*args, **kwargs):
+            result = step(*args, **kwargs)
+            reporter.step()
+            return result
+
+        counted._ddprun_progress = True
+        counted.hooked = getattr(step, "hooked", None)
+        cls.step = counted
+
+    _hook_for_profile._ddprun_progress = True
+    base._hook_for_profile = _hook_for_profile
 
 
 class _AfterTorch:

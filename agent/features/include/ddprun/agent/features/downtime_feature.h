@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <variant>
 
@@ -83,6 +84,7 @@ class DowntimeFeature : public LifecycleHook {
   boost::asio::steady_timer assumeTraining_;
   std::chrono::duration<double> lag_{0};
   Attempt attempt_;
+  std::set<int> stepped_;  // local ranks that took a step in this attempt
   std::map<std::string, int> dropped_;  // reason -> count
 };
 
