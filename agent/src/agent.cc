@@ -77,9 +77,9 @@ struct Agent::Impl {
       placements = planNumaForThisNode(config.numaBinding, config.nprocPerNode, baseEnv);
     }
     fileTimer = FileTimerFeature::fromEnvironment(io, baseEnv, runDir.root(), runner);
-    downtime = std::make_unique<DowntimeFeature>(
-        io, runDir.root(), baseEnv, config.progressHook, config.nprocPerNode, runner, events,
-        [this] { lifecycle->noteProgress(); });
+    downtime = std::make_unique<DowntimeFeature>(io, runDir.root(), baseEnv, config.progressHook,
+                                                 config.nprocPerNode, runner, events,
+                                                 [this] { lifecycle->noteProgress(); });
     if (fileTimer) fileTimer->onRequest([this](int pid) { downtime->fileTimerRequest(pid); });
     if (!config.preload.empty()) startZygote();
     // One node: its notices now; several: once per job (onAssigned).
@@ -122,8 +122,7 @@ struct Agent::Impl {
   WorkerGroupRunner runner{
       io,
       WorkerGroup::Shared{config, baseEnv, guard, router, runDir,
-                          [this](const WorkerEvent& e) { onWorkerEvent(e); }, placements,
-                          nullptr}};
+                          [this](const WorkerEvent& e) { onWorkerEvent(e); }, placements, nullptr}};
   std::unique_ptr<FileTimerFeature> fileTimer;
   std::unique_ptr<DowntimeFeature> downtime;
   NodeRounds rounds;
@@ -184,8 +183,11 @@ void Agent::Impl::onAssigned(const rendezvous::protocol::Assignment& assigned) {
 // step: the exit's report comes before the launcher's error file and the
 // event log's status.
 void Agent::Impl::buildLifecycle() {
-  failureReport = std::make_unique<FailureReportFeature>(config, !runDir.temporary(),
-                                                         [this] { router.flushConsole(); });
+  failureReport = std::make_unique<FailureReportFeature>(
+      config, !runDir.temporary(), [this] { router.flushConsole(); },
+      [this](const Attempt& attempt) {
+        return flightRecorderDir(runDir.attemptDir(attempt.runIndex));
+      });
   LifecycleSettings settings;
   settings.maxRestarts = config.maxRestarts;
   settings.workersPerNode = config.nprocPerNode;
@@ -277,6 +279,14 @@ int Agent::run() {
     });
   }
   a.runner.setWorkerToken(a.rounds.workerToken);
+  if (a.rounds.rendezvous) {
+    // The node's downtime where the job's store (or etcd) keeps it: the
+    // store's /metrics and `ddprun status`.
+    a.downtime->publishTo([rendezvous = a.rounds.rendezvous.get()](std::string text) {
+      rendezvous->publishNodeCounters(rendezvous::protocol::NodeCounters::kDowntime,
+                                      std::move(text));
+    });
+  }
   a.buildLifecycle();
   if (a.rounds.rendezvous) {
     a.rounds.rendezvous->start(

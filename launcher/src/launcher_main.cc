@@ -18,9 +18,9 @@
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "launch_options.h"
+#include "report/report_command.h"
 #include "run_config.h"
 #include "slurm_fan_out.h"
-#include "report/report_command.h"
 #include "status_command.h"
 
 namespace ddprun::launcher {

@@ -364,7 +364,8 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   config.maxNoProgressRestarts =
       integerOption("max_no_progress_restarts", o.maxNoProgressRestarts, -1, 1'000'000, "3");
   if (!o.noRestartExitCode.empty()) {
-    config.noRestartExitCode = integerOption("no_restart_exit_code", o.noRestartExitCode, 1, 255, "93");
+    config.noRestartExitCode =
+        integerOption("no_restart_exit_code", o.noRestartExitCode, 1, 255, "93");
   }
   if (const char* hook = std::getenv(env::kProgressHook); hook != nullptr && *hook != '\0') {
     if (std::string(hook) != "0" && std::string(hook) != "1") {

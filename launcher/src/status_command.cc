@@ -22,6 +22,7 @@ namespace ddprun::launcher {
 
 namespace {
 
+using rendezvous::protocol::NodeCounters;
 using rendezvous::protocol::RendezvousStatus;
 
 struct StatusOptions {
@@ -71,28 +72,67 @@ std::string stateOf(const RendezvousStatus& st) {
   return st.closed ? "failed" : st.running ? "running" : "forming";
 }
 
-// Each member's relay counters (docs/multinode.md, "The node relay"), in
-// the members' order; "" for a node without a relay.
-using RelayTexts = std::vector<std::string>;
+// Each member's counters of one kind (its relay's, docs/multinode.md "The
+// node relay"; its downtime's, docs/operations.md), in the members' order;
+// "" for a node without.
+using NodeTexts = std::vector<std::string>;
 
-nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st,
-                      const RelayTexts& relays) {
+std::map<std::string, std::uint64_t> countersOf(const NodeTexts& texts, std::size_t i) {
+  std::map<std::string, std::uint64_t> c;
+  if (i >= texts.size()) return c;
+  for (const auto& [name, value] : rendezvous::protocol::parseCounters(texts[i])) c[name] = value;
+  return c;
+}
+
+// The downtime's totals for JSON (null: none published).
+nlohmann::json downtimeJson(const std::map<std::string, std::uint64_t>& c) {
+  if (c.empty()) return nullptr;
+  const auto get = [&c](const char* name) {
+    const auto it = c.find(name);
+    return it == c.end() ? std::uint64_t{0} : it->second;
+  };
+  const std::uint64_t elapsed = get("elapsed_ms");
+  // No step reported yet: the goodput is unknown, not 0.
+  const bool trained = !c.contains("trained") || get("trained") != 0;
+  return {{"incidents", get("incidents")},
+          {"lost_ms", get("lost_ms")},
+          {"training_ms", get("training_ms")},
+          {"elapsed_ms", elapsed},
+          {"goodput", !trained ? nlohmann::json(nullptr)
+                      : elapsed == 0
+                          ? nlohmann::json(0.0)
+                          : nlohmann::json(static_cast<double>(get("training_ms")) / elapsed)}};
+}
+
+// "2 incidents, 4.1 s lost, goodput 93.1 %" or "-".
+std::string downtimeCell(const std::map<std::string, std::uint64_t>& c) {
+  const nlohmann::json d = downtimeJson(c);
+  if (d.is_null()) return "-";
+  return fmt::format(
+      "{} incident{}, {:.1f} s lost, goodput {}", d["incidents"].get<std::uint64_t>(),
+      d["incidents"].get<std::uint64_t>() == 1 ? "" : "s",
+      d["lost_ms"].get<std::uint64_t>() / 1000.0,
+      d["goodput"].is_null() ? std::string("unknown (no step reported)")
+                             : fmt::format("{:.1f} %", 100 * d["goodput"].get<double>()));
+}
+
+nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st, const NodeTexts& relays,
+                      const NodeTexts& downtimes) {
   nlohmann::json members = nlohmann::json::array();
   for (std::size_t i = 0; i < st.members.size(); ++i) {
     const auto& m = st.members[i];
     nlohmann::json relay = nullptr;
-    if (i < relays.size() && !relays[i].empty()) {
+    if (const auto counters = countersOf(relays, i); !counters.empty()) {
       relay = nlohmann::json::object();
-      for (const auto& [name, value] : rendezvous::protocol::parseCounters(relays[i])) {
-        relay[name] = value;
-      }
+      for (const auto& [name, value] : counters) relay[name] = value;
     }
     members.push_back({{"node_id", m.nodeId},
                        {"address", m.address},
                        {"node_rank", m.groupRank >= 0 ? nlohmann::json(m.groupRank) : nullptr},
                        {"local_world_size", m.localWorldSize},
                        {"state", m.groupRank >= 0 ? "running" : "waiting"},
-                       {"relay", relay}});
+                       {"relay", relay},
+                       {"downtime", downtimeJson(countersOf(downtimes, i))}});
   }
   nlohmann::json failure = nullptr;
   if (!st.lastFailure.nodeId.empty()) {
@@ -113,10 +153,8 @@ nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st,
 
 // "8 workers, 48 requests: 9 to the store, 30 reads shared, 9 ADDs combined,
 // 2.1 KB not sent" or "-".
-std::string relayCell(const std::string& text) {
-  if (text.empty()) return "-";
-  std::map<std::string, std::uint64_t> c;
-  for (const auto& [name, value] : rendezvous::protocol::parseCounters(text)) c[name] = value;
+std::string relayCell(std::map<std::string, std::uint64_t> c) {
+  if (c.empty()) return "-";
   return fmt::format(
       "{} workers, {} requests: {} to the store, {} reads shared, {} ADDs combined, "
       "{:.1f} KB not sent",
@@ -124,20 +162,27 @@ std::string relayCell(const std::string& text) {
       c["adds_combined"], static_cast<double>(c["bytes_saved"]) / 1024);
 }
 
-void printTable(const StatusOptions& o, const RendezvousStatus& st, const RelayTexts& relays) {
+void printTable(const StatusOptions& o, const RendezvousStatus& st, const NodeTexts& relays,
+                const NodeTexts& downtimes) {
   std::cout << fmt::format("rendezvous '{}' at {} ({}): round {} {}, {} to {} nodes\n", o.rdzvId,
                            o.endpoint, o.backend, st.round, stateOf(st), st.minNodes, st.maxNodes);
   std::cout << fmt::format("restarts: {} of {} used\n", st.restarts, st.maxRestarts);
   std::size_t width = 4;
   for (const auto& m : st.members) width = std::max(width, m.nodeId.size());
-  std::cout << fmt::format("{:<9} {:<{}} {:<16} {:<7} {}\n", "NODE_RANK", "NODE", width, "ADDRESS",
-                           "WORKERS", "RELAY");
+  std::vector<std::string> downtimeCells;
+  std::size_t downtimeWidth = 8;
+  for (std::size_t i = 0; i < st.members.size(); ++i) {
+    downtimeCells.push_back(downtimeCell(countersOf(downtimes, i)));
+    downtimeWidth = std::max(downtimeWidth, downtimeCells.back().size());
+  }
+  std::cout << fmt::format("{:<9} {:<{}} {:<16} {:<7} {:<{}} {}\n", "NODE_RANK", "NODE", width,
+                           "ADDRESS", "WORKERS", "DOWNTIME", downtimeWidth, "RELAY");
   for (std::size_t i = 0; i < st.members.size(); ++i) {
     const auto& m = st.members[i];
-    std::cout << fmt::format("{:<9} {:<{}} {:<16} {:<7} {}\n",
+    std::cout << fmt::format("{:<9} {:<{}} {:<16} {:<7} {:<{}} {}\n",
                              m.groupRank >= 0 ? std::to_string(m.groupRank) : "waiting", m.nodeId,
-                             width, m.address, m.localWorldSize,
-                             relayCell(i < relays.size() ? relays[i] : ""));
+                             width, m.address, m.localWorldSize, downtimeCells[i], downtimeWidth,
+                             relayCell(countersOf(relays, i)));
   }
   if (st.members.empty()) std::cout << "(no node has joined the round being formed)\n";
   if (!st.missing.empty()) {
@@ -174,14 +219,15 @@ int runStatusCommand(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   RendezvousStatus st;
-  RelayTexts relays;
+  NodeTexts relays, downtimes;
   std::optional<std::chrono::seconds> expiresIn;  // etcd: the job's keys, left alone
   try {
     auto backend = connect(o);
     st = backend->status(o.rdzvId, true);
     std::vector<std::string> nodeIds;
     for (const auto& m : st.members) nodeIds.push_back(m.nodeId);
-    relays = backend->relayCounters(o.rdzvId, nodeIds);
+    relays = backend->nodeCounters(NodeCounters::kRelay, o.rdzvId, nodeIds);
+    downtimes = backend->nodeCounters(NodeCounters::kDowntime, o.rdzvId, nodeIds);
     if (auto* etcd = dynamic_cast<rendezvous::EtcdRendezvous*>(backend.get()); etcd && st.exists) {
       expiresIn = etcd->jobExpiresIn(o.rdzvId);
     }
@@ -200,11 +246,11 @@ int runStatusCommand(int argc, char** argv) {
     return 1;
   }
   if (o.json) {
-    auto json = toJson(o, st, relays);
+    auto json = toJson(o, st, relays, downtimes);
     if (expiresIn) json["expires_in_s"] = expiresIn->count();
     std::cout << json.dump(2) << "\n";
   } else {
-    printTable(o, st, relays);
+    printTable(o, st, relays, downtimes);
     if (expiresIn) {
       std::cout << fmt::format(
           "etcd keys: renewed while a node of the job runs; with none, they expire in {} s "

@@ -878,8 +878,8 @@ TEST_F(CrashLoopTest, ProgressStartsTheCountAgain) {
 TEST_F(CrashLoopTest, ARoundEndedElsewhereCountsAsAnAttemptWithoutProgress) {
   makeCrashLoop();
   runRound();
-  node->onRoundEvent(protocol::Event{protocol::EventType::kRoundEnded, "job", 1, 0,
-                                     "node b's worker failed"});
+  node->onRoundEvent(
+      protocol::Event{protocol::EventType::kRoundEnded, "job", 1, 0, "node b's worker failed"});
   runner.end(GroupOutcome{});  // stopped, not failed here
   runRound(2, 1);
   runner.end(failed(1));

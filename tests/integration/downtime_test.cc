@@ -67,19 +67,18 @@ std::vector<json> named(const std::vector<json>& events, const std::string& name
 TEST(Downtime, ACrashLoopStopsWithTheNoRestartCodeAndSaysItWasAtStartup) {
   const fs::path dir = scratch();
   const auto script = writeScript(dir, "crash.py", "import a_module_that_is_not_there\n");
-  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=10", "--restart_backoff_max=0",
-                            "--max_no_progress_restarts=2", "--no_restart_exit_code=93",
-                            "--rdzv_id=loop", "--log_dir", (dir / "logs").string(),
-                            script.string()},
-                           kPython, 120s);
+  const auto r =
+      runDdprun({"--nproc_per_node=2", "--max_restarts=10", "--restart_backoff_max=0",
+                 "--max_no_progress_restarts=2", "--no_restart_exit_code=93", "--rdzv_id=loop",
+                 "--log_dir", (dir / "logs").string(), script.string()},
+                kPython, 120s);
   EXPECT_EQ(r.code, 93) << r.err;
   EXPECT_NE(r.err.find("ddprun: error: the workers made no progress in 3 attempts in a row "
                        "(--max_no_progress_restarts=2): not restarting; exit code 93 "
                        "(--no_restart_exit_code)"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("phase      : at startup (before any rank's first step)"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("phase      : at startup (before any rank's first step)"), std::string::npos)
       << r.err;
   const fs::path run = launchDir(dir / "logs", "loop");
   ASSERT_FALSE(run.empty());
@@ -98,10 +97,10 @@ TEST(Downtime, ACrashLoopStopsWithTheNoRestartCodeAndSaysItWasAtStartup) {
 TEST(Downtime, AFailureAfterTrainingIsTimedPhaseByPhaseAndTheReportShowsIt) {
   const fs::path dir = scratch();
   const auto script = writeScript(dir, "train.py", kFailOnceScript);
-  const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=2", "--rdzv_id=once",
-                            "--log_dir", (dir / "logs").string(), script.string(),
-                            (dir / "failed-once").string()},
-                           kPython, 180s);
+  const auto r =
+      runDdprun({"--nproc_per_node=2", "--max_restarts=2", "--rdzv_id=once", "--log_dir",
+                 (dir / "logs").string(), script.string(), (dir / "failed-once").string()},
+                kPython, 180s);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("Downtime on this node: 1 incident, "), std::string::npos) << r.err;
   const fs::path run = launchDir(dir / "logs", "once");
@@ -136,9 +135,8 @@ TEST(Downtime, AFailureAfterTrainingIsTimedPhaseByPhaseAndTheReportShowsIt) {
 
   // The report, as text and as a page.
   const fs::path page = dir / "report.html";
-  const auto report = runCommand({test_support::kDdprun, "report", (dir / "logs").string(),
-                                  "--html", page.string()},
-                                 {}, 30s);
+  const auto report = runCommand(
+      {test_support::kDdprun, "report", (dir / "logs").string(), "--html", page.string()}, {}, 30s);
   ASSERT_EQ(report.code, 0) << report.err;
   EXPECT_NE(report.out.find("1 incident, "), std::string::npos) << report.out;
   EXPECT_NE(report.out.find("incident 1 at "), std::string::npos) << report.out;
@@ -155,9 +153,9 @@ TEST(Downtime, AFailureAfterTrainingIsTimedPhaseByPhaseAndTheReportShowsIt) {
       artifacts / fmt::format("downtime_report{}.png",
                               testPython() == "/usr/bin/python3" ? "" : "_torch_current");
   fs::remove(shot);
-  const std::vector<std::string> chromium = {
-      "/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-      "--window-size=1300,700"};
+  const std::vector<std::string> chromium = {"/usr/bin/chromium", "--headless",
+                                             "--no-sandbox",      "--disable-gpu",
+                                             "--hide-scrollbars", "--window-size=1300,700"};
   auto shotArgs = chromium;
   shotArgs.push_back("--screenshot=" + shot.string());
   shotArgs.push_back("file://" + page.string());
@@ -195,7 +193,8 @@ document.body.appendChild(pre);
   const auto to = dom.out.find("</pre>", from);
   ASSERT_NE(from, std::string::npos) << dom.out.substr(0, 2000);
   std::string text = dom.out.substr(from + 18, to - from - 18);
-  for (const auto& [entity, c] : {std::pair{"&quot;", "\""}, {"&lt;", "<"}, {"&gt;", ">"}, {"&amp;", "&"}}) {
+  for (const auto& [entity, c] :
+       {std::pair{"&quot;", "\""}, {"&lt;", "<"}, {"&gt;", ">"}, {"&amp;", "&"}}) {
     for (auto at = text.find(entity); at != std::string::npos; at = text.find(entity, at + 1)) {
       text.replace(at, std::string(entity).size(), c);
     }
@@ -263,13 +262,72 @@ dist.init_process_group("gloo")
       << nodes[1]->stderrText();
 }
 
+// PyTorch's flight recorder: every worker gets its variables, with its dumps
+// in the attempt's folder. Gloo records collectives from PyTorch 2.8 but
+// dumps only when asked: here each rank dumps itself after rank 1 skipped
+// an all_reduce and rank 0's timed out (NCCL's watchdog dumps on its own).
+// The failure report names the rank that fell behind. Under 1.13 (no
+// recorder) the variables are set and the report has no such line.
+constexpr char kFallsBehindScript[] = R"(
+import datetime, os, sys, time, torch, torch.distributed as dist
+print("env", os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"], os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"],
+      os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"], flush=True)
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
+rank = dist.get_rank()
+t = torch.ones(4)
+for _ in range(3):
+    dist.all_reduce(t)
+def dump():
+    c10d = torch._C._distributed_c10d
+    if hasattr(c10d, "_dump_fr_trace"):
+        with open(os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] + str(rank), "wb") as f:
+            f.write(c10d._dump_fr_trace())
+if rank == 0:
+    try:
+        dist.all_reduce(t)  # rank 1 never joins it
+    except Exception:
+        pass
+    dump()
+    sys.exit(1)
+dump()  # rank 1, behind: stopped by ddprun once rank 0 failed
+time.sleep(60)
+)";
+
+TEST(Downtime, TheFlightRecorderNamesTheRankThatFellBehind) {
+  const fs::path dir = scratch();
+  const auto script = writeScript(dir, "behind.py", kFallsBehindScript);
+  const auto r = runDdprun(
+      {"--nproc_per_node=2", "--rdzv_id=fr", "--log_dir", (dir / "logs").string(), script.string()},
+      kPython, 120s);
+  EXPECT_EQ(r.code, 1) << r.err;
+  const fs::path run = launchDir(dir / "logs", "fr");
+  ASSERT_FALSE(run.empty());
+  const fs::path dumps = run / "attempt_0" / "flight_recorder";
+  EXPECT_NE(r.out.find("env 2000 1 " + (dumps / "rank_").string()), std::string::npos) << r.out;
+  const bool records = runCommand({testPython(), "-c",
+                                   "import sys, torch; sys.exit(0 if hasattr("
+                                   "torch._C._distributed_c10d, '_dump_fr_trace') else 1)"},
+                                  {}, 60s)
+                           .code == 0;
+  if (!records) {
+    EXPECT_EQ(r.err.find("flight rec.:"), std::string::npos) << r.err;
+    return;
+  }
+  EXPECT_TRUE(fs::exists(dumps / "rank_0"));
+  EXPECT_TRUE(fs::exists(dumps / "rank_1"));
+  EXPECT_NE(r.err.find("flight rec.: rank 1 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("dumps of ranks 0, 1 in " + dumps.string()), std::string::npos) << r.err;
+  // PyTorch's analyser ran first; what it printed is kept beside the dumps.
+  EXPECT_NE(readText(dumps / "analysis.txt").find("torch.distributed.flight_recorder.fr_trace"),
+            std::string::npos);
+}
+
 TEST(Downtime, ReportRefusesWhatIsNotARunWithOneLine) {
   const fs::path dir = scratch();
   fs::create_directories(dir / "empty");
   const auto r = runCommand({test_support::kDdprun, "report", (dir / "empty").string()}, {}, 30s);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("ddprun report: error: no events.jsonl under "), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("ddprun report: error: no events.jsonl under "), std::string::npos) << r.err;
   const auto missing =
       runCommand({test_support::kDdprun, "report", (dir / "nothing-here").string()}, {}, 30s);
   EXPECT_EQ(missing.code, 2);

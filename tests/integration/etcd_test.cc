@@ -682,7 +682,7 @@ TEST_F(EtcdRendezvousTest, InASlurmStepNodesThatFinishFirstAreNotLost) {
   }
   std::ofstream(dir_ / "go").put('1');
   ASSERT_EQ(nodes[0].finish(60s), 0) << nodes[0].err;
-  EXPECT_EQ(nodes[0].err.find("lost"), std::string::npos) << nodes[0].err;
+  EXPECT_EQ(nodes[0].err.find(" was lost"), std::string::npos) << nodes[0].err;
   EXPECT_EQ(keysLeft(), 0u);
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -598,6 +599,101 @@ TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
     ++relayed;
   }
   EXPECT_EQ(relayed, 2u) << status.out;
+  stop.create();
+  for (auto& node : nodes) EXPECT_EQ(node.finish(), 0) << node.err;
+  daemon.process.signal(SIGTERM);
+  EXPECT_EQ(daemon.process.wait(10s), 0);
+}
+
+// Each agent publishes its node's downtime where the rendezvous lives: the
+// daemon's /metrics has each node's incidents, lost seconds, goodput and a
+// histogram per phase, and `ddprun status` a DOWNTIME column. The workers
+// are shell scripts that report their group and first step on
+// DDPRUN_PROGRESS_PIPE themselves (docs/env.md); node 1's local rank 0
+// fails once.
+TEST(MultiNode, EachNodesDowntimeShowsInMetricsAndStatus) {
+  MetricsDaemon daemon;
+  ASSERT_TRUE(daemon.started()) << daemon.process.stderrText();
+  const StopFile stop;
+  // As in a real job, no rank steps before every rank formed its group.
+  const std::string formed = (test_support::scratch() / "formed").string();
+  const std::string script =
+      "d=" + formed +
+      R"(/$GROUP_RANK-$TORCHELASTIC_RESTART_COUNT; mkdir -p $d; )"
+      R"(echo "{\"pid\": $$, \"event\": \"process_group\", \"step\": 0}" > "$DDPRUN_PROGRESS_PIPE"; )"
+      R"(touch $d/$LOCAL_RANK; while [ $(ls $d | wc -l) -lt 2 ]; do sleep 0.05; done; )"
+      R"(echo "{\"pid\": $$, \"event\": \"step\", \"step\": 1}" > "$DDPRUN_PROGRESS_PIPE"; )"
+      R"(if [ "$GROUP_RANK$LOCAL_RANK$TORCHELASTIC_RESTART_COUNT" = 100 ]; then exit 3; fi; )" +
+      stop.script("waiting");
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) {
+    auto options = dynamicOptions(daemon.port, i + 1, "2", ",is_host=0");
+    std::replace(options.begin(), options.end(), std::string("--max_restarts=0"),
+                 std::string("--max_restarts=1"));
+    nodes.push_back(startNode(options, script));
+  }
+  std::map<std::string, double> m;
+  // Each node's value of `name` (its series are labelled rdzv_id, node).
+  const auto values = [&m](const std::string& name) {
+    std::vector<double> out;
+    for (const auto& [key, value] : m) {
+      if (key.starts_with(name + "{rdzv_id=\"job\",node=")) out.push_back(value);
+    }
+    return out;
+  };
+  // Published when an incident ends: both nodes' workers stepped again.
+  const bool published = test_support::waitUntil(
+      [&] {
+        m = parseMetrics(httpGet(daemon.metricsPort, "/metrics").second);
+        std::size_t ended = 0;
+        for (const auto& [key, value] : m) {
+          ended += key.starts_with("ddprun_incident_phase_seconds_count{") &&
+                   key.find("phase=\"first_step\"") != std::string::npos && value == 1;
+        }
+        return ended == 2;
+      },
+      90s, 200ms);
+  EXPECT_EQ(values("ddprun_incidents_total"), (std::vector<double>{1, 1}));
+  if (!published) {
+    stop.create();
+    for (auto& node : nodes) node.finish();
+  }
+  ASSERT_TRUE(published) << httpGet(daemon.metricsPort, "/metrics").second << nodes[0].err
+                         << nodes[1].err;
+  for (double lost : values("ddprun_lost_seconds_total")) EXPECT_GT(lost, 0);
+  for (double goodput : values("ddprun_goodput")) {
+    EXPECT_GE(goodput, 0);
+    EXPECT_LE(goodput, 1);
+  }
+  EXPECT_EQ(values("ddprun_goodput").size(), 2u);
+  // One observation of each phase per node, in the +Inf bucket and the count.
+  std::size_t counts = 0, infinite = 0;
+  for (const auto& [key, value] : m) {
+    if (key.starts_with("ddprun_incident_phase_seconds_count{") && value == 1) ++counts;
+    if (key.starts_with("ddprun_incident_phase_seconds_bucket{") &&
+        key.find("le=\"+Inf\"") != std::string::npos && value == 1) {
+      ++infinite;
+    }
+  }
+  EXPECT_EQ(counts, 14u) << httpGet(daemon.metricsPort, "/metrics").second;  // 2 nodes x 7 phases
+  EXPECT_EQ(infinite, 14u);
+  const auto status = test_support::runDdprun(
+      {"status", fmt::format("--rdzv_endpoint=127.0.0.1:{}", daemon.port), "--rdzv_id=job"},
+      {{"DDPRUN_TOKEN", kToken}});
+  EXPECT_EQ(status.code, 0) << status.err;
+  EXPECT_NE(status.out.find("DOWNTIME"), std::string::npos) << status.out;
+  std::size_t lines = 0;
+  for (auto at = status.out.find("1 incident, "); at != std::string::npos;
+       at = status.out.find("1 incident, ", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2u) << status.out;
+  const auto json =
+      test_support::runDdprun({"status", fmt::format("--rdzv_endpoint=127.0.0.1:{}", daemon.port),
+                               "--rdzv_id=job", "--json"},
+                              {{"DDPRUN_TOKEN", kToken}});
+  EXPECT_NE(json.out.find("\"downtime\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"goodput\""), std::string::npos) << json.out;
   stop.create();
   for (auto& node : nodes) EXPECT_EQ(node.finish(), 0) << node.err;
   daemon.process.signal(SIGTERM);

@@ -97,7 +97,8 @@ const char kProbe[] = R"py(
 import ctypes, json, os, signal, sys
 preloaded = "torch" in sys.modules
 varying = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "DDPRUN_TOKEN", "TORCHELASTIC_ERROR_FILE",
-           "DDPRUN_STORE_PORT", "DDPRUN_STORE_PREFIX"}
+           "DDPRUN_STORE_PORT", "DDPRUN_STORE_PREFIX", "DDPRUN_PROGRESS_PIPE", "PYTHONPATH",
+           "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
 libc = ctypes.CDLL(None)
 pdeathsig = ctypes.c_int()
 libc.prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)

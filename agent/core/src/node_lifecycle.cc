@@ -348,8 +348,8 @@ void NodeLifecycle::onFailure(const GroupOutcome& outcome) {
   // A crash loop: this many restarts in a row made no progress already.
   const int allowed = settings_.maxNoProgressRestarts;
   // Only when it stops the job sooner than the spent budget would.
-  const bool giveUp = allowed >= 0 && noProgressInARow_ > allowed &&
-                      attempt_.restartCount < settings_.maxRestarts;
+  const bool giveUp =
+      allowed >= 0 && noProgressInARow_ > allowed && attempt_.restartCount < settings_.maxRestarts;
   int exitCode = lastFailureCode_;
   if (giveUp) {
     exitCode = settings_.noRestartExitCode.value_or(lastFailureCode_);

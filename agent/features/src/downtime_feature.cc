@@ -26,10 +26,11 @@ std::string epochMillis(std::chrono::system_clock::time_point t) {
 }  // namespace
 
 void writeProgressHook(const std::filesystem::path& dir) {
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
   std::ofstream out(dir / "sitecustomize.py", std::ios::trunc);
   out << kProgressHookSource;
-  if (!out.flush()) {
+  if (ec || !out.flush()) {
     throw Error(fmt::format("cannot write the progress hook to {}", dir.string()));
   }
 }
@@ -48,11 +49,18 @@ DowntimeFeature::DowntimeFeature(boost::asio::io_context& io,
           io, runDirectory / "progress.pipe", "the workers' progress pipe", env::kProgressPipe,
           [this](const std::string& line) { onLine(line); },
           [this] { drop("a report longer than PIPE_BUF"); }),
-      assumeTraining_(io) {
+      assumeTraining_(io),
+      publishTimer_(io) {
   env[env::kProgressPipe] = pipe_.path().string();
   if (pythonHook) {
     const auto dir = runDirectory / "progress_hook";
-    writeProgressHook(dir);
+    try {
+      writeProgressHook(dir);
+    } catch (const std::exception& e) {
+      // A full disk: the job runs, only its Python steps go unseen.
+      DDPRUN_WARN("{}; Python workers' steps will not be seen (docs/operations.md).", e.what());
+      return;
+    }
     const auto path = env.find("PYTHONPATH");
     env["PYTHONPATH"] = path == env.end() || path->second.empty()
                             ? dir.string()
@@ -116,11 +124,12 @@ void DowntimeFeature::worker(const WorkerEvent& event) {
     timeline_.workerStarted(now, event.localRank);
   } else if (event.state == "FAILED") {
     const bool hang = lag_.count() > 0;
-    timeline_.failed(now, lag_, hang ? "hang" : "worker failure",
-                     fmt::format("worker rank {} (local rank {}, pid {}) {}", event.rank,
-                                 event.localRank, event.pid,
-                                 event.exitCode ? fmt::format("exited with code {}", *event.exitCode)
-                                                : std::string("failed")));
+    timeline_.failed(
+        now, lag_, hang ? "hang" : "worker failure",
+        fmt::format("worker rank {} (local rank {}, pid {}) {}", event.rank, event.localRank,
+                    event.pid,
+                    event.exitCode ? fmt::format("exited with code {}", *event.exitCode)
+                                   : std::string("failed")));
     lag_ = std::chrono::duration<double>(0);
     recordEnded();
   }
@@ -167,9 +176,11 @@ void DowntimeFeature::attemptEnded(const Attempt&, const GroupOutcome&) {
 
 void DowntimeFeature::exiting(const NodeExit&) {
   assumeTraining_.cancel();
+  publishTimer_.cancel();
   const auto now = Clock::now();
   timeline_.exiting(now);
   recordEnded();
+  publish();
   const DowntimeSummary s = timeline_.summary(now);
   std::map<std::string, std::string> meta{
       {"incidents", std::to_string(s.incidents)},
@@ -177,7 +188,7 @@ void DowntimeFeature::exiting(const NodeExit&) {
       {"training_ms", millis(s.trainingSeconds)},
       {"elapsed_ms", millis(s.elapsedSeconds)},
       {"start_ms", millis(s.startSeconds)},
-      {"goodput", fmt::format("{:.4f}", s.goodput())}};
+      {"goodput", s.trained ? fmt::format("{:.4f}", s.goodput()) : std::string()}};
   for (Phase phase : kPhases) {
     meta[std::string(phaseName(phase)) + "_ms"] =
         millis(s.phaseSeconds[static_cast<std::size_t>(phase)]);
@@ -186,8 +197,56 @@ void DowntimeFeature::exiting(const NodeExit&) {
   DDPRUN_INFO("Downtime on this node: {}.", describeDowntime(s));
 }
 
+void DowntimeFeature::publishTo(std::function<void(std::string)> publish) {
+  publish_ = std::move(publish);
+  publishPeriodically();
+}
+
+void DowntimeFeature::publishPeriodically() {
+  publish();
+  publishTimer_.expires_after(kPublishEvery);
+  publishTimer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) publishPeriodically();
+  });
+}
+
+void DowntimeFeature::publish() {
+  if (publish_) publish_(countersText());
+}
+
+std::string DowntimeFeature::countersText() const {
+  const DowntimeSummary s = timeline_.summary(Clock::now());
+  std::string text =
+      fmt::format("incidents={} lost_ms={} training_ms={} elapsed_ms={} start_ms={} trained={}",
+                  s.incidents, millis(s.lostSeconds), millis(s.trainingSeconds),
+                  millis(s.elapsedSeconds), millis(s.startSeconds), s.trained ? 1 : 0);
+  for (Phase phase : kPhases) {
+    const Histogram& h = histograms_[static_cast<std::size_t>(phase)];
+    const std::string name = phaseName(phase);
+    for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
+      text += fmt::format(" {}_le_{}={}", name, kBucketsMs[i], h.buckets[i]);
+    }
+    text += fmt::format(" {}_le_inf={} {}_count={} {}_sum_ms={}", name, h.buckets.back(), name,
+                        h.count, name, h.sumMs);
+  }
+  return text;
+}
+
 void DowntimeFeature::recordEnded() {
+  bool ended = false;
   for (const Incident& incident : timeline_.takeEnded()) {
+    ended = true;
+    for (std::size_t p = 0; p < kPhaseCount && incident.number > 0; ++p) {
+      if (!incident.seconds[p]) continue;
+      const std::int64_t ms = std::llround(*incident.seconds[p] * 1000.0);
+      Histogram& h = histograms_[p];
+      for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
+        if (ms <= kBucketsMs[i]) ++h.buckets[i];
+      }
+      ++h.buckets.back();
+      ++h.count;
+      h.sumMs += ms;
+    }
     std::map<std::string, std::string> meta{
         {"incident", std::to_string(incident.number)},
         {"kind", incident.kind},
@@ -205,6 +264,7 @@ void DowntimeFeature::recordEnded() {
     }
     events_.record("ddprun.agent.INCIDENT", "AGENT", meta);
   }
+  if (ended) publish();
 }
 
 }  // namespace ddprun::agent

@@ -24,16 +24,16 @@ void EventLogFeature::worker(const WorkerEvent& event) {
                         : r.mode == RendezvousMode::kDynamic      ? "c10d"
                                                                   : "static";
   record("torchelastic.worker.status." + event.state, "WORKER",
-              {{"global_rank", std::to_string(event.rank)},
-               {"group_rank", std::to_string(event.groupRank)},
-               {"local_rank", std::to_string(event.localRank)},
-               {"worker_id", std::to_string(event.pid)},
-               {"role", config_.role},
-               {"state", event.state},
-               {"rdzv_backend", backend},
-               {"raw_error", event.rawError},
-               {"exit_code", event.exitCode ? std::to_string(*event.exitCode) : std::string()},
-               {"agent_restarts", std::to_string(event.restartCount)}});
+         {{"global_rank", std::to_string(event.rank)},
+          {"group_rank", std::to_string(event.groupRank)},
+          {"local_rank", std::to_string(event.localRank)},
+          {"worker_id", std::to_string(event.pid)},
+          {"role", config_.role},
+          {"state", event.state},
+          {"rdzv_backend", backend},
+          {"raw_error", event.rawError},
+          {"exit_code", event.exitCode ? std::to_string(*event.exitCode) : std::string()},
+          {"agent_restarts", std::to_string(event.restartCount)}});
 }
 
 void EventLogFeature::roundAssigned(const rendezvous::protocol::Assignment& assigned) {
@@ -41,21 +41,21 @@ void EventLogFeature::roundAssigned(const rendezvous::protocol::Assignment& assi
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - joinedAt_);
   record("torchelastic.agent.RENDEZVOUS", "AGENT",
-              {{"round", std::to_string(assigned.round)},
-               {"duration_ms", std::to_string(took.count())},
-               {"group_rank", std::to_string(assigned.groupRank)},
-               {"group_world_size", std::to_string(assigned.groupWorldSize)},
-               {"world_size", std::to_string(assigned.worldSize)}});
+         {{"round", std::to_string(assigned.round)},
+          {"duration_ms", std::to_string(took.count())},
+          {"group_rank", std::to_string(assigned.groupRank)},
+          {"group_world_size", std::to_string(assigned.groupWorldSize)},
+          {"world_size", std::to_string(assigned.worldSize)}});
 }
 
 void EventLogFeature::restarting(const RestartNote& note) {
   const bool spent = note.restarts >= 0;
   record("torchelastic.agent.RESTART", "AGENT",
-              {{"round", std::to_string(note.round)},
-               {"restart", spent ? std::to_string(note.restarts) : std::string()},
-               {"max_restarts", std::to_string(config_.maxRestarts)},
-               {"exit_code", spent ? std::to_string(note.failedCode) : std::string()},
-               {"reason", note.reason.empty() ? "a worker of this node failed" : note.reason}});
+         {{"round", std::to_string(note.round)},
+          {"restart", spent ? std::to_string(note.restarts) : std::string()},
+          {"max_restarts", std::to_string(config_.maxRestarts)},
+          {"exit_code", spent ? std::to_string(note.failedCode) : std::string()},
+          {"reason", note.reason.empty() ? "a worker of this node failed" : note.reason}});
 }
 
 void EventLogFeature::exiting(const NodeExit& exit) {

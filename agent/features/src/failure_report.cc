@@ -59,8 +59,8 @@ std::string formatFailureReport(const FailureSummary& s) {
   out << fmt::format("  time       : {}\n", formatTime(root.time));
   out << fmt::format("  attempt    : {}\n", root.attempt);
   out << fmt::format("  phase      : {}\n", s.startedTraining
-                                                 ? "after training began"
-                                                 : "at startup (before any rank's first step)");
+                                                ? "after training began"
+                                                : "at startup (before any rank's first step)");
   out << fmt::format("  error_file : {}{}\n",
                      root.error ? root.errorFile.string() : std::string("<none written>"),
                      root.error && !s.filesKept ? " (removed at exit; --log_dir keeps it)" : "");
@@ -79,6 +79,7 @@ std::string formatFailureReport(const FailureSummary& s) {
   if (const std::string hint = errorHint(root); !hint.empty()) {
     out << "  hint       : " << hint << "\n";
   }
+  if (!s.flightRecorder.empty()) out << "  flight rec.: " << s.flightRecorder << "\n";
   if (!s.otherFailures.empty()) {
     out << thin << "\n"
         << "Other failures in the same attempt:\n";

@@ -1,17 +1,23 @@
 #include "ddprun/agent/features/failure_report_feature.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 
 #include "ddprun/agent/features/failure_report.h"
+#include "ddprun/agent/features/flight_recorder.h"
 #include "ddprun/agent/features/launcher_error_file.h"
 
 namespace ddprun::agent {
 
-FailureReportFeature::FailureReportFeature(const AgentConfig& config, bool filesKept,
-                                           std::function<void()> flushConsole)
-    : config_(config), filesKept_(filesKept), flushConsole_(std::move(flushConsole)) {}
+FailureReportFeature::FailureReportFeature(
+    const AgentConfig& config, bool filesKept, std::function<void()> flushConsole,
+    std::function<std::filesystem::path(const Attempt&)> flightRecorderDir)
+    : config_(config),
+      filesKept_(filesKept),
+      flushConsole_(std::move(flushConsole)),
+      flightRecorderDir_(std::move(flightRecorderDir)) {}
 
 std::string FailureReportFeature::describe(const GroupOutcome& outcome,
                                            const FailureContext& context) const {
@@ -36,6 +42,17 @@ std::string FailureReportFeature::describe(const GroupOutcome& outcome,
   }
   summary.filesKept = filesKept_;
   summary.startedTraining = context.progressed;
+  if (flightRecorderDir_) {
+    const auto dir = flightRecorderDir_(context.attempt);
+    const FlightRecorderFindings found = analyzeFlightRecorder(
+        dir, config_.pythonProgram && !config_.command.empty() ? config_.command.front() : "");
+    if (!found.dumpedRanks.empty()) {
+      summary.flightRecorder = fmt::format("{}{}; dumps of rank{} {} in {}", found.verdict,
+                                           found.tool.empty() ? "" : " (" + found.tool + ")",
+                                           found.dumpedRanks.size() == 1 ? "" : "s",
+                                           fmt::join(found.dumpedRanks, ", "), dir.string());
+    }
+  }
   return formatFailureReport(summary);
 }
 

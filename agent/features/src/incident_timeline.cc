@@ -40,6 +40,10 @@ std::string describeDowntime(const DowntimeSummary& s) {
       separator = ", ";
     }
   }
+  if (!s.trained) {
+    return text + fmt::format("; no worker reported a training step in {:.1f} s, so no goodput",
+                              s.elapsedSeconds);
+  }
   text += fmt::format("; goodput {:.1f} % ({:.1f} s training of {:.1f} s; the start took {:.1f} s)",
                       100.0 * s.goodput(), s.trainingSeconds, s.elapsedSeconds, s.startSeconds);
   return text;
@@ -94,7 +98,7 @@ void IncidentTimeline::processGroupFormed(Time t, int localRank) {
 
 bool IncidentTimeline::stepped(Time t, int localRank) {
   if (trained_ || failedThisAttempt_ || localRank < 0 || localRank >= localWorkers_) return false;
-  trained_ = true;
+  trained_ = everTrained_ = true;
   trainingSince_ = t;
   if (open_ && open_->round) end(t, true);
   return true;
@@ -102,7 +106,7 @@ bool IncidentTimeline::stepped(Time t, int localRank) {
 
 void IncidentTimeline::assumeTraining(Time t) {
   if (trained_ || failedThisAttempt_ || attempt_ < 0) return;
-  trained_ = true;
+  trained_ = everTrained_ = true;
   Time since = t;
   if (open_ && open_->round) {
     since = open_->formed.value_or(open_->spawned.value_or(t));
@@ -161,7 +165,12 @@ void IncidentTimeline::end(Time t, bool complete, bool stepSeen) {
   // from ddprun's start.
   const bool start = incident.number == 0;
   const std::array<std::optional<Time>, kPhaseCount> marks{
-      o.detected, o.stopped, start ? std::nullopt : o.joined, o.round, o.spawned, o.formed,
+      o.detected,
+      o.stopped,
+      start ? std::nullopt : o.joined,
+      o.round,
+      o.spawned,
+      o.formed,
       complete && stepSeen ? std::optional<Time>(t) : std::nullopt};
   Time previous = o.began;
   for (std::size_t i = 0; i < kPhaseCount; ++i) {
@@ -193,6 +202,7 @@ DowntimeSummary IncidentTimeline::summary(Time now) const {
   DowntimeSummary s = totals_;
   s.trainingSeconds = training_ + (trainingSince_ ? seconds(*trainingSince_, now) : 0.0);
   s.elapsedSeconds = seconds(start_, now);
+  s.trained = everTrained_;
   if (open_) {  // still open: its time so far is lost
     const double sofar = seconds(open_->began, now);
     if (open_->incident.number == 0) {

@@ -26,8 +26,9 @@ int openPipe(const std::filesystem::path& path, const std::string& what,
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0) {
     if (!S_ISFIFO(info.st_mode)) {
-      throw Error(fmt::format("{}={} exists and is not a named pipe; remove it or name another path",
-                              variable, path.string()));
+      throw Error(
+          fmt::format("{}={} exists and is not a named pipe; remove it or name another path",
+                      variable, path.string()));
     }
   } else if (::mkfifo(path.c_str(), 0600) == 0) {
     created = true;

@@ -361,9 +361,9 @@ void NodeRendezvous::asyncReportFailure(const FailureNotice& failure,
   r.maxRestarts = config_.maxRestarts;
   r.exitCode = failure.exitCode;
   r.report = failure.report;
-  r.failedAtMs = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     failure.failedAt.time_since_epoch())
-                     .count();
+  r.failedAtMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(failure.failedAt.time_since_epoch())
+          .count();
   r.giveUp = failure.giveUp;
   asio::post(worker_, [this, r, done = std::move(done)] {
     FailureAnswer answer;
@@ -393,13 +393,13 @@ void NodeRendezvous::asyncLeave(std::int64_t round, std::function<void()> done) 
   });
 }
 
-void NodeRendezvous::publishRelayCounters(std::string text) {
-  asio::post(worker_, [this, text = std::move(text)] {
+void NodeRendezvous::publishNodeCounters(protocol::NodeCounters kind, std::string text) {
+  asio::post(worker_, [this, kind, text = std::move(text)] {
     if (!client_ || lost_) return;
     try {
-      client_->publishRelayCounters(config_.runId, nodeId_, text);
+      client_->publishNodeCounters(kind, config_.runId, nodeId_, text);
     } catch (const Error& e) {
-      DDPRUN_DEBUG("Node {} could not publish its relay's counters: {}", nodeId_, e.what());
+      DDPRUN_DEBUG("Node {} could not publish its counters: {}", nodeId_, e.what());
     }
   });
 }

@@ -83,11 +83,12 @@ NodeRounds makeRendezvousRounds(boost::asio::io_context& io, const AgentConfig& 
   rounds.source = std::make_unique<RendezvousRounds>(*rounds.rendezvous, rounds.attemptStore.get(),
                                                      config, std::move(onAssigned));
   if (config.relayWorkersStore) {
-    auto relayed =
-        std::make_unique<RelayedRounds>(io, std::move(rounds.source), config.rendezvous.token,
-                                        [rendezvous = rounds.rendezvous.get()](std::string text) {
-                                          rendezvous->publishRelayCounters(std::move(text));
-                                        });
+    auto relayed = std::make_unique<RelayedRounds>(
+        io, std::move(rounds.source), config.rendezvous.token,
+        [rendezvous = rounds.rendezvous.get()](std::string text) {
+          rendezvous->publishNodeCounters(rendezvous::protocol::NodeCounters::kRelay,
+                                          std::move(text));
+        });
     rounds.relayed = relayed.get();
     rounds.source = std::move(relayed);
   }

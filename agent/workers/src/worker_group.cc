@@ -105,7 +105,11 @@ void WorkerGroup::startProcess(Slot& slot) {
   const int localRank = slot.localRank;
   const auto dir = shared_.runDir.workerDir(runIndex_, localRank);
   slot.errorFile = dir / "error.json";
-  const WorkerIdentity id = identity_(localRank, slot.errorFile.string());
+  WorkerIdentity id = identity_(localRank, slot.errorFile.string());
+  const auto flightRecorder = flightRecorderDir(shared_.runDir.attemptDir(runIndex_));
+  std::error_code ec;
+  std::filesystem::create_directories(flightRecorder, ec);
+  if (!ec) id.flightRecorderPrefix = (flightRecorder / kFlightRecorderFilePrefix).string();
   slot.rank = id.rank;
   slot.groupRank = id.groupRank;
 

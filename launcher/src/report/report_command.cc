@@ -37,8 +37,8 @@ int runReportCommand(int argc, char** argv) {
     std::ofstream out(htmlFile, std::ios::trunc);
     out << report::formatReportHtml(run);
     if (!out.flush()) {
-      std::cerr << "ddprun report: error: cannot write " << htmlFile << ": "
-                << std::strerror(errno) << "\n";
+      std::cerr << "ddprun report: error: cannot write " << htmlFile << ": " << std::strerror(errno)
+                << "\n";
       return 1;
     }
     std::cout << "The page is " << htmlFile << "\n";

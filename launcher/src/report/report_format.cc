@@ -40,6 +40,10 @@ std::string downtimeText(const DowntimeRecord& d) {
   std::string out = fmt::format("{} incident{}, {:.1f} s lost", d.incidents,
                                 d.incidents == 1 ? "" : "s", d.lostMs / 1000.0);
   if (d.incidents > 0) out += ": " + phasesText(phases);
+  if (!d.trained) {
+    return out + fmt::format("; no worker reported a training step in {}, so no goodput",
+                             durationText(d.elapsedMs));
+  }
   out += fmt::format("; goodput {:.1f} % ({} training of {}; the start took {:.1f} s)",
                      100.0 * d.goodput, durationText(d.trainingMs), durationText(d.elapsedMs),
                      d.startMs / 1000.0);
@@ -81,9 +85,9 @@ std::vector<AttemptSpan> attemptsOf(const NodeTimeline& node) {
       running = running || !life->endMs;
     }
     if (failed != nullptr) {
-      span.ending = fmt::format("rank {} failed first{}", failed->globalRank,
-                                failed->exitCode ? fmt::format(" (exit {})", *failed->exitCode)
-                                                 : std::string());
+      span.ending = fmt::format(
+          "rank {} failed first{}", failed->globalRank,
+          failed->exitCode ? fmt::format(" (exit {})", *failed->exitCode) : std::string());
     } else if (allSucceeded) {
       span.ending = "every worker succeeded";
     } else if (running) {

@@ -23,11 +23,20 @@ std::string escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -38,7 +47,8 @@ class Scale {
   Scale(std::int64_t first, std::int64_t last)
       : first_(first), span_(std::max<std::int64_t>(last - first, 1)) {}
   double x(std::int64_t ms) const {
-    return kLabelWidth + kPlotWidth * static_cast<double>(std::clamp(ms - first_, std::int64_t{0}, span_)) /
+    return kLabelWidth + kPlotWidth *
+                             static_cast<double>(std::clamp(ms - first_, std::int64_t{0}, span_)) /
                              static_cast<double>(span_);
   }
   double width(std::int64_t from, std::int64_t to) const { return std::max(x(to) - x(from), 1.0); }
@@ -66,8 +76,9 @@ void axis(std::ostringstream& svg, const Scale& scale, int height) {
 }
 
 void nodeLane(std::ostringstream& svg, const Scale& scale, const NodeTimeline& node, int y) {
-  svg << fmt::format(R"(<g class="lane node" data-host="{0}"><text class="label" x="6" y="{1}">{0}</text>)",
-                     escape(node.host), y + 17);
+  svg << fmt::format(
+      R"(<g class="lane node" data-host="{0}"><text class="label" x="6" y="{1}">{0}</text>)",
+      escape(node.host), y + 17);
   svg << fmt::format(R"(<rect class="lane-bg" x="{}" y="{}" width="{}" height="{}"/>)", kLabelWidth,
                      y + 2, kPlotWidth, kNodeLane - 4);
   for (const auto& incident : node.incidents) {
@@ -101,13 +112,13 @@ void workerLane(std::ostringstream& svg, const Scale& scale, const NodeTimeline&
     const std::int64_t end = life.endMs.value_or(node.lastMs);
     const std::int64_t trainFrom = life.firstStepMs.value_or(end);
     const std::string cls = life.state.empty() ? "running" : life.state;
-    const std::string tip =
-        fmt::format("rank {} (attempt {}, restart count {}): {} to {}{}", life.globalRank,
-                    life.attempt, life.restartCount, clockText(life.startMs), clockText(end),
-                    life.state.empty() ? std::string()
-                                       : fmt::format(", {}{}", life.state,
-                                                     life.exitCode ? fmt::format(" (exit {})", *life.exitCode)
-                                                                   : std::string()));
+    const std::string tip = fmt::format(
+        "rank {} (attempt {}, restart count {}): {} to {}{}", life.globalRank, life.attempt,
+        life.restartCount, clockText(life.startMs), clockText(end),
+        life.state.empty() ? std::string()
+                           : fmt::format(", {}{}", life.state,
+                                         life.exitCode ? fmt::format(" (exit {})", *life.exitCode)
+                                                       : std::string()));
     svg << fmt::format(
         R"(<rect class="life startup" data-rank="{}" x="{:.1f}" y="{}" width="{:.1f}" height="{}"><title>{} - starting</title></rect>)",
         life.globalRank, scale.x(life.startMs), y + 3, scale.width(life.startMs, trainFrom),
@@ -169,7 +180,8 @@ std::string formatReportHtml(const RunTimeline& run) {
     y += kNodeLane;
     int ranks = 0;
     for (const auto& life : node.workers) ranks = std::max(ranks, life.localRank + 1);
-    for (int rank = 0; rank < ranks; ++rank, y += kWorkerLane) workerLane(svg, scale, node, rank, y);
+    for (int rank = 0; rank < ranks; ++rank, y += kWorkerLane)
+      workerLane(svg, scale, node, rank, y);
     y += 8;
   }
   svg << "</svg>";
@@ -185,7 +197,8 @@ std::string formatReportHtml(const RunTimeline& run) {
     html << "<p class=\"meta node-summary\" data-host=\"" << escape(node.host) << "\"><b>"
          << escape(node.host) << "</b>: " << escape(outcomeText(node));
     if (node.downtime) {
-      html << fmt::format(" &mdash; <span class=\"goodput\" data-goodput=\"{:.4f}\">", node.downtime->goodput)
+      html << fmt::format(" &mdash; <span class=\"goodput\" data-goodput=\"{:.4f}\">",
+                          node.downtime->goodput)
            << escape(downtimeText(*node.downtime)) << "</span>";
     }
     html << "</p>\n";

@@ -23,10 +23,10 @@ std::string formatReportText(const RunTimeline& run) {
     if (node.downtime) out << "  " << downtimeText(*node.downtime) << "\n";
     for (const auto& incident : node.incidents) {
       if (incident.number == 0) continue;
-      out << fmt::format("  incident {} at {}: {}: {} ({})\n", incident.number,
-                         clockText(incident.beganMs), incident.kind, incident.cause,
-                         incident.startup ? "at startup, before any rank's first step"
-                                          : "after training began");
+      out << fmt::format(
+          "  incident {} at {}: {}: {} ({})\n", incident.number, clockText(incident.beganMs),
+          incident.kind, incident.cause,
+          incident.startup ? "at startup, before any rank's first step" : "after training began");
       out << fmt::format("    {:.1f} s lost{}: {}\n", incident.lostMs / 1000.0,
                          incident.complete ? "" : " (training did not resume)",
                          phasesText(incident.phaseMs));
@@ -34,8 +34,9 @@ std::string formatReportText(const RunTimeline& run) {
     const auto attempts = attemptsOf(node);
     for (const auto& attempt : attempts) {
       out << fmt::format("  attempt {} (restart count {}): {} worker{} from {}, {}\n",
-                         attempt.attempt, attempt.restartCount, attempt.workers, attempt.workers == 1 ? "" : "s",
-                         clockText(attempt.startMs), attempt.ending);
+                         attempt.attempt, attempt.restartCount, attempt.workers,
+                         attempt.workers == 1 ? "" : "s", clockText(attempt.startMs),
+                         attempt.ending);
     }
   }
   return out.str();

@@ -85,6 +85,7 @@ class Builder {
       d.elapsedMs = metaNumber(meta, "elapsed_ms").value_or(0);
       d.startMs = metaNumber(meta, "start_ms").value_or(0);
       d.goodput = d.elapsedMs > 0 ? static_cast<double>(d.trainingMs) / d.elapsedMs : 0;
+      d.trained = !metaText(meta, "goodput").empty();
       for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
         d.phaseMs[i] = metaNumber(meta, fmt::format("{}_ms", kPhaseNames[i]).c_str()).value_or(0);
       }

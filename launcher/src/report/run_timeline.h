@@ -51,6 +51,7 @@ struct DowntimeRecord {
   int incidents = 0;
   std::int64_t lostMs = 0, trainingMs = 0, elapsedMs = 0, startMs = 0;
   double goodput = 0;
+  bool trained = false;  // some attempt trained: else no goodput to speak of
   std::array<std::int64_t, 7> phaseMs{};
 };
 

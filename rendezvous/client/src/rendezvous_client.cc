@@ -33,11 +33,12 @@ void RendezvousClient::waitUntilAllLeft(const std::string& rdzvId,
   store_.wait({protocol::rendezvousFinishedKey(rdzvId)}, timeout);
 }
 
-std::vector<std::string> RendezvousClient::relayCounters(const std::string& rdzvId,
-                                                         const std::vector<std::string>& nodeIds) {
+std::vector<std::string> RendezvousClient::nodeCounters(protocol::NodeCounters kind,
+                                                        const std::string& rdzvId,
+                                                        const std::vector<std::string>& nodeIds) {
   std::vector<std::string> keys;
   keys.reserve(nodeIds.size());
-  for (const auto& id : nodeIds) keys.push_back(protocol::relayCountersKey(rdzvId, id));
+  for (const auto& id : nodeIds) keys.push_back(protocol::nodeCountersKey(kind, rdzvId, id));
   return keys.empty() ? std::vector<std::string>() : store_.valuesNow(keys);
 }
 

@@ -187,22 +187,23 @@ EtcdRendezvous::~EtcdRendezvous() {
   }
 }
 
-void EtcdRendezvous::publishRelayCounters(const std::string& rdzvId, const std::string& nodeId,
-                                          const std::string& text) {
+void EtcdRendezvous::publishNodeCounters(protocol::NodeCounters kind, const std::string& rdzvId,
+                                         const std::string& nodeId, const std::string& text) {
   std::int64_t lease = 0;
   {
     std::lock_guard lock(mutex_);
     lease = lease_;
   }
-  client_.put(etcd::Keys{base(rdzvId)}.relay(nodeId), text, lease);
+  client_.put(etcd::Keys{base(rdzvId)}.counters(kind, nodeId), text, lease);
 }
 
-std::vector<std::string> EtcdRendezvous::relayCounters(const std::string& rdzvId,
-                                                       const std::vector<std::string>& nodeIds) {
+std::vector<std::string> EtcdRendezvous::nodeCounters(protocol::NodeCounters kind,
+                                                      const std::string& rdzvId,
+                                                      const std::vector<std::string>& nodeIds) {
   std::vector<std::string> texts;
   const etcd::Keys keys{base(rdzvId)};
   for (const auto& id : nodeIds) {
-    const EtcdRange found = client_.get(keys.relay(id));
+    const EtcdRange found = client_.get(keys.counters(kind, id));
     texts.push_back(found.kvs.empty() ? std::string() : found.kvs.front().value);
   }
   return texts;

@@ -139,7 +139,11 @@ struct Keys {
   std::string joining(const std::string& node) const { return base + "joining/" + node; }
   std::string left(const std::string& node) const { return base + "left/" + node; }
   // The node's relay counters (on its lease), for `ddprun status`.
-  std::string relay(const std::string& node) const { return base + "relay/" + node; }
+  // A node's counters (protocol::NodeCounters): relay/<node>, downtime/<node>.
+  std::string counters(rendezvous::protocol::NodeCounters kind, const std::string& node) const {
+    return base + (kind == rendezvous::protocol::NodeCounters::kRelay ? "relay/" : "downtime/") +
+           node;
+  }
   std::string assign(const std::string& node) const { return base + "assign/" + node; }
   std::string rank(std::int64_t nodeRank) const {
     return base + "rank/" + std::to_string(nodeRank);

@@ -132,26 +132,44 @@ class Text {
     out_ += labels.empty() ? fmt::format("{} {}\n", name, value)
                            : fmt::format("{}{{{}}} {}\n", name, labels, value);
   }
+  void sample(const char* name, const std::string& labels, double value) {
+    out_ += labels.empty() ? fmt::format("{} {}\n", name, value)
+                           : fmt::format("{}{{{}}} {}\n", name, labels, value);
+  }
   std::string take() { return std::move(out_); }
 
  private:
   std::string out_;
 };
 
-// The node relays' counters their agents keep under
-// protocol::relayCountersKey: ddprun_relay_<name>{rdzv_id, node}.
-void relayCounters(const StoreState& state, Text& t) {
-  std::map<std::string, std::vector<std::pair<std::string, std::uint64_t>>> byName;
+// The counters agents keep under protocol::nodeCountersKey(kind, ...), one
+// node at a time: its labels (rdzv_id, node) and its counters by name.
+using NodeSeries = std::vector<std::pair<std::string, std::map<std::string, std::uint64_t>>>;
+NodeSeries nodeCounters(const StoreState& state, protocol::NodeCounters kind) {
+  NodeSeries out;
+  const std::string_view prefix = protocol::nodeCountersPrefix(kind);
   for (const auto& key : state.keys()) {
-    if (key.rfind(protocol::kRelayCountersPrefix, 0) != 0) continue;
-    const std::string_view rest =
-        std::string_view(key).substr(protocol::kRelayCountersPrefix.size());
+    if (key.rfind(prefix, 0) != 0) continue;
+    const std::string_view rest = std::string_view(key).substr(prefix.size());
     const auto slash = rest.find('/');
     if (slash == std::string_view::npos) continue;
     const std::string labels =
         fmt::format("rdzv_id=\"{}\",node=\"{}\"", label(std::string(rest.substr(0, slash))),
                     label(std::string(rest.substr(slash + 1))));
+    std::map<std::string, std::uint64_t> counters;
     for (const auto& [name, value] : protocol::parseCounters(*state.find(key))) {
+      counters[name] = value;
+    }
+    out.emplace_back(labels, std::move(counters));
+  }
+  return out;
+}
+
+// The node relays' counters: ddprun_relay_<name>{rdzv_id, node}.
+void relayCounters(const StoreState& state, Text& t) {
+  std::map<std::string, std::vector<std::pair<std::string, std::uint64_t>>> byName;
+  for (const auto& [labels, counters] : nodeCounters(state, protocol::NodeCounters::kRelay)) {
+    for (const auto& [name, value] : counters) {
       byName["ddprun_relay_" + name].emplace_back(labels, value);
     }
   }
@@ -159,6 +177,73 @@ void relayCounters(const StoreState& state, Text& t) {
     t.family(name.c_str(), name == "ddprun_relay_connections" ? "gauge" : "counter",
              "A node relay's counter, as its agent last published it (docs/operations.md).");
     for (const auto& [labels, value] : samples) t.sample(name.c_str(), labels, value);
+  }
+}
+
+// Each node's downtime, as its agent last published it (docs/operations.md,
+// "Downtime, phase by phase"): incidents, seconds lost and training, the
+// goodput, and a histogram of each phase's seconds (its buckets are the
+// <phase>_le_<ms> and <phase>_le_inf counters, cumulative).
+void downtimeCounters(const StoreState& state, Text& t) {
+  const NodeSeries nodes = nodeCounters(state, protocol::NodeCounters::kDowntime);
+  if (nodes.empty()) return;
+  const auto seconds = [](std::uint64_t ms) { return static_cast<double>(ms) / 1000.0; };
+  const auto value = [](const std::map<std::string, std::uint64_t>& c, const std::string& name) {
+    const auto it = c.find(name);
+    return it == c.end() ? std::uint64_t{0} : it->second;
+  };
+  t.family("ddprun_incidents_total", "counter",
+           "Incidents of a node: an attempt failed (the start not counted).");
+  for (const auto& [labels, c] : nodes) {
+    t.sample("ddprun_incidents_total", labels, value(c, "incidents"));
+  }
+  t.family("ddprun_lost_seconds_total", "counter",
+           "Seconds a node's incidents cost: each from the failure to training again.");
+  for (const auto& [labels, c] : nodes) {
+    t.sample("ddprun_lost_seconds_total", labels, seconds(value(c, "lost_ms")));
+  }
+  t.family("ddprun_training_seconds_total", "counter",
+           "Seconds a node's workers trained (from each attempt's first step).");
+  for (const auto& [labels, c] : nodes) {
+    t.sample("ddprun_training_seconds_total", labels, seconds(value(c, "training_ms")));
+  }
+  t.family("ddprun_goodput", "gauge",
+           "Time training over the time since the node's start (none until a step was seen).");
+  for (const auto& [labels, c] : nodes) {
+    if (c.contains("trained") && value(c, "trained") == 0) continue;
+    const std::uint64_t elapsed = value(c, "elapsed_ms");
+    t.sample("ddprun_goodput", labels,
+             elapsed == 0 ? 0.0 : seconds(value(c, "training_ms")) / seconds(elapsed));
+  }
+  t.family("ddprun_incident_phase_seconds", "histogram",
+           "Seconds of each phase of a node's incidents (detect, stop, restart, rendezvous, "
+           "spawn, process_group, first_step).");
+  for (const auto& [labels, c] : nodes) {
+    // phase -> (bound in ms, count); the +Inf bucket as the largest bound.
+    std::map<std::string, std::map<std::uint64_t, std::uint64_t>> buckets;
+    for (const auto& [name, count] : c) {
+      const auto le = name.find("_le_");
+      if (le == std::string::npos) continue;
+      const std::string bound = name.substr(le + 4);
+      std::uint64_t ms = UINT64_MAX;
+      if (bound != "inf") {
+        if (bound.empty() || bound.find_first_not_of("0123456789") != std::string::npos) continue;
+        ms = std::stoull(bound);
+      }
+      buckets[name.substr(0, le)][ms] = count;
+    }
+    for (const auto& [phase, bounds] : buckets) {
+      const std::string phaseLabels = fmt::format("{},phase=\"{}\"", labels, label(phase));
+      for (const auto& [ms, count] : bounds) {
+        const std::string le =
+            ms == UINT64_MAX ? std::string("+Inf") : fmt::format("{}", seconds(ms));
+        t.sample("ddprun_incident_phase_seconds_bucket",
+                 fmt::format("{},le=\"{}\"", phaseLabels, le), count);
+      }
+      t.sample("ddprun_incident_phase_seconds_sum", phaseLabels,
+               seconds(value(c, phase + "_sum_ms")));
+      t.sample("ddprun_incident_phase_seconds_count", phaseLabels, value(c, phase + "_count"));
+    }
   }
 }
 
@@ -203,6 +288,7 @@ std::string renderMetrics(const ServerContext& c, const RendezvousManager* rende
   t.sample("ddprun_store_buffered_bytes", "kind=\"used\"", c.budget.used());
   t.sample("ddprun_store_buffered_bytes", "kind=\"limit\"", c.budget.limit());
   relayCounters(c.state, t);
+  downtimeCounters(c.state, t);
   if (rendezvous == nullptr) return t.take();
   const auto all = rendezvous->summaries();
   const auto each = [&](const char* name, const char* type, const char* help, auto value) {

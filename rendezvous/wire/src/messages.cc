@@ -184,8 +184,10 @@ std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_vie
     if (equals == 0 || equals == std::string_view::npos || equals + 1 == word.size()) continue;
     const std::string_view name = word.substr(0, equals);
     const std::string_view digits = word.substr(equals + 1);
-    const bool nameOk = std::all_of(name.begin(), name.end(),
-                                    [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; });
+    const bool nameOk =
+        name[0] >= 'a' && name[0] <= 'z' && std::all_of(name.begin(), name.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+        });
     std::uint64_t value = 0;
     bool digitsOk = digits.size() <= 19;
     for (char c : digits) {

@@ -30,6 +30,15 @@ inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 // The signals the launcher forwards (torchrun 2.x sets it on itself, so
 // workers inherit it): "SIGTERM,SIGINT,...".
 inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
+// PyTorch's flight recorder (docs/operations.md, "Flight recorder"): set for
+// every worker unless the user set them or their newer names (2.8+:
+// TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE; 2.15: TORCH_FR_DUMP_ON_TIMEOUT).
+inline constexpr char kFlightRecorderBuffer[] = "TORCH_NCCL_TRACE_BUFFER_SIZE";
+inline constexpr char kFlightRecorderBufferNew[] = "TORCH_FR_BUFFER_SIZE";
+inline constexpr char kFlightRecorderDumpOnTimeout[] = "TORCH_NCCL_DUMP_ON_TIMEOUT";
+inline constexpr char kFlightRecorderDumpOnTimeoutNew[] = "TORCH_FR_DUMP_ON_TIMEOUT";
+inline constexpr char kFlightRecorderDumpFile[] = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
+inline constexpr char kFlightRecorderDumpFileNew[] = "TORCH_FR_DUMP_TEMP_FILE";
 // Read by the launcher (torchrun 2.13+): seconds a worker may stay in D state.
 inline constexpr char kUninterruptibleStateTimeout[] = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT";
 

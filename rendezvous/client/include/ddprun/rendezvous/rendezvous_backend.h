@@ -47,16 +47,17 @@ class RendezvousBackend {
   // that hosts the store waits so before it closes the store), TimeoutError
   // after `timeout`. Returns at once where nothing is hosted (etcd).
   virtual void waitUntilAllLeft(const std::string& rdzvId, std::chrono::milliseconds timeout) = 0;
-  // Keeps a text about node `nodeId` (its relay's counters,
-  // protocol::relayCountersKey) where the rendezvous lives, for `ddprun
-  // status` and the store's metrics; it goes with the node (etcd: on its
-  // lease). Throws ddprun::Error when the rendezvous cannot be reached.
-  virtual void publishRelayCounters(const std::string& rdzvId, const std::string& nodeId,
-                                    const std::string& text) = 0;
-  // The texts publishRelayCounters() kept for `nodeIds`, in order ("" for
+  // Keeps counters about node `nodeId` (protocol::nodeCountersKey: its
+  // relay's, its downtime's) where the rendezvous lives, for `ddprun status`
+  // and the store's metrics; they go with the node (etcd: on its lease).
+  // Throws ddprun::Error when the rendezvous cannot be reached.
+  virtual void publishNodeCounters(protocol::NodeCounters kind, const std::string& rdzvId,
+                                   const std::string& nodeId, const std::string& text) = 0;
+  // The texts publishNodeCounters() kept for `nodeIds`, in order ("" for
   // none).
-  virtual std::vector<std::string> relayCounters(const std::string& rdzvId,
-                                                 const std::vector<std::string>& nodeIds) = 0;
+  virtual std::vector<std::string> nodeCounters(protocol::NodeCounters kind,
+                                                const std::string& rdzvId,
+                                                const std::vector<std::string>& nodeIds) = 0;
   // The address of this host that the rendezvous reaches it at: where its
   // connection leaves from ("" before the first join).
   virtual std::string localAddress() = 0;

@@ -47,12 +47,12 @@ class RendezvousClient final : public RendezvousBackend {
   // A PING: the server counts it as a heartbeat.
   void keepAlive(std::chrono::steady_clock::time_point deadline) override { store_.ping(deadline); }
   void waitUntilAllLeft(const std::string& rdzvId, std::chrono::milliseconds timeout) override;
-  void publishRelayCounters(const std::string& rdzvId, const std::string& nodeId,
-                            const std::string& text) override {
-    store_.set(protocol::relayCountersKey(rdzvId, nodeId), text);
+  void publishNodeCounters(protocol::NodeCounters kind, const std::string& rdzvId,
+                           const std::string& nodeId, const std::string& text) override {
+    store_.set(protocol::nodeCountersKey(kind, rdzvId, nodeId), text);
   }
-  std::vector<std::string> relayCounters(const std::string& rdzvId,
-                                         const std::vector<std::string>& nodeIds) override;
+  std::vector<std::string> nodeCounters(protocol::NodeCounters kind, const std::string& rdzvId,
+                                        const std::vector<std::string>& nodeIds) override;
   std::string localAddress() override { return store_.localAddress(); }
   void shutdown() override { store_.shutdown(); }
 

@@ -91,10 +91,10 @@ class EtcdRendezvous final : public RendezvousBackend {
   void keepAlive(std::chrono::steady_clock::time_point deadline) override;
   // The rounds live in etcd: no node hosts anything to close.
   void waitUntilAllLeft(const std::string&, std::chrono::milliseconds) override {}
-  void publishRelayCounters(const std::string& rdzvId, const std::string& nodeId,
-                            const std::string& text) override;
-  std::vector<std::string> relayCounters(const std::string& rdzvId,
-                                         const std::vector<std::string>& nodeIds) override;
+  void publishNodeCounters(protocol::NodeCounters kind, const std::string& rdzvId,
+                           const std::string& nodeId, const std::string& text) override;
+  std::vector<std::string> nodeCounters(protocol::NodeCounters kind, const std::string& rdzvId,
+                                        const std::vector<std::string>& nodeIds) override;
   std::string localAddress() override { return client_.localAddress(); }
   void shutdown() override;
   EtcdRendezvousStats stats() const;

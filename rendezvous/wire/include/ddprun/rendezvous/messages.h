@@ -502,15 +502,22 @@ inline std::string rendezvousFinishedKey(std::string_view rdzvId) {
 // words from the store and from a node's relay.
 std::string timeoutText(Op op, const std::vector<std::string>& missing);
 
-// The control key where an agent keeps its node relay's counters
-// ("connections=3 requests=48 ..."), for `ddprun status` and the store's
-// metrics: __ddprun/relay/<rdzv id>/<node id>.
-inline constexpr std::string_view kRelayCountersPrefix = "__ddprun/relay/";
-inline std::string relayCountersKey(std::string_view rdzvId, std::string_view nodeId) {
-  return std::string(kRelayCountersPrefix) + std::string(rdzvId) + "/" + std::string(nodeId);
+// The control keys where an agent keeps counters about its node, for
+// `ddprun status` and the store's metrics: its relay's ("connections=3
+// requests=48 ...") at __ddprun/relay/<rdzv id>/<node id>, its downtime's
+// ("incidents=2 lost_ms=4100 ...", docs/operations.md) at
+// __ddprun/downtime/<rdzv id>/<node id>.
+enum class NodeCounters { kRelay, kDowntime };
+constexpr std::string_view nodeCountersPrefix(NodeCounters kind) {
+  return kind == NodeCounters::kRelay ? "__ddprun/relay/" : "__ddprun/downtime/";
+}
+inline std::string nodeCountersKey(NodeCounters kind, std::string_view rdzvId,
+                                   std::string_view nodeId) {
+  return std::string(nodeCountersPrefix(kind)) + std::string(rdzvId) + "/" + std::string(nodeId);
 }
 // "name=value" words of such a text, in order; words that are not a name
-// and a decimal count are skipped (the text came from another node).
+// (a lower-case letter, then letters, digits, '_') and a decimal count are
+// skipped (the text came from another node).
 std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_view text);
 
 // Converts a duration to the wire's timeout field (clamped; negative -> 0).

@@ -247,8 +247,8 @@ class NodeLifecycle {
   bool unhealthy_ = false;
   int failedRunsInARow_ = 0;
   int lastFailureCode_ = 0;
-  bool progressed_ = false;    // the running attempt made progress
-  int noProgressInARow_ = 0;   // attempts ended without progress, in a row
+  bool progressed_ = false;   // the running attempt made progress
+  int noProgressInARow_ = 0;  // attempts ended without progress, in a row
   FailureHistory history_;
   RestartBackoff backoff_;
   std::chrono::steady_clock::time_point attemptStarted_;

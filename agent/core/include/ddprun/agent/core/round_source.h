@@ -42,7 +42,7 @@ struct WorkersStore {
 // A failure of this node's workers, as the job is told it.
 struct FailureNotice {
   std::int64_t round = 0;
-  int exitCode = 0;  // the code the job fails with if it stops now
+  int exitCode = 0;                                // the code the job fails with if it stops now
   std::chrono::system_clock::time_point failedAt;  // the root cause's
   std::string report;                              // the root-cause report
   // A crash loop (--max_no_progress_restarts): the job stops now,

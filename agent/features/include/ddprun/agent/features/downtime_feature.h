@@ -23,7 +23,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -52,8 +54,8 @@ class DowntimeFeature : public LifecycleHook {
   // `progressed` is told each attempt's first progress. Throws
   // ddprun::Error when the pipe cannot be made.
   DowntimeFeature(boost::asio::io_context& io, const std::filesystem::path& runDirectory,
-                  std::map<std::string, std::string>& env, bool pythonHook,
-                  int localWorkers, RunningWorkers& workers, EventLogFeature& events,
+                  std::map<std::string, std::string>& env, bool pythonHook, int localWorkers,
+                  RunningWorkers& workers, EventLogFeature& events,
                   std::function<void()> progressed);
 
   // Inputs from the other rooms (the root connects them).
@@ -69,10 +71,25 @@ class DowntimeFeature : public LifecycleHook {
 
   DowntimeSummary summary() const { return timeline_.summary(IncidentTimeline::Clock::now()); }
 
+  // Where the node's counters go (NodeRendezvous::publishNodeCounters: the
+  // store's metrics, `ddprun status`): at each incident's end and every
+  // kPublishEvery. Without it nothing is published.
+  void publishTo(std::function<void(std::string)> publish);
+  static constexpr std::chrono::seconds kPublishEvery{10};
+  // "incidents=1 lost_ms=2100 training_ms=... elapsed_ms=... start_ms=...
+  // detect_le_100=1 ... detect_le_inf=1 detect_count=1 detect_sum_ms=3 ...":
+  // the totals and, per phase, a histogram of the incidents' seconds
+  // (cumulative buckets, bounds in ms: kBucketsMs).
+  std::string countersText() const;
+  static constexpr std::array<std::int64_t, 10> kBucketsMs{100,   500,   1000,  2000,   5000,
+                                                           10000, 30000, 60000, 300000, 600000};
+
  private:
   void onLine(const std::string& line);
   void onStep(int localRank);
   void recordEnded();
+  void publish();
+  void publishPeriodically();
   void drop(const std::string& reason);
 
   const int localWorkers_;
@@ -84,11 +101,22 @@ class DowntimeFeature : public LifecycleHook {
   boost::asio::steady_timer assumeTraining_;
   std::chrono::duration<double> lag_{0};
   Attempt attempt_;
-  std::set<int> stepped_;  // local ranks that took a step in this attempt
+  std::set<int> stepped_;               // local ranks that took a step in this attempt
   std::map<std::string, int> dropped_;  // reason -> count
+  // Per phase: the incidents' counts per bucket (kBucketsMs, then +Inf),
+  // and their sum.
+  struct Histogram {
+    std::array<std::uint64_t, kBucketsMs.size() + 1> buckets{};
+    std::uint64_t count = 0;
+    std::int64_t sumMs = 0;
+  };
+  std::array<Histogram, kPhaseCount> histograms_;
+  std::function<void(std::string)> publish_;
+  boost::asio::steady_timer publishTimer_;
 };
 
-// Writes the Python progress hook as `dir`/sitecustomize.py.
+// Writes the Python progress hook as `dir`/sitecustomize.py; ddprun::Error
+// when it cannot.
 void writeProgressHook(const std::filesystem::path& dir);
 
 }  // namespace ddprun::agent

@@ -34,7 +34,10 @@ struct FailureSummary {
   // failed: a startup failure (an import, an argument, a missing file, a
   // device at start) or one after training began.
   bool startedTraining = false;
-  bool filesKept = true;                     // false: the run directory is temporary (no --log_dir)
+  // What PyTorch's flight recorder says of the attempt (flight_recorder.h):
+  // one line, or empty.
+  std::string flightRecorder;
+  bool filesKept = true;  // false: the run directory is temporary (no --log_dir)
 };
 
 std::string formatFailureReport(const FailureSummary& summary);

@@ -2,11 +2,13 @@
 // lifecycle asks for when a worker failed (describe: the root cause, the
 // other failures, the earlier attempts, a host that failed round after
 // round in a job of several nodes) and prints it on the node's exit, after
-// the workers' last lines (flushConsole).
+// the workers' last lines (flushConsole). When the failed attempt left
+// flight recorder dumps, the report says what they show (flight_recorder.h).
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -19,8 +21,10 @@ class FailureReportFeature : public LifecycleHook {
  public:
   // `filesKept`: the run directory stays (--log_dir); `flushConsole` writes
   // out the workers' pending console lines.
+  // `flightRecorderDir`: where an attempt's flight recorder dumps are.
   FailureReportFeature(const AgentConfig& config, bool filesKept,
-                       std::function<void()> flushConsole);
+                       std::function<void()> flushConsole,
+                       std::function<std::filesystem::path(const Attempt&)> flightRecorderDir);
 
   // LifecycleSettings::describeFailure.
   std::string describe(const GroupOutcome& outcome, const FailureContext& context) const;
@@ -30,6 +34,7 @@ class FailureReportFeature : public LifecycleHook {
   const AgentConfig& config_;
   const bool filesKept_;
   std::function<void()> flushConsole_;
+  std::function<std::filesystem::path(const Attempt&)> flightRecorderDir_;
 };
 
 // TORCHELASTIC_ERROR_FILE of the launcher: every failing exit names its

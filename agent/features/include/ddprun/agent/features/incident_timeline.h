@@ -40,12 +40,12 @@ inline constexpr std::array<Phase, kPhaseCount> kPhases{
     Phase::kSpawn,  Phase::kProcessGroup, Phase::kFirstStep};
 
 struct Incident {
-  int number = 0;           // 0: the first start
-  std::string kind;         // "start", "worker failure", "hang", "round ended", ...
-  std::string cause;        // one line
-  int failedAttempt = -1;   // the attempt (its run index) that failed; -1: the start
-  bool startup = false;     // the failed attempt had not trained yet
-  bool complete = false;    // training resumed (else: the next failure or the exit)
+  int number = 0;          // 0: the first start
+  std::string kind;        // "start", "worker failure", "hang", "round ended", ...
+  std::string cause;       // one line
+  int failedAttempt = -1;  // the attempt (its run index) that failed; -1: the start
+  bool startup = false;    // the failed attempt had not trained yet
+  bool complete = false;   // training resumed (else: the next failure or the exit)
   // Complete without a step seen: the attempt ran long enough to count as
   // training from its process group (or spawn) on (assumeTraining).
   bool assumed = false;
@@ -61,6 +61,9 @@ struct DowntimeSummary {
   double startSeconds = 0;                         // the first start, until the first step
   double trainingSeconds = 0;
   double elapsedSeconds = 0;
+  // Some attempt trained (a step seen, or assumed): else the goodput is
+  // unknown, not 0 (a program that reports no step, in its first minutes).
+  bool trained = false;
   double goodput() const { return elapsedSeconds > 0 ? trainingSeconds / elapsedSeconds : 0; }
 };
 
@@ -116,7 +119,8 @@ class IncidentTimeline {
   int localWorkers_ = 0;
   std::vector<bool> started_, formed_;
   int startedCount_ = 0, formedCount_ = 0;
-  bool trained_ = false;             // the running attempt took a step
+  bool trained_ = false;      // the running attempt took a step
+  bool everTrained_ = false;  // some attempt did
   bool failedThisAttempt_ = false;
   std::optional<Time> trainingSince_;  // the running attempt's first step
   double training_ = 0;                // finished training stretches

@@ -76,10 +76,10 @@ class NodeRendezvous {
   // Host only: calls `done` once every node has left or the close timeout
   // passed, whichever comes first.
   void asyncWaitUntilAllLeft(std::function<void()> done);
-  // Keeps this node's relay counters where the rendezvous lives (`ddprun
-  // status`, the store's metrics), on the worker thread; a failure is
-  // logged, never fatal. Any thread.
-  void publishRelayCounters(std::string text);
+  // Keeps this node's counters (its relay's, its downtime's) where the
+  // rendezvous lives (`ddprun status`, the store's metrics), on the worker
+  // thread; a failure is logged, never fatal. Any thread.
+  void publishNodeCounters(rendezvous::protocol::NodeCounters kind, std::string text);
 
   bool hosting() const { return server_ != nullptr; }
   const std::string& nodeId() const { return nodeId_; }

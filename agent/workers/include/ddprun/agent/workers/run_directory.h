@@ -1,5 +1,6 @@
 // RunDirectory: where one launch's per-worker files live:
 //   <base>/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+//   <base>/<run_id>_<random>/attempt_<n>/flight_recorder/rank_<global rank>
 // <base> is --log_dir, or a new temporary directory. The <run_id>_<random>
 // directory is created new (mkdtemp, mode 0700) by every launch, so a second
 // launch with the same run id (a requeued job) never touches the first one's
@@ -17,6 +18,13 @@
 #include <string>
 
 namespace ddprun::agent {
+
+// Where PyTorch's flight recorder dumps an attempt's ranks (the workers'
+// TORCH_NCCL_DEBUG_INFO_TEMP_FILE): <attempt dir>/flight_recorder/rank_<global rank>.
+inline std::filesystem::path flightRecorderDir(const std::filesystem::path& attemptDir) {
+  return attemptDir / "flight_recorder";
+}
+inline constexpr char kFlightRecorderFilePrefix[] = "rank_";
 
 class RunDirectory {
  public:
