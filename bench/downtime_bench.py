@@ -24,7 +24,12 @@ From the probe, per run:
 torchrun's events (--event_log_handler=console) give no phase but the
 rendezvous's duration_ms (2.4+), shown when it printed one.
 
-  scripts/python bench/downtime_bench.py [--repeat 3] [--jobs ddp,lightning,nequip]
+A crash loop (--jobs crashloop): a script that imports torch and then a
+module that does not exist, --max_restarts=10, under ddprun (its default
+--max_no_progress_restarts=3) and torchrun: the time to the launcher's
+exit, the attempts it ran, and its exit code.
+
+  scripts/python bench/downtime_bench.py [--repeat 3] [--jobs ddp,lightning,nequip,crashloop]
 """
 import argparse
 import json
@@ -110,10 +115,25 @@ def launcher_command(kind, python, ddprun, preload, job, work):
         return cmd + ["-m", "nequip.scripts.train", "-cp", NEQUIP, "-cd", CONFIGS, "-cn",
                       "tiny_bench", f"hydra.run.dir={os.path.join(work, 'run')}",
                       "trainer.max_epochs=1"]
-    script = os.path.join(work, f"{job}.py")
+    script = os.path.join(work, f"{job}_job.py")  # not lightning.py: it would shadow the package
     with open(script, "w") as f:
         f.write(DDP if job == "ddp" else LIGHTNING)
     return cmd + [script]
+
+
+def rendezvous_durations(text):
+    """torchrun's RENDEZVOUS events (--event_log_handler=console), one per
+    attempt: their duration_ms (None where it printed null)."""
+    out = []
+    for line in text.splitlines():
+        start = line.find('{"name": "torchelastic.worker.status.RENDEZVOUS"')
+        if start < 0:
+            continue
+        try:
+            out.append(json.loads(line[start:])["metadata"].get("duration_ms"))
+        except ValueError:
+            continue
+    return out
 
 
 def probe_lines(path):
@@ -176,13 +196,60 @@ def run_once(name, kind, python, ddprun, preload, job, timeout):
                         result["agent lost"] = m["lost_ms"] / 1000.0
     else:
         text = open(os.path.join(work, "launcher.log"), errors="replace").read()
-        durations = [int(x) for x in re.findall(r'"duration_ms":\s*(\d+)', text)]
-        if len(durations) >= 2:
+        durations = rendezvous_durations(text)
+        if len(durations) >= 2 and durations[-1] is not None:
             result["torchrun rendezvous"] = durations[-1] / 1000.0
     if "restart" not in result:
         result["log"] = open(os.path.join(work, "launcher.log"), errors="replace").read()[-2000:]
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+CRASH = "import torch\nimport a_module_that_is_not_there\n"
+
+
+def crash_loop(kind, python, ddprun, timeout):
+    work = tempfile.mkdtemp(prefix="downtime-bench-")
+    script = os.path.join(work, "crash.py")
+    with open(script, "w") as f:
+        f.write(CRASH)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=python)
+    if kind == "ddprun":
+        cmd = [ddprun, "--standalone", "--nproc_per_node=2", "--max_restarts=10",
+               "--log_dir", os.path.join(work, "logs"), script]
+    else:
+        env.pop("PYTHON_EXEC")
+        cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "--max_restarts=10", "--monitor_interval=0.1", "--event_log_handler=console",
+               script]
+    started = time.time()
+    out = subprocess.run(cmd, env=env, cwd=work, stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=timeout)
+    took = time.time() - started
+    text = out.stderr + out.stdout
+    # ddprun logs each restart; torchrun records a RENDEZVOUS event per attempt.
+    attempts = (len(re.findall(r"Restarting the worker group", text)) + 1 if kind == "ddprun"
+                else len(rendezvous_durations(text)))
+    shutil.rmtree(work, ignore_errors=True)
+    return {"seconds": took, "attempts": attempts, "code": out.returncode}
+
+
+def crash_loops(args, python, version, ddprun):
+    launchers = [("ddprun (--max_no_progress_restarts=3)", "ddprun"),
+                 (f"torchrun {version}", "torchrun")]
+    runs = {name: [crash_loop(kind, python, ddprun, args.timeout) for _ in range(args.repeat)]
+            for name, kind in launchers}
+    print(f"\n### crash loop: import error after torch, --max_restarts=10, 2 ranks "
+          f"(medians of {args.repeat})\n")
+    print("| launcher | to the exit | attempts | exit code | per attempt |")
+    print("|---|---:|---:|---:|---:|")
+    for name, _ in launchers:
+        r = runs[name]
+        seconds = statistics.median(x["seconds"] for x in r)
+        attempts = statistics.median(x["attempts"] for x in r)
+        codes = sorted({x["code"] for x in r})
+        print(f"| {name} | {seconds:.2f} s | {attempts:.0f} | {codes} | {seconds / attempts:.2f} s |")
+    sys.stdout.flush()
 
 
 def main():
@@ -194,9 +261,12 @@ def main():
     args = parser.parse_args()
     python, version = current_torch("downtime_bench")
     ddprun = os.path.join(args.build, "bin", "ddprun")
-    preloads = {"ddp": "torch,torch._dynamo", "lightning": "torch,torch._dynamo,lightning",
+    preloads = {"ddp": "torch,torch._dynamo", "lightning": "torch,torch._dynamo",
                 "nequip": "torch,lightning,nequip"}
     for job in args.jobs.split(","):
+        if job == "crashloop":
+            crash_loops(args, python, version, ddprun)
+            continue
         launchers = [("ddprun", "ddprun", None),
                      (f"ddprun --preload {preloads[job]}", "ddprun", preloads[job]),
                      (f"torchrun {version}", "torchrun", None)]

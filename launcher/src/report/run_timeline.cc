@@ -32,12 +32,14 @@ int metaInteger(const json& meta, const char* key, int otherwise = 0) {
 
 class Builder {
  public:
-  void add(const json& event) {
+  // `source`: the file it came from. Each agent writes its own file, so
+  // a file is a node, whatever the host names (two agents on one host).
+  void add(const json& event, std::size_t source) {
     const std::string name = event.value("name", "");
     const json& meta = event["metadata"];
     const std::int64_t at = event["timestamp"].get<std::int64_t>();
     if (run_.runId.empty()) run_.runId = metaText(meta, "run_id");
-    NodeTimeline& node = nodeOf(metaText(meta, "hostname"), at);
+    NodeTimeline& node = nodeOf(source, metaText(meta, "hostname"), at);
     constexpr std::string_view kWorker = "torchelastic.worker.status.";
     constexpr std::string_view kAgent = "torchelastic.agent.status.";
     if (name.starts_with(kWorker)) {
@@ -98,8 +100,16 @@ class Builder {
   }
 
   RunTimeline finish() {
+    // Hosts named twice are told apart by their run directory.
+    std::map<std::string, int> named;
+    for (const auto& [source, node] : nodes_) ++named[node.host];
+    for (auto& [source, node] : nodes_) {
+      if (named[node.host] > 1) {
+        node.host += " (" + run_.sources[source].parent_path().filename().string() + ")";
+      }
+    }
     bool first = true;
-    for (auto& [host, node] : nodes_) {
+    for (auto& [source, node] : nodes_) {
       run_.firstMs = first ? node.firstMs : std::min(run_.firstMs, node.firstMs);
       run_.lastMs = first ? node.lastMs : std::max(run_.lastMs, node.lastMs);
       first = false;
@@ -111,8 +121,8 @@ class Builder {
   RunTimeline run_;
 
  private:
-  NodeTimeline& nodeOf(const std::string& host, std::int64_t at) {
-    auto [it, inserted] = nodes_.try_emplace(host);
+  NodeTimeline& nodeOf(std::size_t source, const std::string& host, std::int64_t at) {
+    auto [it, inserted] = nodes_.try_emplace(source);
     if (inserted) {
       it->second.host = host;
       it->second.firstMs = it->second.lastMs = at;
@@ -131,7 +141,7 @@ class Builder {
     return nullptr;
   }
 
-  std::map<std::string, NodeTimeline> nodes_;
+  std::map<std::size_t, NodeTimeline> nodes_;  // by source file
 };
 
 std::vector<std::filesystem::path> eventFiles(const std::filesystem::path& path) {
@@ -171,7 +181,7 @@ std::vector<std::filesystem::path> eventFiles(const std::filesystem::path& path)
 
 RunTimeline loadRunTimeline(const std::filesystem::path& path) {
   Builder builder;
-  std::vector<json> events;
+  std::vector<std::pair<json, std::size_t>> events;  // and its file
   for (const auto& file : eventFiles(path)) {
     std::ifstream in(file);
     if (!in) throw ConfigError(fmt::format("cannot read {}", file.string()));
@@ -185,17 +195,18 @@ RunTimeline loadRunTimeline(const std::filesystem::path& path) {
         ++builder.run_.unreadLines;
         continue;
       }
-      events.push_back(std::move(event));
+      events.emplace_back(std::move(event), builder.run_.sources.size() - 1);
     }
   }
   if (events.empty()) {
     throw ConfigError(fmt::format("{} holds no ddprun events", path.string()));
   }
   // Nodes' files interleave: one order for all (a worker's end after its start).
-  std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
-    return a["timestamp"].get<std::int64_t>() < b["timestamp"].get<std::int64_t>();
+  std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) {
+    return a.first["timestamp"].template get<std::int64_t>() <
+           b.first["timestamp"].template get<std::int64_t>();
   });
-  for (const auto& event : events) builder.add(event);
+  for (const auto& [event, source] : events) builder.add(event, source);
   return builder.finish();
 }
 

@@ -56,7 +56,7 @@ struct DowntimeRecord {
 };
 
 struct NodeTimeline {
-  std::string host;
+  std::string host;  // its host name ("host (run dir)" when two share it)
   std::vector<WorkerLife> workers;  // in start order
   std::vector<IncidentRecord> incidents;
   std::optional<DowntimeRecord> downtime;
@@ -66,7 +66,7 @@ struct NodeTimeline {
 
 struct RunTimeline {
   std::string runId;
-  std::vector<NodeTimeline> nodes;  // by host name
+  std::vector<NodeTimeline> nodes;  // a node per events.jsonl, in the files' order
   std::int64_t firstMs = 0, lastMs = 0;
   std::vector<std::filesystem::path> sources;
   std::size_t unreadLines = 0;  // lines that were not an event
