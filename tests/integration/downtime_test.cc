@@ -322,6 +322,36 @@ TEST(Downtime, TheFlightRecorderNamesTheRankThatFellBehind) {
             std::string::npos);
 }
 
+// The frameworks report their process groups and steps through ddprun's
+// hook with no change: Lightning and Accelerate (the project's environment;
+// Debian's PyTorch 1.13 has neither, so only the TorchCurrent copy runs).
+TEST(Downtime, FrameworksReportTheirStepsWithNoChange) {
+  if (testPython() == "/usr/bin/python3") {
+    GTEST_SKIP() << "Lightning and Accelerate are in the current PyTorch's environment only "
+                    "(TorchCurrent.Downtime.FrameworksReportTheirStepsWithNoChange)";
+  }
+  const fs::path frameworks = fs::path(DDPRUN_SOURCE_DIR) / "tests/integration/frameworks";
+  const fs::path dir = scratch();
+  for (const auto& [id, args] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"lightning",
+            {(frameworks / "lightning_train.py").string(), (dir / "out").string(), "--devices", "2",
+             "--epochs", "1"}},
+           {"accelerate", {(frameworks / "accelerate_train.py").string()}}}) {
+    SCOPED_TRACE(id);
+    std::vector<std::string> argv = {"--nproc_per_node=2", "--rdzv_id=" + id, "--log_dir",
+                                     (dir / "logs").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto r = runDdprun(argv, kPython, 180s);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto events = eventsOf(launchDir(dir / "logs", id) / "events.jsonl");
+    EXPECT_EQ(named(events, "ddprun.worker.PROCESS_GROUP").size(), 2u);
+    EXPECT_EQ(named(events, "ddprun.worker.FIRST_STEP").size(), 2u);
+    EXPECT_NE(r.err.find("Downtime on this node: 0 incidents, 0.0 s lost; goodput "),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST(Downtime, ReportRefusesWhatIsNotARunWithOneLine) {
   const fs::path dir = scratch();
   fs::create_directories(dir / "empty");
