@@ -25,9 +25,9 @@ std::string event(const std::string& name, std::int64_t ms, const std::string& h
 std::string worker(const std::string& state, std::int64_t ms, const std::string& host, int local,
                    int global, int restarts, const std::string& extra = "") {
   return event("torchelastic.worker.status." + state, ms, host,
-               "\"local_rank\":" + std::to_string(local) + ",\"global_rank\":" +
-                   std::to_string(global) + ",\"agent_restarts\":" + std::to_string(restarts) +
-                   extra);
+               "\"local_rank\":" + std::to_string(local) +
+                   ",\"global_rank\":" + std::to_string(global) +
+                   ",\"agent_restarts\":" + std::to_string(restarts) + extra);
 }
 
 class ReportTest : public ::testing::Test {
@@ -41,8 +41,7 @@ class ReportTest : public ::testing::Test {
     a << worker("START", 1000, "a", 0, 0, 0) << worker("START", 1001, "a", 1, 1, 0)
       << event("ddprun.worker.FIRST_STEP", 3000, "a", "\"local_rank\":0")
       << worker("FAILED", 5000, "a", 1, 1, 0, ",\"exit_code\":3")
-      << worker("TERMINATED", 5100, "a", 0, 0, 0)
-      << "not an event\n"
+      << worker("TERMINATED", 5100, "a", 0, 0, 0) << "not an event\n"
       << event("ddprun.agent.INCIDENT", 5200, "a",
                "\"incident\":1,\"kind\":\"worker failure\",\"cause\":\"worker rank 1 exited\","
                "\"startup\":\"false\",\"complete\":\"true\",\"began\":5000,\"lost_ms\":2500,"
@@ -125,7 +124,7 @@ TEST_F(ReportTest, ThePageHasALanePerNodeAndPerLocalRankAndEscapesText) {
     ++ranks;
   }
   EXPECT_EQ(nodes, 2u);
-  EXPECT_EQ(ranks, 3u);  // a's local ranks 0 and 1, b's 0
+  EXPECT_EQ(ranks, 3u);                                 // a's local ranks 0 and 1, b's 0
   EXPECT_EQ(html.find("<script>"), std::string::npos);  // no script, and the cause escaped
   EXPECT_NE(html.find("&lt;script&gt;x&lt;/script&gt;"), std::string::npos);
 }

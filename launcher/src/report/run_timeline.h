@@ -56,7 +56,7 @@ struct DowntimeRecord {
 };
 
 struct NodeTimeline {
-  std::string host;  // its host name ("host (run dir)" when two share it)
+  std::string host;                 // its host name ("host (run dir)" when two share it)
   std::vector<WorkerLife> workers;  // in start order
   std::vector<IncidentRecord> incidents;
   std::optional<DowntimeRecord> downtime;
