@@ -35,3 +35,21 @@ function(ddprun_add_executable name)
   add_executable(${name} ${ARG_SOURCES})
   ddprun_set_warnings(${name})
 endfunction()
+
+# ddprun_embed_text(TARGET FILE CONSTANT): the text of FILE (relative to the
+# calling CMakeLists.txt) as `inline constexpr char CONSTANT[]` in namespace
+# ddprun::agent, in the generated header <FILE's stem>_source.h on TARGET's
+# private include path; CMake configures again when FILE changes. For the
+# Python programs the agent writes into the run directory (no install path
+# to find at run time).
+function(ddprun_embed_text target file constant)
+  get_filename_component(stem ${file} NAME_WE)
+  set(source ${CMAKE_CURRENT_SOURCE_DIR}/${file})
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${source})
+  file(READ ${source} DDPRUN_EMBEDDED_TEXT)
+  file(RELATIVE_PATH from ${PROJECT_SOURCE_DIR} ${source})
+  file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/generated/${stem}_source.h
+    CONTENT "// Generated from ${from} by ddprun_embed_text (cmake/ddprun.cmake).\n#pragma once\n\nnamespace ddprun::agent {\ninline constexpr char ${constant}[] = R\"ddprun_text(@DDPRUN_EMBEDDED_TEXT@)ddprun_text\";\n}  // namespace ddprun::agent\n"
+    @ONLY)
+  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
+endfunction()
