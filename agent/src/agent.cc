@@ -22,6 +22,7 @@
 #include "ddprun/agent/features/hang_watchdog_feature.h"
 #include "ddprun/agent/features/uninterruptible_feature.h"
 #include "ddprun/agent/output/output_router.h"
+#include "ddprun/agent/rounds/node_metrics.h"
 #include "ddprun/agent/rounds/node_rounds.h"
 #include "ddprun/agent/workers/numa_binding.h"
 #include "ddprun/agent/workers/orphan_guard.h"
@@ -125,6 +126,7 @@ struct Agent::Impl {
                           [this](const WorkerEvent& e) { onWorkerEvent(e); }, placements, nullptr}};
   std::unique_ptr<FileTimerFeature> fileTimer;
   std::unique_ptr<DowntimeFeature> downtime;
+  std::unique_ptr<NodeMetrics> metrics;  // one node's --metrics_port
   NodeRounds rounds;
   bool jobNoticesSaid = false;
   LoopClock clock{io};
@@ -279,6 +281,13 @@ int Agent::run() {
     });
   }
   a.runner.setWorkerToken(a.rounds.workerToken);
+  if (!a.multiNode() && a.config.rendezvous.metricsPort > 0) {
+    // No shared store to serve them: this node serves its own.
+    a.metrics = std::make_unique<NodeMetrics>(
+        a.io, static_cast<std::uint16_t>(a.config.rendezvous.metricsPort), a.config.runId,
+        a.config.hostname, [&a] { return a.downtime->countersText(); });
+    DDPRUN_INFO("This node's metrics are at http://0.0.0.0:{}/metrics.", a.metrics->port());
+  }
   if (a.rounds.rendezvous) {
     // The node's downtime where the job's store (or etcd) keeps it: the
     // store's /metrics and `ddprun status`.

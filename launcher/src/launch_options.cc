@@ -76,7 +76,7 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
        "with each further failure in a row");
   text(app, "metrics_port", o.metricsPort,
        "the node that hosts the job's store serves Prometheus metrics at "
-       "http://0.0.0.0:PORT/metrics (docs/operations.md)");
+       "http://0.0.0.0:PORT/metrics; a single node, its own downtime (docs/operations.md)");
   text(app, "watchdog_timeout", o.watchdogTimeout,
        "seconds without progress (CPU or I/O) of every worker of a node after which the node is "
        "hung and its first-stalled worker fails; 0: off");

@@ -408,12 +408,11 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   if (!o.metricsPort.empty()) {
     config.rendezvous.metricsPort =
         static_cast<int>(integerOption("metrics_port", o.metricsPort, 1, 65535, "9400"));
-    if (config.rendezvous.mode == agent::RendezvousMode::kStandalone ||
-        config.rendezvous.backend == agent::RendezvousBackendKind::kEtcd) {
+    if (config.rendezvous.backend == agent::RendezvousBackendKind::kEtcd) {
       throw ConfigError(
-          "--metrics_port serves the metrics of a multi-node job's ddprun store (c10d or "
-          "static); this job has none (single node, or its rounds live in etcd: use etcd's own "
-          "/metrics and `ddprun status`); drop --metrics_port");
+          "--metrics_port serves the metrics of a job's ddprun store (c10d or static), or of a "
+          "single node; this job's rounds live in etcd: use etcd's own /metrics and `ddprun "
+          "status`; drop --metrics_port");
     }
   }
   config.forwardedSignals = parseSignals(o.signalsToHandle);

@@ -12,7 +12,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "http_metrics.h"
 #include "launcher_support.h"
+#include "wait_until.h"
 
 namespace ddprun {
 namespace {
@@ -350,6 +352,55 @@ TEST(Downtime, FrameworksReportTheirStepsWithNoChange) {
               std::string::npos)
         << r.err;
   }
+}
+
+// A node alone has no shared store: with --metrics_port its agent serves
+// its own downtime. Shell workers report their group and step on the
+// progress pipe themselves; local rank 0 fails once.
+TEST(Downtime, ANodeAloneServesItsDowntimeMetrics) {
+  const fs::path dir = scratch();
+  const std::string stop = (dir / "stop").string();
+  const std::uint16_t port = freePort();
+  const std::string script =
+      R"(echo "{\"pid\": $$, \"event\": \"process_group\", \"step\": 0}" > "$DDPRUN_PROGRESS_PIPE"; )"
+      R"(echo "{\"pid\": $$, \"event\": \"step\", \"step\": 1}" > "$DDPRUN_PROGRESS_PIPE"; )"
+      R"(if [ "$LOCAL_RANK$TORCHELASTIC_RESTART_COUNT" = 00 ]; then exit 3; fi; )"
+      "while [ ! -e " +
+      stop + " ]; do sleep 0.05; done";
+  ChildProcess ddprun({test_support::kDdprun, "--nproc_per_node=2", "--max_restarts=1",
+                       "--metrics_port=" + std::to_string(port), "/bin/sh", "-c", script},
+                      {});
+  std::map<std::string, double> m;
+  const auto metric = [&m](const std::string& prefix) {
+    for (const auto& [key, value] : m) {
+      if (key.starts_with(prefix)) return value;
+    }
+    return -1.0;
+  };
+  // The incident ended (training again): its first_step phase is counted.
+  const bool ended = test_support::waitUntil(
+      [&] {
+        m = test_support::parseMetrics(test_support::httpGet(port, "/metrics").second);
+        for (const auto& [key, value] : m) {
+          if (key.starts_with("ddprun_incident_phase_seconds_count{") &&
+              key.find("phase=\"first_step\"") != std::string::npos && value == 1) {
+            return true;
+          }
+        }
+        return false;
+      },
+      60s, 100ms);
+  std::ofstream(stop).put('1');
+  const auto code = ddprun.wait(60s);
+  ASSERT_TRUE(ended) << test_support::httpGet(port, "/metrics").second << ddprun.stderrText();
+  EXPECT_EQ(code, 0) << ddprun.stderrText();
+  EXPECT_EQ(metric("ddprun_incidents_total{"), 1);
+  EXPECT_GT(metric("ddprun_lost_seconds_total{"), 0);
+  EXPECT_GE(metric("ddprun_goodput{"), 0);
+  EXPECT_NE(ddprun.stderrText().find(
+                fmt::format("This node's metrics are at http://0.0.0.0:{}/metrics.", port)),
+            std::string::npos)
+      << ddprun.stderrText();
 }
 
 TEST(Downtime, ReportRefusesWhatIsNotARunWithOneLine) {

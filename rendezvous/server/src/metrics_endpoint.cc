@@ -1,4 +1,4 @@
-#include "metrics_endpoint.h"
+#include "ddprun/rendezvous/metrics_endpoint.h"
 
 #include <fcntl.h>
 
@@ -19,6 +19,7 @@
 #include "ddprun/common/error.h"
 #include "rendezvous_manager.h"
 #include "server_context.h"
+#include "store_metrics.h"
 
 namespace ddprun::rendezvous {
 
@@ -142,25 +143,26 @@ class Text {
   std::string out_;
 };
 
+std::string nodeLabels(const NodeCounterSeries& node) {
+  return fmt::format("rdzv_id=\"{}\",node=\"{}\"", label(node.rdzvId), label(node.node));
+}
+
 // The counters agents keep under protocol::nodeCountersKey(kind, ...), one
-// node at a time: its labels (rdzv_id, node) and its counters by name.
-using NodeSeries = std::vector<std::pair<std::string, std::map<std::string, std::uint64_t>>>;
-NodeSeries nodeCounters(const StoreState& state, protocol::NodeCounters kind) {
-  NodeSeries out;
+// node at a time.
+std::vector<NodeCounterSeries> nodeCounters(const StoreState& state, protocol::NodeCounters kind) {
+  std::vector<NodeCounterSeries> out;
   const std::string_view prefix = protocol::nodeCountersPrefix(kind);
   for (const auto& key : state.keys()) {
     if (key.rfind(prefix, 0) != 0) continue;
     const std::string_view rest = std::string_view(key).substr(prefix.size());
     const auto slash = rest.find('/');
     if (slash == std::string_view::npos) continue;
-    const std::string labels =
-        fmt::format("rdzv_id=\"{}\",node=\"{}\"", label(std::string(rest.substr(0, slash))),
-                    label(std::string(rest.substr(slash + 1))));
-    std::map<std::string, std::uint64_t> counters;
+    NodeCounterSeries node{
+        std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)), {}};
     for (const auto& [name, value] : protocol::parseCounters(*state.find(key))) {
-      counters[name] = value;
+      node.counters[name] = value;
     }
-    out.emplace_back(labels, std::move(counters));
+    out.push_back(std::move(node));
   }
   return out;
 }
@@ -168,9 +170,9 @@ NodeSeries nodeCounters(const StoreState& state, protocol::NodeCounters kind) {
 // The node relays' counters: ddprun_relay_<name>{rdzv_id, node}.
 void relayCounters(const StoreState& state, Text& t) {
   std::map<std::string, std::vector<std::pair<std::string, std::uint64_t>>> byName;
-  for (const auto& [labels, counters] : nodeCounters(state, protocol::NodeCounters::kRelay)) {
-    for (const auto& [name, value] : counters) {
-      byName["ddprun_relay_" + name].emplace_back(labels, value);
+  for (const auto& node : nodeCounters(state, protocol::NodeCounters::kRelay)) {
+    for (const auto& [name, value] : node.counters) {
+      byName["ddprun_relay_" + name].emplace_back(nodeLabels(node), value);
     }
   }
   for (const auto& [name, samples] : byName) {
@@ -184,8 +186,7 @@ void relayCounters(const StoreState& state, Text& t) {
 // "Downtime, phase by phase"): incidents, seconds lost and training, the
 // goodput, and a histogram of each phase's seconds (its buckets are the
 // <phase>_le_<ms> and <phase>_le_inf counters, cumulative).
-void downtimeCounters(const StoreState& state, Text& t) {
-  const NodeSeries nodes = nodeCounters(state, protocol::NodeCounters::kDowntime);
+void downtimeCounters(const std::vector<NodeCounterSeries>& nodes, Text& t) {
   if (nodes.empty()) return;
   const auto seconds = [](std::uint64_t ms) { return static_cast<double>(ms) / 1000.0; };
   const auto value = [](const std::map<std::string, std::uint64_t>& c, const std::string& name) {
@@ -194,31 +195,35 @@ void downtimeCounters(const StoreState& state, Text& t) {
   };
   t.family("ddprun_incidents_total", "counter",
            "Incidents of a node: an attempt failed (the start not counted).");
-  for (const auto& [labels, c] : nodes) {
-    t.sample("ddprun_incidents_total", labels, value(c, "incidents"));
+  for (const auto& node : nodes) {
+    t.sample("ddprun_incidents_total", nodeLabels(node), value(node.counters, "incidents"));
   }
   t.family("ddprun_lost_seconds_total", "counter",
            "Seconds a node's incidents cost: each from the failure to training again.");
-  for (const auto& [labels, c] : nodes) {
-    t.sample("ddprun_lost_seconds_total", labels, seconds(value(c, "lost_ms")));
+  for (const auto& node : nodes) {
+    t.sample("ddprun_lost_seconds_total", nodeLabels(node),
+             seconds(value(node.counters, "lost_ms")));
   }
   t.family("ddprun_training_seconds_total", "counter",
            "Seconds a node's workers trained (from each attempt's first step).");
-  for (const auto& [labels, c] : nodes) {
-    t.sample("ddprun_training_seconds_total", labels, seconds(value(c, "training_ms")));
+  for (const auto& node : nodes) {
+    t.sample("ddprun_training_seconds_total", nodeLabels(node),
+             seconds(value(node.counters, "training_ms")));
   }
   t.family("ddprun_goodput", "gauge",
            "Time training over the time since the node's start (none until a step was seen).");
-  for (const auto& [labels, c] : nodes) {
+  for (const auto& node : nodes) {
+    const auto& c = node.counters;
     if (c.contains("trained") && value(c, "trained") == 0) continue;
     const std::uint64_t elapsed = value(c, "elapsed_ms");
-    t.sample("ddprun_goodput", labels,
+    t.sample("ddprun_goodput", nodeLabels(node),
              elapsed == 0 ? 0.0 : seconds(value(c, "training_ms")) / seconds(elapsed));
   }
   t.family("ddprun_incident_phase_seconds", "histogram",
            "Seconds of each phase of a node's incidents (detect, stop, restart, rendezvous, "
            "spawn, process_group, first_step).");
-  for (const auto& [labels, c] : nodes) {
+  for (const auto& node : nodes) {
+    const auto& c = node.counters;
     // phase -> (bound in ms, count); the +Inf bucket as the largest bound.
     std::map<std::string, std::map<std::uint64_t, std::uint64_t>> buckets;
     for (const auto& [name, count] : c) {
@@ -227,13 +232,17 @@ void downtimeCounters(const StoreState& state, Text& t) {
       const std::string bound = name.substr(le + 4);
       std::uint64_t ms = UINT64_MAX;
       if (bound != "inf") {
-        if (bound.empty() || bound.find_first_not_of("0123456789") != std::string::npos) continue;
+        if (bound.empty() || bound.size() > 12 ||
+            bound.find_first_not_of("0123456789") != std::string::npos) {
+          continue;
+        }
         ms = std::stoull(bound);
       }
       buckets[name.substr(0, le)][ms] = count;
     }
     for (const auto& [phase, bounds] : buckets) {
-      const std::string phaseLabels = fmt::format("{},phase=\"{}\"", labels, label(phase));
+      const std::string phaseLabels =
+          fmt::format("{},phase=\"{}\"", nodeLabels(node), label(phase));
       for (const auto& [ms, count] : bounds) {
         const std::string le =
             ms == UINT64_MAX ? std::string("+Inf") : fmt::format("{}", seconds(ms));
@@ -248,6 +257,12 @@ void downtimeCounters(const StoreState& state, Text& t) {
 }
 
 }  // namespace
+
+std::string downtimeMetrics(const std::vector<NodeCounterSeries>& nodes) {
+  Text t;
+  downtimeCounters(nodes, t);
+  return t.take();
+}
 
 std::string renderMetrics(const ServerContext& c, const RendezvousManager* rendezvous) {
   Text t;
@@ -288,7 +303,7 @@ std::string renderMetrics(const ServerContext& c, const RendezvousManager* rende
   t.sample("ddprun_store_buffered_bytes", "kind=\"used\"", c.budget.used());
   t.sample("ddprun_store_buffered_bytes", "kind=\"limit\"", c.budget.limit());
   relayCounters(c.state, t);
-  downtimeCounters(c.state, t);
+  downtimeCounters(nodeCounters(c.state, protocol::NodeCounters::kDowntime), t);
   if (rendezvous == nullptr) return t.take();
   const auto all = rendezvous->summaries();
   const auto each = [&](const char* name, const char* type, const char* help, auto value) {

@@ -23,9 +23,10 @@
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/tcp_liveness.h"
-#include "metrics_endpoint.h"
+#include "ddprun/rendezvous/metrics_endpoint.h"
 #include "rendezvous_manager.h"
 #include "server_context.h"
+#include "store_metrics.h"
 #include "transport.h"
 
 namespace ddprun::rendezvous {

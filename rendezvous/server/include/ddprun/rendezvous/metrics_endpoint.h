@@ -1,7 +1,9 @@
-// MetricsEndpoint: the store server's Prometheus endpoint (GET /metrics,
-// text format 0.0.4) on its own port, served on the server's loop so the
-// text is rendered from the live state without locks
-// (docs/operations.md lists the metrics).
+// MetricsEndpoint: a Prometheus endpoint (GET /metrics, text format 0.0.4)
+// on its own port, served on the loop it is given so the text is rendered
+// from live state without locks: the store server's (its state), and a
+// single node's agent's (its downtime). docs/operations.md lists the
+// metrics. Also how the nodes' counters (protocol::NodeCounters) read as
+// metrics, the one rendering of both.
 //
 // Bounded like everything else a client reaches: at most kMaxOpen
 // connections at once (more wait in the listen backlog), a request header
@@ -17,7 +19,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace ddprun::rendezvous {
 
@@ -47,9 +51,14 @@ class MetricsEndpoint {
   bool closed_ = false;
 };
 
-// The store server's metrics in Prometheus text format.
-struct ServerContext;
-class RendezvousManager;
-std::string renderMetrics(const ServerContext& context, const RendezvousManager* rendezvous);
+// One node's counters of one kind, as its agent published them.
+struct NodeCounterSeries {
+  std::string rdzvId;
+  std::string node;
+  std::map<std::string, std::uint64_t> counters;
+};
+// The downtime metrics of `nodes` (ddprun_incidents_total, ..., the phase
+// histograms) in Prometheus text format; "" for none.
+std::string downtimeMetrics(const std::vector<NodeCounterSeries>& nodes);
 
 }  // namespace ddprun::rendezvous
