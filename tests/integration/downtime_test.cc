@@ -36,13 +36,12 @@ const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()
 
 // Trains 40 steps; rank 1 fails once at step 10 (a marker file remembers).
 constexpr char kFailOnceScript[] = R"(
-import os, sys, time, torch, torch.distributed as dist
+import os, sys, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(40):
     opt.zero_grad(); model(torch.ones(2, 4)).sum().backward(); opt.step()
-    time.sleep(0.01)
     if step == 10 and dist.get_rank() == 1 and not os.path.exists(sys.argv[1]):
         open(sys.argv[1], "w").close()
         sys.exit(3)
@@ -271,7 +270,7 @@ dist.init_process_group("gloo")
 // The failure report names the rank that fell behind. Under 1.13 (no
 // recorder) the variables are set and the report has no such line.
 constexpr char kFallsBehindScript[] = R"(
-import datetime, os, sys, time, torch, torch.distributed as dist
+import datetime, os, signal, sys, torch, torch.distributed as dist
 print("env", os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"], os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"],
       os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"], flush=True)
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
@@ -291,8 +290,8 @@ if rank == 0:
         pass
     dump()
     sys.exit(1)
-dump()  # rank 1, behind: stopped by ddprun once rank 0 failed
-time.sleep(60)
+dump()  # rank 1, behind: waits until ddprun stops it once rank 0 failed
+signal.pause()
 )";
 
 TEST(Downtime, TheFlightRecorderNamesTheRankThatFellBehind) {
