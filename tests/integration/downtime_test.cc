@@ -36,7 +36,7 @@ const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()
 
 // Trains 40 steps; rank 1 fails once at step 10 (a marker file remembers).
 constexpr char kFailOnceScript[] = R"(
-import os, sys, torch, torch.distributed as dist
+import gc, os, sys, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -44,7 +44,11 @@ for step in range(40):
     opt.zero_grad(); model(torch.ones(2, 4)).sum().backward(); opt.step()
     if step == 10 and dist.get_rank() == 1 and not os.path.exists(sys.argv[1]):
         open(sys.argv[1], "w").close()
-        sys.exit(3)
+        os._exit(3)  # at once: rank 0 may abort (134) once it sees the peer gone
+# Freed before the interpreter's exit, where PyTorch 2.13's Gloo threads
+# sometimes abort the process (as in python_scripts.h's kDdpTrainScript).
+del model, opt
+gc.collect()
 dist.destroy_process_group()
 )";
 

@@ -82,7 +82,12 @@ void DowntimeFeature::onLine(const std::string& line) {
     return drop("a report that is not ddprun's progress JSON");
   }
   const int pid = report["pid"].get<int>();
-  const auto localRank = pid > 0 ? workers_.localRankOf(pid) : std::nullopt;
+  // The attempt's workers by pid (a worker's last report may be read after
+  // it exited), else their descendants.
+  const auto started = startedPids_.find(pid);
+  const auto localRank = started != startedPids_.end() ? std::optional<int>(started->second)
+                         : pid > 0                     ? workers_.localRankOf(pid)
+                                                       : std::nullopt;
   if (!localRank) return drop("a report from a pid that is not one of this node's workers");
   const std::string event = report["event"].get<std::string>();
   if (event == "process_group") {
@@ -121,8 +126,13 @@ void DowntimeFeature::onStep(int localRank) {
 void DowntimeFeature::worker(const WorkerEvent& event) {
   const auto now = Clock::now();
   if (event.state == "START") {
+    startedPids_[event.pid] = event.localRank;
     timeline_.workerStarted(now, event.localRank);
-  } else if (event.state == "FAILED") {
+    return;
+  }
+  // A worker's reports come before its exit: take them first.
+  pipe_.drain();
+  if (event.state == "FAILED") {
     const bool hang = lag_.count() > 0;
     timeline_.failed(
         now, lag_, hang ? "hang" : "worker failure",
@@ -141,6 +151,7 @@ void DowntimeFeature::attemptStarted(const Attempt& attempt) {
   attempt_ = attempt;
   lag_ = std::chrono::duration<double>(0);
   stepped_.clear();
+  startedPids_.clear();
   timeline_.attemptStarted(Clock::now(), attempt.runIndex, localWorkers_);
   assumeTraining_.expires_after(kAssumeTrainingAfter);
   assumeTraining_.async_wait([this](boost::system::error_code ec) {

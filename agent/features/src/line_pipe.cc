@@ -5,8 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/asio/read_until.hpp>
-
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -51,10 +49,9 @@ LinePipe::LinePipe(asio::io_context& io, std::filesystem::path path, std::string
       what_(std::move(what)),
       onLine_(std::move(onLine)),
       onOversized_(std::move(onOversized)),
-      pipe_(io),
-      input_(PIPE_BUF + 1) {
+      pipe_(io) {
   pipe_.assign(openPipe(path_, what_, variable, created_));
-  readLine();
+  waitReadable();
 }
 
 LinePipe::~LinePipe() {
@@ -63,24 +60,43 @@ LinePipe::~LinePipe() {
   if (created_) ::unlink(path_.c_str());
 }
 
-void LinePipe::readLine() {
-  asio::async_read_until(pipe_, input_, '\n', [this](boost::system::error_code ec, std::size_t n) {
+void LinePipe::waitReadable() {
+  pipe_.async_wait(asio::posix::descriptor_base::wait_read, [this](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted) return;
-    if (ec == asio::error::not_found) {
-      // Longer than PIPE_BUF: drop what was buffered and carry on.
-      input_.consume(input_.size());
-      onOversized_();
-    } else if (ec) {
+    if (ec) {
       DDPRUN_WARN("{} {} failed ({}); it is no longer read.", what_, path_.string(), ec.message());
       return;
-    } else {
-      std::string line(asio::buffers_begin(input_.data()),
-                       asio::buffers_begin(input_.data()) + static_cast<std::ptrdiff_t>(n));
-      input_.consume(n);
-      onLine_(line);
     }
-    readLine();
+    drain();
+    waitReadable();
   });
+}
+
+void LinePipe::drain() {
+  if (!pipe_.is_open()) return;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(pipe_.native_handle(), buffer, sizeof(buffer));
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return;  // EAGAIN: nothing more now (the pipe is open for writing too: no EOF)
+    }
+    for (const char* at = buffer; at < buffer + n;) {
+      const char* end = static_cast<const char*>(std::memchr(at, '\n', buffer + n - at));
+      const std::size_t size = static_cast<std::size_t>((end ? end : buffer + n) - at);
+      if (!discarding_) pending_.append(at, size);
+      if (pending_.size() > PIPE_BUF) {  // longer than one write keeps whole
+        pending_.clear();
+        if (!discarding_) onOversized_();
+        discarding_ = true;
+      }
+      if (end == nullptr) break;
+      if (!discarding_) onLine_(pending_ + "\n");
+      pending_.clear();
+      discarding_ = false;
+      at = end + 1;
+    }
+  }
 }
 
 }  // namespace ddprun::agent

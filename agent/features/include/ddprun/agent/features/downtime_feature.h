@@ -102,6 +102,7 @@ class DowntimeFeature : public LifecycleHook {
   std::chrono::duration<double> lag_{0};
   Attempt attempt_;
   std::set<int> stepped_;               // local ranks that took a step in this attempt
+  std::map<int, int> startedPids_;      // this attempt's workers: pid -> local rank
   std::map<std::string, int> dropped_;  // reason -> count
   // Per phase: the incidents' counts per bucket (kBucketsMs, then +Inf),
   // and their sum.

@@ -8,6 +8,9 @@
 // reader) and a read never sees end of file. Lines are at most PIPE_BUF
 // bytes (what one write(2) keeps whole); a longer one is dropped and
 // `onOversized` called. Everything read is hostile: the caller parses it.
+// It waits for the pipe to be readable and then reads what is there
+// without blocking; drain() does the same at once, so a caller can take a
+// worker's last lines before it handles that worker's exit.
 //
 // Thread-safety: the agent's loop thread only.
 // Ownership: owns the pipe (removed on destruction when it created it).
@@ -15,7 +18,6 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/streambuf.hpp>
 
 #include <filesystem>
 #include <functional>
@@ -36,9 +38,11 @@ class LinePipe {
   LinePipe& operator=(const LinePipe&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  // Reads and hands on every whole line the pipe holds now.
+  void drain();
 
  private:
-  void readLine();
+  void waitReadable();
 
   std::filesystem::path path_;
   std::string what_;
@@ -46,7 +50,8 @@ class LinePipe {
   std::function<void(const std::string&)> onLine_;
   std::function<void()> onOversized_;
   boost::asio::posix::stream_descriptor pipe_;
-  boost::asio::streambuf input_;
+  std::string pending_;      // the start of a line not ended yet
+  bool discarding_ = false;  // in a line longer than PIPE_BUF: drop to its end
 };
 
 }  // namespace ddprun::agent
