@@ -23,8 +23,8 @@ std::string epochMillis(std::chrono::system_clock::time_point t) {
       std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
 }
 
-}  // namespace
-
+// Writes the Python progress hook as `dir`/sitecustomize.py; ddprun::Error
+// when it cannot.
 void writeProgressHook(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -34,6 +34,8 @@ void writeProgressHook(const std::filesystem::path& dir) {
     throw Error(fmt::format("cannot write the progress hook to {}", dir.string()));
   }
 }
+
+}  // namespace
 
 DowntimeFeature::DowntimeFeature(boost::asio::io_context& io,
                                  const std::filesystem::path& runDirectory,

@@ -69,8 +69,6 @@ class DowntimeFeature : public LifecycleHook {
   void attemptEnded(const Attempt&, const GroupOutcome&) override;
   void exiting(const NodeExit& exit) override;
 
-  DowntimeSummary summary() const { return timeline_.summary(IncidentTimeline::Clock::now()); }
-
   // Where the node's counters go (NodeRendezvous::publishNodeCounters: the
   // store's metrics, `ddprun status`): at each incident's end and every
   // kPublishEvery. Without it nothing is published.
@@ -115,9 +113,5 @@ class DowntimeFeature : public LifecycleHook {
   std::function<void(std::string)> publish_;
   boost::asio::steady_timer publishTimer_;
 };
-
-// Writes the Python progress hook as `dir`/sitecustomize.py; ddprun::Error
-// when it cannot.
-void writeProgressHook(const std::filesystem::path& dir);
 
 }  // namespace ddprun::agent
