@@ -82,7 +82,7 @@ struct Agent::Impl {
                                                  config.nprocPerNode, runner, events,
                                                  [this] { lifecycle->noteProgress(); });
     if (fileTimer) fileTimer->onRequest([this](int pid) { downtime->fileTimerRequest(pid); });
-    if (!config.preload.empty()) startZygote();
+    if (config.preloadMode != PreloadMode::kOff) startZygote();
     // One node: its notices now; several: once per job (onAssigned).
     if (!multiNode() && !guard.notice().empty()) DDPRUN_INFO("Notice: {}.", guard.notice());
     childSignals.add(SIGCHLD);
@@ -162,6 +162,7 @@ void Agent::Impl::startZygote() {
       });
   gate = std::make_unique<ZygoteGate>(*zygote);
   runner.useForker(zygote->forker());
+  downtime->onProgramImports([this] { zygote->learnProgramImports(); });
 }
 
 void Agent::Impl::onAssigned(const rendezvous::protocol::Assignment& assigned) {
@@ -194,6 +195,7 @@ void Agent::Impl::buildLifecycle() {
   settings.maxRestarts = config.maxRestarts;
   settings.workersPerNode = config.nprocPerNode;
   settings.shutdownTimeout = config.shutdownTimeout;
+  settings.survivorGrace = config.survivorGrace;
   settings.backoff = {config.restartBackoff.initial, config.restartBackoff.max};
   settings.backoffSeed = std::random_device{}();
   settings.describeFailure = [this](const GroupOutcome& outcome, const FailureContext& context) {

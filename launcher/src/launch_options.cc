@@ -99,12 +99,15 @@ void defineOptions(CLI::App& app, LaunchOptions& o) {
   flag(app, "module", o.module, "PROGRAM is a Python module, run as python -m", "m");
   flag(app, "no_python", o.noPython, "run PROGRAM directly, never through Python");
   text(app, "preload", o.preload,
-       "Python modules (comma-separated, e.g. torch,numpy) a zygote per node imports once; "
-       "Python workers are forked from it at launch and at each restart instead of importing "
-       "them again (docs/cli.md)");
+       "Python workers are forked from a zygote per node that imported torch and the "
+       "program's imports once, at launch and at each restart: auto (the default), off, or "
+       "exactly these modules (comma-separated, e.g. torch,numpy) (docs/cli.md)");
   text(app, "local_addr", o.localAddr, "address of this node that other nodes can reach");
   text(app, "shutdown_timeout", o.shutdownTimeout,
        "seconds between forwarding a stop signal and SIGKILL");
+  text(app, "survivor_grace", o.survivorGrace,
+       "seconds the survivors of a worker's failure have between SIGTERM and SIGKILL (at most "
+       "--shutdown_timeout)");
   app.add_option("--log_prefix,--log-prefix,--log_line_prefix_template,--log-line-prefix-template",
                  o.logPrefix,
                  "console prefix of worker lines; ${rank}, ${local_rank}, ${role_name}, "

@@ -46,6 +46,7 @@ struct LaunchOptions {
   std::string preload;  // --preload MOD[,MOD...]
   std::string localAddr;
   std::string shutdownTimeout = "30";  // or TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+  std::string survivorGrace = "0.05";  // --survivor_grace
   std::string logPrefix = "[rank ${rank}]: ";
   std::string tty = "auto";  // --tty auto|always|never
   std::string startMethod = "spawn";

@@ -304,9 +304,16 @@ bool resolveProgram(const LaunchOptions& o, agent::AgentConfig& config) {
   return python;
 }
 
-// --preload's module names; empty when not given.
+// --preload: auto (also when not given) or off, else module names.
 std::vector<std::string> parsePreload(const std::string& text, bool python,
-                                      const std::string& program) {
+                                      const std::string& program, agent::PreloadMode& mode) {
+  if (text.empty() || text == "auto") {
+    // Python programs only: anything else is exec'd.
+    mode = python ? agent::PreloadMode::kAuto : agent::PreloadMode::kOff;
+    return {};
+  }
+  mode = agent::PreloadMode::kOff;
+  if (text == "off") return {};
   std::vector<std::string> modules;
   std::string current;
   for (std::size_t i = 0; i <= text.size(); ++i) {
@@ -323,10 +330,16 @@ std::vector<std::string> parsePreload(const std::string& text, bool python,
                     }) &&
         !std::isdigit(static_cast<unsigned char>(current.front()));
     if (!current.empty() && !valid) {
+      throw ConfigError(
+          fmt::format("--preload: '{}' is not a Python module name; give auto, off or module names "
+                      "separated by commas, e.g. --preload torch,numpy",
+                      current));
+    }
+    if (current == "auto" || current == "off") {
       throw ConfigError(fmt::format(
-          "--preload: '{}' is not a Python module name; give module names separated by commas, "
-          "e.g. --preload torch,numpy",
-          current));
+          "--preload: '{}' cannot be combined with module names; give --preload {} alone, or "
+          "only module names, e.g. --preload torch,numpy",
+          current, current));
     }
     if (!current.empty()) modules.push_back(current);
     current.clear();
@@ -337,6 +350,7 @@ std::vector<std::string> parsePreload(const std::string& text, bool python,
         "a .py script, -m MODULE or --run_path, or drop --preload",
         program));
   }
+  if (!modules.empty()) mode = agent::PreloadMode::kModules;
   return modules;
 }
 
@@ -382,6 +396,7 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   } else {
     config.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
   }
+  config.survivorGrace = secondsOption("survivor_grace", o.survivorGrace);
   // Under Slurm, scancel and the time limit send SIGTERM to every process
   // of the step and SIGKILL KillWait later (30 s by default): ddprun's own
   // SIGKILL, its report and its error file must come before that.
@@ -496,7 +511,7 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   }
   const bool python = resolveProgram(o, config);
   config.pythonProgram = python;
-  config.preload = parsePreload(o.preload, python, config.programName);
+  config.preload = parsePreload(o.preload, python, config.programName, config.preloadMode);
   const auto torchVersion =
       python ? probeTorchVersion(config.command.front()) : std::optional<TorchVersion>();
   chooseNcclVariable(config, torchVersion);

@@ -26,7 +26,10 @@ class FakeRunner : public GroupRunner {
     started.push_back(attempt);
     done_ = std::move(done);
   }
-  void stop(int signal) override { stops.push_back(signal); }
+  void stop(int signal, std::chrono::milliseconds grace) override {
+    stops.push_back(signal);
+    graces.push_back(grace);
+  }
   // The running group ends with `outcome`.
   void end(GroupOutcome outcome) {
     auto done = done_;  // a test may end the same group twice
@@ -34,6 +37,7 @@ class FakeRunner : public GroupRunner {
   }
   std::vector<Attempt> started;
   std::vector<int> stops;
+  std::vector<std::chrono::milliseconds> graces;
 
  private:
   std::function<void(GroupOutcome)> done_;
@@ -405,6 +409,39 @@ TEST_F(NodeLifecycleTest, ASignalWhileRunningStopsTheGroupThenASecondEscalates) 
   rounds.answerLeave();
   EXPECT_EQ(exits, std::vector<int>{128 + SIGTERM});
   EXPECT_TRUE(rounds.reported.empty());
+}
+
+// A peer's failure (the round ended, or the job failed, elsewhere) gives
+// the survivors their short grace; a signal or a lost store gives the
+// workers --shutdown_timeout.
+TEST_F(NodeLifecycleTest, APeersFailureGivesTheSurvivorsGraceASignalTheShutdownTimeout) {
+  auto graces = [](LifecycleSettings& settings) {
+    settings.shutdownTimeout = 30s;
+    settings.survivorGrace = 50ms;
+  };
+  make(false, {0ms, 0ms}, graces);
+  runRound();
+  node->onRoundEvent(roundEnded(1));
+  EXPECT_EQ(runner.graces, std::vector<std::chrono::milliseconds>{50ms});
+  runner.graces.clear();
+  make(false, {0ms, 0ms}, graces);
+  runRound();
+  node->onSignal(SIGTERM);
+  EXPECT_EQ(runner.graces, std::vector<std::chrono::milliseconds>{30s});
+  runner.graces.clear();
+  make(false, {0ms, 0ms}, graces);
+  runRound();
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(runner.graces, std::vector<std::chrono::milliseconds>{30s});
+  runner.graces.clear();
+  // The survivors' grace never exceeds --shutdown_timeout.
+  make(false, {0ms, 0ms}, [](LifecycleSettings& settings) {
+    settings.shutdownTimeout = 20ms;
+    settings.survivorGrace = 50ms;
+  });
+  runRound();
+  node->onRoundEvent(roundEnded(1));
+  EXPECT_EQ(runner.graces, std::vector<std::chrono::milliseconds>{20ms});
 }
 
 // A lost store stops the group; the user's first signal afterwards is

@@ -384,6 +384,24 @@ TEST(Launcher, WorkersIgnoringTheSignalAreKilledAfterTheGracePeriod) {
   EXPECT_NE(process->stderrText().find("sending SIGKILL"), std::string::npos);
 }
 
+// A worker's failure stops the survivors with SIGTERM and, after the
+// survivors' grace (--survivor_grace, 50 ms), SIGKILL: their world is
+// broken. --shutdown_timeout (300 s here) is for a signal from the user or
+// the scheduler. Rank 0 ignores SIGTERM; rank 1 fails once rank 0 does.
+TEST(Launcher, TheSurvivorsOfAWorkersFailureHaveTheSurvivorsGrace) {
+  const fs::path ready = scratch() / "ready";
+  const auto r = runDdprun(args({"--nproc_per_node=2", "--shutdown_timeout=300", "--log_prefix="},
+                                sh("if [ $LOCAL_RANK = 1 ]; then while [ ! -e " + ready.string() +
+                                   " ]; do sleep 0.05; done; exit 7; fi; trap '' TERM; touch " +
+                                   ready.string() + "; while :; do sleep 0.05; done")),
+                           {}, 120s);
+  EXPECT_EQ(r.code, 7) << r.err;
+  EXPECT_NE(r.err.find("Worker rank 0 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("outlived the survivors' grace of 50 ms; sending SIGKILL"),
+            std::string::npos)
+      << r.err;
+}
+
 // docs/cli.md: a second signal skips the grace period. The workers trap
 // SIGTERM and go on; the second SIGTERM (later than the same delivery's
 // window) kills them at once instead of after --shutdown_timeout.
@@ -767,6 +785,9 @@ TEST(Launcher, BadInputFailsClearlyAndStartsNothing) {
       {{"-m", "--no_python", "json.tool"}, "contradict"},
       {args({"--max_restarts=-1"}, touch), "--max_restarts=-1"},
       {args({"--shutdown_timeout=soon"}, touch), "--shutdown_timeout=soon"},
+      {args({"--survivor_grace=-1"}, touch), "--survivor_grace=-1 is not a number of seconds"},
+      {args({"--preload=auto,torch", "--run_path"}, touch),
+       "--preload: 'auto' cannot be combined with module names"},
       {args({"--nnodes=2:1"}, touch), "MIN <= MAX"},
       {args({"--nnodes=2:4", "--rdzv_backend=c10d"}, touch), "needs --rdzv_endpoint"},
       {args({"--nnodes=2:4"}, touch), "is a range"},

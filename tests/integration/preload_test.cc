@@ -75,11 +75,12 @@ TEST(Preload, DdpTrainsToTheSameChecksumAsWithout) {
       writeScript(scratch(), "ddp_train.py",
                   std::string("import sys\nprint('preloaded', 'torch' in sys.modules)\n") +
                       test_support::kDdpTrainScript);
-  const auto plain =
-      runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, kPython, 120s);
+  const auto plain = runDdprun(
+      {"--nproc_per_node=2", "--log_prefix=", "--preload=off", script.string()}, kPython, 120s);
   ASSERT_EQ(plain.code, 0) << plain.err;
-  const auto preloaded = runDdprun(
-      {"--nproc_per_node=2", "--log_prefix=", "--preload=torch", script.string()}, kPython, 120s);
+  // No flag: a Python program is preloaded (--preload auto).
+  const auto preloaded =
+      runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, kPython, 120s);
   ASSERT_EQ(preloaded.code, 0) << preloaded.err;
   EXPECT_EQ(linesWith(plain.out, "preloaded "), (std::vector<std::string>{"False", "False"}));
   EXPECT_EQ(linesWith(preloaded.out, "preloaded "), (std::vector<std::string>{"True", "True"}));
@@ -144,11 +145,13 @@ TEST(Preload, EachRankHasTheProcessStateOfAnExecdWorker) {
       {(dir / "probe.py").string()}, {"-m", "pkg.probe"}, {"--run_path", "probe_script"}};
   for (const auto& program : programs) {
     SCOPED_TRACE(program.back());
-    std::vector<std::string> args = {"--nproc_per_node=3", "--log_prefix=", "--max_restarts=0"};
-    args.insert(args.end(), program.begin(), program.end());
-    args.insert(args.end(), {"arg 1", "0"});
-    auto preloadArgs = args;
-    preloadArgs.insert(preloadArgs.begin(), "--preload=torch");
+    // No flag (--preload auto) against exec'd workers (--preload=off).
+    std::vector<std::string> preloadArgs = {"--nproc_per_node=3",
+                                            "--log_prefix=", "--max_restarts=0"};
+    preloadArgs.insert(preloadArgs.end(), program.begin(), program.end());
+    preloadArgs.insert(preloadArgs.end(), {"arg 1", "0"});
+    auto args = preloadArgs;
+    args.insert(args.begin(), "--preload=off");
     auto run = [&](const std::vector<std::string>& a) {
       std::vector<std::string> full = {"/bin/sh",    "-c", "cd \"$0\" && shift && exec \"$@\"",
                                        dir.string(), "_",  test_support::kDdprun};
@@ -183,7 +186,7 @@ main()
   for (const bool preload : {false, true}) {
     SCOPED_TRACE(preload);
     std::vector<std::string> args = {"--nproc_per_node=2", script.string()};
-    if (preload) args.insert(args.begin(), "--preload=torch");
+    if (!preload) args.insert(args.begin(), "--preload=off");
     const auto r = runDdprun(args, kPython, 120s);
     EXPECT_EQ(r.code, 1) << r.err;
     EXPECT_NE(r.err.find("message    : ValueError: bad batch shape on rank 1"), std::string::npos)
@@ -506,6 +509,153 @@ threading.Thread(target=time.sleep, args=(100,), name="poller", daemon=True).sta
   EXPECT_EQ(r.out.find("ran"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("ddprun: error: --preload torch,poller: importing 'poller' started 1 "
                        "thread(s) (Python thread 'poller')"),
+            std::string::npos)
+      << r.err;
+}
+
+// A library outside the program's directory (on PYTHONPATH) that notes
+// each import as "<module> <pid> <RANK or none>" in $PRELOAD_MARKS: "none"
+// is the zygote's import.
+std::string markingLibrary(const std::string& name, const std::string& body = "") {
+  return "import os\n"
+         "with open(os.environ['PRELOAD_MARKS'], 'a') as f:\n"
+         "    f.write('" +
+         name + " %d %s\\n' % (os.getpid(), os.environ.get('RANK', 'none')))\n" + body;
+}
+
+// Imports the libraries, takes one optimizer step (the progress hook then
+// reports the program's imports), prints which of them were imported before
+// the program began; in attempt 0, rank 0 waits until the zygote imported
+// `awaited` (its mark says "none"), then fails.
+std::string learningProgram(const std::vector<std::string>& libraries, const std::string& awaited) {
+  std::string names;
+  for (const auto& name : libraries) names += "'" + name + "', ";
+  return "import os, sys\n"
+         "torch_before = 'torch' in sys.modules\n"
+         "names = [" +
+         names +
+         "]\n"
+         "before = [n for n in names if n in sys.modules]\n"
+         "import select, torch\n"
+         "for n in names: __import__(n)\n"
+         "p = torch.nn.Parameter(torch.ones(1))\n"
+         "opt = torch.optim.SGD([p], lr=0.1)\n"
+         "p.sum().backward(); opt.step()\n"
+         "attempt = int(os.environ['TORCHELASTIC_RESTART_COUNT'])\n"
+         "print('attempt', attempt, 'rank', os.environ['RANK'], 'preloaded', torch_before,\n"
+         "      ' '.join(before) or '-', flush=True)\n"
+         "if attempt == 0 and os.environ['RANK'] == '0':\n"
+         "    marks = os.environ['PRELOAD_MARKS']\n"
+         "    while not any(l.split()[0] == '" +
+         awaited +
+         "' and l.split()[2] == 'none' for l in open(marks)):\n"
+         "        select.select([], [], [], 0.05)  # until the zygote imported it\n"
+         "    sys.exit(3)\n";
+}
+
+// No flag: the modules the program imported from outside its directory by
+// its first step are preloaded for the restart; its own modules never.
+TEST(Preload, TheProgramsImportsArePreloadedForTheRestart) {
+  const fs::path dir = scratch();
+  const fs::path libs = dir / "libs";
+  const fs::path program = dir / "program";
+  fs::create_directories(libs);
+  fs::create_directories(program);
+  writeScript(libs, "helperlib.py", markingLibrary("helperlib"));
+  writeScript(program, "ownmod.py", markingLibrary("ownmod"));
+  const auto script =
+      writeScript(program, "train.py", learningProgram({"helperlib", "ownmod"}, "helperlib"));
+  auto env = kPython;
+  env["PYTHONPATH"] = libs.string();
+  env["PRELOAD_MARKS"] = (dir / "marks").string();
+  const auto r = runDdprun(
+      {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script.string()}, env, 180s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Attempt 0: torch from the zygote; attempt 1: helperlib too, not ownmod.
+  EXPECT_EQ(sorted(linesWith(r.out, "attempt ")),
+            (std::vector<std::string>{"0 rank 0 preloaded True -", "0 rank 1 preloaded True -",
+                                      "1 rank 0 preloaded True helperlib",
+                                      "1 rank 1 preloaded True helperlib"}))
+      << r.out << r.err;
+  EXPECT_NE(r.err.find("more modules the program imported"), std::string::npos) << r.err;
+  std::ifstream marks(dir / "marks");
+  const std::string text((std::istreambuf_iterator<char>(marks)), {});
+  int zygoteImports = 0;
+  for (std::istringstream lines(text); !lines.eof();) {
+    std::string module, pid, rank;
+    if (!(lines >> module >> pid >> rank)) break;
+    EXPECT_FALSE(module == "ownmod" && rank == "none") << "the zygote imported ownmod:\n" << text;
+    if (module == "helperlib" && rank == "none") ++zygoteImports;
+  }
+  EXPECT_EQ(zygoteImports, 1) << text;
+}
+
+// What the zygote must not import is left out, each with one line, and the
+// job trains: a module that starts a thread, one that opens a GPU device
+// (a CUDA initialisation, faked on this CPU machine by a file under /dev),
+// one whose import fails there (it needs a rank). The zygote is rebuilt
+// without each unsafe one and the restart is forked from it.
+TEST(Preload, UnsafeOrFailingImportsAreLeftOutAndTheJobTrains) {
+  const fs::path dir = scratch();
+  const fs::path libs = dir / "libs";
+  fs::create_directories(libs);
+  const fs::path device = fmt::format("/dev/nvidia-ddprun-test-{}", ::getpid());
+  std::ofstream(device) << "";
+  ASSERT_TRUE(fs::exists(device)) << "cannot create " << device << " (the test runs as root)";
+  writeScript(libs, "failinglib.py",
+              "import os\nif 'RANK' not in os.environ:\n    raise ImportError('needs a rank')\n");
+  writeScript(libs, "threadlib.py",
+              markingLibrary("threadlib",
+                             "import threading\n"
+                             "threading.Thread(target=threading.Event().wait, name='poller', "
+                             "daemon=True).start()\n"));
+  writeScript(libs, "cudalib.py",
+              markingLibrary("cudalib", "_device = open('" + device.string() + "')\n"));
+  writeScript(libs, "markerlib.py", markingLibrary("markerlib"));
+  const auto script = writeScript(
+      dir, "train.py",
+      learningProgram({"failinglib", "threadlib", "cudalib", "markerlib"}, "markerlib"));
+  auto env = kPython;
+  env["PYTHONPATH"] = libs.string();
+  env["PRELOAD_MARKS"] = (dir / "marks").string();
+  const auto r = runDdprun(
+      {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script.string()}, env, 240s);
+  fs::remove(device);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(sorted(linesWith(r.out, "attempt ")),
+            (std::vector<std::string>{"0 rank 0 preloaded True -", "0 rank 1 preloaded True -",
+                                      "1 rank 0 preloaded True markerlib",
+                                      "1 rank 1 preloaded True markerlib"}))
+      << r.out << r.err;
+  EXPECT_NE(r.err.find("Preloading left out 'failinglib': importing it in the zygote failed "
+                       "(ImportError: needs a rank)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("Preloading left out 'threadlib': importing it started 1 thread(s) "
+                       "(Python thread 'poller')"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("Preloading left out 'cudalib': importing it opened " + device.string() +
+                       " (CUDA initialised)"),
+            std::string::npos)
+      << r.err;
+}
+
+// Auto never fails a job: where torch cannot be imported, workers are
+// exec'd, with one line.
+TEST(Preload, WithoutAnImportableTorchWorkersAreExecd) {
+  const fs::path dir = scratch();
+  fs::create_directories(dir / "broken" / "torch");
+  writeScript(dir / "broken" / "torch", "__init__.py", "raise ImportError('a broken install')\n");
+  const auto script =
+      writeScript(dir, "main.py", "import sys\nprint('ran', 'torch' in sys.modules)\n");
+  auto env = kPython;
+  env["PYTHONPATH"] = (dir / "broken").string();
+  const auto r = runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, env, 120s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(linesWith(r.out, "ran "), std::vector<std::string>(2, "False"));
+  EXPECT_NE(r.err.find("Python workers are started without a preload zygote: importing torch "
+                       "failed (ImportError: a broken install)"),
             std::string::npos)
       << r.err;
 }

@@ -195,7 +195,13 @@ void NodeLifecycle::stopGroup(int signal) {
       for (auto* hook : hooks_) hook->stopRequested(attempt_, *stop_);
     }
   }
-  ports_.runner.stop(signal);
+  // A signal from the user or the scheduler, or a lost store, gives the
+  // workers --shutdown_timeout; a peer's failure (their world is broken)
+  // gives them the survivors' grace.
+  const bool survivors = requestIf<RoundEnded>(stop_) || requestIf<JobFailed>(stop_);
+  ports_.runner.stop(signal, survivors
+                                 ? std::min(settings_.survivorGrace, settings_.shutdownTimeout)
+                                 : settings_.shutdownTimeout);
 }
 
 void NodeLifecycle::onRoundEvent(const protocol::Event& event) {

@@ -102,6 +102,8 @@ void DowntimeFeature::onLine(const std::string& line) {
                     {"attempt", std::to_string(attempt_.runIndex)}});
   } else if (event == "step") {
     onStep(*localRank);
+  } else if (event == "imports") {
+    if (programImports_) programImports_();
   } else {
     drop("a report of an unknown event");
   }

@@ -10,6 +10,11 @@
 #   - counts optimizer steps (PyTorch 2.x: a global step hook; 1.x: each
 #     optimizer class's step, wrapped once): "step" on the first step, then
 #     at most once a second with the count.
+# With --preload auto (DDPRUN_PRELOAD_LEARN in the zygote), local rank 0 of
+# a forked worker group writes at its
+# first step, once a launch, the modules the program imported from outside
+# its own directory into that file, and reports "imports": the agent's
+# zygote preloads them for the restarts.
 # Each report is one JSON line written to the agent's named pipe
 # (DDPRUN_PROGRESS_PIPE) with one non-blocking write; a report that cannot
 # be written is dropped, never raised.
@@ -33,6 +38,9 @@ def _chain_hidden_sitecustomize():
 class _Reporter:
     def __init__(self, pipe):
         self.pipe = pipe
+        # --preload auto: set in the zygote's environment only, read here
+        # (in the zygote) and inherited by the workers it forks.
+        self.learn = os.environ.get("DDPRUN_PRELOAD_LEARN")
         self.fd = None
         self.steps = 0
         self.last = 0.0
@@ -57,6 +65,57 @@ class _Reporter:
         if self.steps == 1 or now - self.last >= 1.0:
             self.last = now
             self.send("step", self.steps)
+        if self.steps == 1:
+            try:
+                if self.learn and _write_program_imports(self.learn):
+                    self.send("imports")
+            except Exception:  # never break the worker's step
+                pass
+
+
+_NOT_PRELOADED = {"__main__", "__mp_main__", "sitecustomize", "usercustomize"}
+
+
+def _program_imports():
+    """Names of the loaded modules that came from files outside the
+    program's own directory (the script's, or the working directory of
+    `-m`), in the order they were imported. A directory on sys.path inside
+    the program's (a virtual environment there) is not the program's."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    by_module = getattr(main, "__spec__", None) is not None
+    own = os.path.realpath(os.getcwd() if by_module or not script else os.path.dirname(script))
+    own_prefix = own.rstrip(os.sep) + os.sep
+    inside = []
+    for entry in sys.path[1:]:
+        real = os.path.realpath(entry or os.getcwd()).rstrip(os.sep) + os.sep
+        if real.startswith(own_prefix) and real != own_prefix:
+            inside.append(real)
+    names = []
+    for name, module in list(sys.modules.items()):
+        if name in _NOT_PRELOADED or "ddprun" in name:
+            continue
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or getattr(module, "__spec__", None) is None:
+            continue
+        real = os.path.realpath(path)
+        if real.startswith(own_prefix) and not any(real.startswith(i) for i in inside):
+            continue  # the program's own
+        names.append(name)
+    return names
+
+
+def _write_program_imports(path):
+    """Writes them to `path` for --preload auto, on local rank 0, once a
+    launch; True when it did."""
+    if os.environ.get("LOCAL_RANK", "0") != "0" or os.path.exists(path):
+        return False
+    names = _program_imports()
+    partial = f"{path}.{os.getpid()}"
+    with open(partial, "w") as out:
+        out.write("".join(name + "\n" for name in names))
+    os.replace(partial, path)
+    return True
 
 
 def _install(reporter):

@@ -1,21 +1,35 @@
 # ddprun's preload zygote (--preload, docs/cli.md). The agent embeds this
 # file, writes it into the launch's run directory and starts it as
 #
-#   PYTHON -u preload_zygote.py CONTROL_FD AGENT_PID MODE TARGET MODULES
+#   PYTHON -u preload_zygote.py CONTROL_FD AGENT_PID MODE TARGET MODULES POLICY EXCLUDED
 #
 # MODE is "script" (TARGET a path) or "module" (TARGET a module name, -m);
-# MODULES is comma-separated. The zygote imports MODULES once, refuses to
-# serve when that started a thread or initialised CUDA, says "ready", then
-# forks one worker per request. Each worker is a clone3 child with
+# MODULES and EXCLUDED are comma-separated (MODULES may be @FILE instead:
+# one name a line). POLICY is "strict" (--preload
+# MODULES: a module that cannot be imported, or whose import was unsafe,
+# ends the launch) or "auto" (the default: torch, then what the installed
+# PyTorch's first DDP step imports lazily, then MODULES, the program's own
+# imports learned from an earlier attempt; a module that fails or is unsafe
+# is left out, never EXCLUDED ones). An import is unsafe when it started a
+# thread or a process, initialised CUDA or opened a GPU device. The zygote
+# says "ready", then forks one worker per request, and between requests
+# imports the modules a "learn" request adds. Each worker is a clone3 child with
 # CLONE_PARENT (its parent is the agent, which waits for it, gets its exit
 # status and its SIGCHLD) and CLONE_INTO_CGROUP, set up as an exec'd worker
 # would be, that then runs TARGET exactly as `python -u TARGET ARGS` would.
 #
-# Messages on CONTROL_FD (a stream socket) are a 4-byte big-endian length
-# and fields separated by NUL bytes (argv and environment are bytes, not
-# text). Requests carry the worker's stdout, stderr and report descriptors.
+# Messages are a 4-byte big-endian length and fields separated by NUL bytes
+# (argv and environment are bytes, not text). On CONTROL_FD (a stream
+# socket) the agent asks and the zygote answers: first "notices" with the
+# descriptor of a second socket, then "spawn" (with the worker's stdout,
+# stderr and report descriptors: "ok PID" or "error WHY") and "learn
+# MODULE..." ("ok COUNT"). On the notices socket the zygote speaks when it
+# has something to say: "ready SECONDS", "fatal WHY", "skipped MODULE WHY",
+# "tainted MODULE WHAT" (then it exits: it cannot fork safely any more) and
+# "learned COUNT SECONDS".
 import ctypes
 import os
+import select
 import socket
 import struct
 import sys
@@ -35,6 +49,9 @@ _SYSCALLS = {  # clone3, clone, set_mempolicy, set_robust_list, get_robust_list
 _MPOL_PREFERRED = 1
 _PR_SET_MM, _PR_SET_MM_MAP = 35, 14
 _KEPT = []  # buffers the kernel shows as /proc/self/cmdline and environ
+# The environment the agent started the zygote with: what an import changes
+# in it (torch._inductor sets TORCHINDUCTOR_CACHE_DIR) is undone in a worker.
+_START_ENV = dict(os.environ)
 
 
 class _CloneArgs(ctypes.Structure):
@@ -125,8 +142,73 @@ def _cuda_initialised():
         return False
 
 
-def _preload(modules):
-    """None, or why the zygote cannot serve."""
+# Device files a CUDA (or ROCm) driver opens when it initialises.
+_GPU_DEVICES = ("/dev/nvidia", "/dev/kfd")
+
+
+def _gpu_descriptors():
+    """GPU device files this process holds open."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(_GPU_DEVICES):
+            found.append(target)
+    return sorted(set(found))
+
+
+def _children():
+    """Processes this process started that still run."""
+    pids = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as children:
+                pids += children.read().split()
+        except OSError:
+            pass
+    return pids
+
+
+def _unsafe():
+    """What the imports so far did that a forked worker could not inherit,
+    as "started ...", or None."""
+    threads = _threads()
+    if threads:
+        import threading
+
+        named = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        what = ", ".join(f"Python thread '{n}'" for n in named)
+        if len(threads) > len(named):
+            native = len(threads) - len(named)
+            what += (", " if what else "") + f"{native} native thread(s) " + ", ".join(
+                repr(t) for t in threads[len(named):])
+        return f"started {len(threads)} thread(s) ({what})"
+    if _cuda_initialised():
+        return "initialised CUDA"
+    devices = _gpu_descriptors()
+    if devices:
+        return f"opened {', '.join(devices)} (CUDA initialised)"
+    children = _children()
+    if children:
+        return f"started {len(children)} process(es) (pid {', '.join(children)})"
+    return None
+
+
+def _import(name):
+    """None, or why importing `name` failed (one line)."""
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except BaseException as e:  # noqa: BLE001 (SystemExit at import is a failure too)
+        return f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
+    return None
+
+
+def _strict_preload(modules):
+    """--preload MODULES: None, or why the zygote cannot serve."""
     import importlib
     import traceback
 
@@ -140,24 +222,98 @@ def _preload(modules):
             return (f"importing '{name}' failed:\n" + traceback.format_exc(limit=-3).rstrip() +
                     f"\ncheck the module name and that PYTHON_EXEC ({sys.executable}) can import "
                     f"it, or drop it from --preload")
-        threads = _threads()
-        if threads:
-            import threading
-
-            named = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-            what = ", ".join(f"Python thread '{n}'" for n in named)
-            if len(threads) > len(named):
-                native = len(threads) - len(named)
-                what += (", " if what else "") + f"{native} native thread(s) " + ", ".join(
-                    repr(t) for t in threads[len(named):])
-            return (f"importing '{name}' started {len(threads)} thread(s) ({what}); a worker "
-                    f"forked from the zygote "
+        what = _unsafe()
+        if what is None:
+            continue
+        if what.startswith("started") and "thread" in what:
+            return (f"importing '{name}' {what}; a worker forked from the zygote "
                     f"would not have them, so '{name}' cannot be preloaded: drop it from "
                     f"--preload (the script still imports it itself)")
-        if _cuda_initialised():
-            return (f"importing '{name}' initialised CUDA, which a forked worker cannot use: "
+        if "CUDA" in what:
+            return (f"importing '{name}' {what}, which a forked worker cannot use: "
                     f"drop '{name}' from --preload")
+        return (f"importing '{name}' {what}, which a forked worker would not have: "
+                f"drop '{name}' from --preload")
     return None
+
+
+def _excluded(name, excluded):
+    return any(name == e or name.startswith(e + ".") for e in excluded)
+
+
+class _Auto:
+    """--preload auto: torch, what its first DDP step imports lazily, then the
+    program's own imports, each left out when it fails or is unsafe."""
+
+    def __init__(self, sock, notices, modules, excluded):
+        self.sock = sock
+        self.notices = notices
+        self.excluded = set(excluded)
+        self.pending = [m for m in modules if not _excluded(m, self.excluded)]
+        self.learning = None  # (count, start) of a learn request being imported
+
+    def base(self):
+        """torch and, on PyTorch 2.x, torch._dynamo (DDP's constructor imports
+        it: docs/cli.md). None, or why torch itself cannot be preloaded."""
+        import importlib.util
+
+        if _excluded("torch", self.excluded):
+            return "torch was left out"
+        problem = _import("torch")
+        if problem is not None:
+            return f"importing torch failed ({problem})"
+        if not self.check("torch"):
+            return None  # not reached: check() exits
+        try:
+            lazy = importlib.util.find_spec("torch._dynamo") is not None
+        except (ImportError, ValueError):
+            lazy = False
+        if lazy:
+            self.pending.insert(0, "torch._dynamo")
+        return None
+
+    def check(self, name):
+        """After importing `name`: True, or (unsafe) tells the agent and exits."""
+        what = _unsafe()
+        if what is None:
+            return True
+        # Unsafe to fork from now on: every request is refused until the
+        # agent, having read the notice, closes the notices socket.
+        _send(self.notices, b"tainted", name, what)
+        while True:
+            readable = select.select([self.sock, self.notices], [], [])[0]
+            if self.notices in readable:
+                os._exit(4)
+            request, fds = _receive(self.sock)
+            for fd in fds:
+                os.close(fd)
+            if request is None:
+                os._exit(4)
+            _send(self.sock, b"error", b"tainted", name, what)
+
+    def learn(self, modules):
+        new = [m for m in modules if m not in sys.modules and not _excluded(m, self.excluded)
+               and m not in self.pending]
+        if new and self.learning is None:
+            self.learning = (0, time.monotonic())
+        self.pending += new
+        return len(new)
+
+    def import_next(self):
+        name = self.pending.pop(0)
+        if name not in sys.modules:
+            problem = _import(name)
+            if problem is not None:
+                self.excluded.add(name)
+                _send(self.notices, b"skipped", name, problem)
+            else:
+                self.check(name)
+                if self.learning is not None:
+                    self.learning = (self.learning[0] + 1, self.learning[1])
+        if not self.pending and self.learning is not None:
+            count, started = self.learning
+            self.learning = None
+            _send(self.notices, b"learned", count, f"{time.monotonic() - started:.3f}")
 
 
 def _clone(cgroup_fd):
@@ -231,7 +387,7 @@ class _Job:
         self.mode, self.target, self.args = mode, target, args
 
 
-def _become_worker(sock, agent, request, fds):
+def _become_worker(sock, notices, agent, request, fds):
     """In the forked child: the worker's process state, as an exec'd one has."""
     out, err, report = fds[:3]
     cgroup_fd = fds[3] if len(fds) > 3 else -1
@@ -250,6 +406,7 @@ def _become_worker(sock, agent, request, fds):
             if fd > 2:
                 os.close(fd)
         sock.close()
+        notices.close()
         if cpus:
             os.sched_setaffinity(0, [int(c) for c in cpus.split(b",")])
         call = _SYSCALLS.get(os.uname().machine)
@@ -261,7 +418,13 @@ def _become_worker(sock, agent, request, fds):
         os.chdir(os.fsdecode(cwd))
         # The agent sends what differs from the environment it started the
         # zygote with: applied to the zygote's own (which a PYTHON_EXEC
-        # wrapper may have changed), as the wrapper would have it.
+        # wrapper may have changed), as the wrapper would have it, less what
+        # the preloaded imports changed.
+        for key in [k for k in os.environ if k not in _START_ENV]:
+            del os.environ[key]
+        for key, value in _START_ENV.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
         count = int(env[0])
         for entry in env[1:1 + count]:
             key, _, value = entry.partition(b"=")
@@ -357,34 +520,55 @@ def _recompute_import_time_state():
             pass
 
 
-def _fatal(sock, why):
+def _fatal(notices, why):
     """Tells the agent why this zygote cannot serve and waits for it to close
     the socket, so that the reason arrives before the exit."""
-    _send(sock, b"fatal", why)
-    sock.recv(1)
+    _send(notices, b"fatal", why)
+    notices.recv(1)
     os._exit(1)
 
 
-def _serve(sock, agent, mode, target, modules):
+def _serve(sock, agent, mode, target, modules, policy, excluded):
     started = time.monotonic()
+    request, fds = _receive(sock)
+    if request is None or request[0] != b"notices" or len(fds) != 1:
+        os._exit(2)
+    notices = socket.socket(fileno=fds[0])
     if sys.version_info < (3, 9) or not hasattr(ctypes.pythonapi, "PyOS_AfterFork_Child"):
-        _fatal(sock, f"{sys.executable} is not CPython 3.9 or newer, which the zygote needs "
-                     f"(socket.recv_fds, PyOS_AfterFork_Child)")
+        _fatal(notices, f"{sys.executable} is not CPython 3.9 or newer, which the zygote needs "
+                        f"(socket.recv_fds, PyOS_AfterFork_Child)")
     _set_path0(mode, target)  # preloaded modules are found where the program finds them
-    problem = _preload(modules)
-    if problem is not None:
-        _fatal(sock, problem)
-    _send(sock, b"ready", f"{time.monotonic() - started:.3f}")
+    auto = None
+    if policy == "auto":
+        auto = _Auto(sock, notices, modules, excluded)
+        problem = auto.base()
+        if problem is not None:
+            _fatal(notices, problem)
+        while auto.pending:
+            auto.import_next()
+    else:
+        problem = _strict_preload(modules)
+        if problem is not None:
+            _fatal(notices, problem)
+    _send(notices, b"ready", f"{time.monotonic() - started:.3f}")
     while True:
+        if auto is not None and auto.pending:
+            # Learning: one import at a time, a request first when one waits.
+            if not select.select([sock], [], [], 0)[0]:
+                auto.import_next()
+                continue
         request, fds = _receive(sock)
+        if request is not None and request[0] == b"learn" and not fds:
+            count = auto.learn([os.fsdecode(m) for m in request[1:]]) if auto else 0
+            _send(sock, b"ok", count)
+            continue
         if request is None or request[0] != b"spawn" or len(fds) not in (3, 4):
             for fd in fds:
                 os.close(fd)
             os._exit(0 if request is None else 2)
-        threads = _threads()
-        if threads or _cuda_initialised():
-            why = (f"threads {threads} were started after the preload" if threads else
-                   "CUDA was initialised after the preload")
+        what = _unsafe()
+        if what is not None:
+            why = f"since the preload, something {what}"
             for fd in fds:
                 os.close(fd)
             _send(sock, b"error", why)
@@ -397,7 +581,7 @@ def _serve(sock, agent, mode, target, modules):
             _send(sock, b"error", f"clone3: {e}")
             continue
         if pid == 0:
-            return _become_worker(sock, agent, request, fds)
+            return _become_worker(sock, notices, agent, request, fds)
         for fd in fds:
             os.close(fd)
         _send(sock, b"ok", pid)
@@ -438,8 +622,13 @@ def _without_zygote_frames(tb):
 
 
 if __name__ == "__main__":
+    if sys.argv[5].startswith("@"):
+        with open(sys.argv[5][1:]) as _file:
+            _modules = _file.read().split()
+    else:
+        _modules = [m for m in sys.argv[5].split(",") if m]
     _job = _serve(socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2]), sys.argv[3],
-                  sys.argv[4], [m for m in sys.argv[5].split(",") if m])
+                  sys.argv[4], _modules, sys.argv[6], [m for m in sys.argv[7].split(",") if m])
     try:
         _run(_job)
     except BaseException as _error:

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <set>
 
+#include "ddprun/common/env.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/proc_info.h"
@@ -38,6 +39,24 @@ constexpr int kRequestTimeoutMs = 30'000;
 constexpr int kMaxUnusable = 3;
 // The longest reply ddprun reads from a zygote.
 constexpr std::uint32_t kMaxReply = 64 * 1024;
+// The most module names taken from the program's imports.
+constexpr std::size_t kMaxLearned = 20'000;
+
+// A dotted Python module name ("lightning.pytorch"), nothing else: the list
+// is read from a file the workers wrote.
+bool isModuleName(const std::string& name) {
+  if (name.empty() || name.size() > 200 || name.front() == '.' || name.back() == '.' ||
+      std::isdigit(static_cast<unsigned char>(name.front()))) {
+    return false;
+  }
+  char previous = 0;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) return false;
+    if (c == '.' && previous == '.') return false;
+    previous = c;
+  }
+  return true;
+}
 
 std::string describe(const ExitStatus& status) {
   return status.signaled ? fmt::format("killed by {}", signalName(status.signal))
@@ -93,6 +112,14 @@ std::string readAll(int fd, char* data, std::size_t size,
   return "";
 }
 
+// A message: its body's length (4 bytes, big-endian), then the body.
+std::string frame(const std::string& body) {
+  std::string message(4, '\0');
+  const auto size = static_cast<std::uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) message[i] = static_cast<char>((size >> (24 - 8 * i)) & 0xff);
+  return message + body;
+}
+
 std::vector<std::string> splitFields(const std::vector<char>& body) {
   std::vector<std::string> fields(1);
   for (char c : body) {
@@ -135,6 +162,7 @@ PythonZygote::~PythonZygote() {
   stopping_ = true;
   life_.reset();
   socket_.reset();  // the zygote exits at the end of its socket
+  notices_.reset();
   if (process_) {
     process_->signalGroup(SIGKILL);
     guard_.unwatch(process_->pid());
@@ -150,9 +178,17 @@ void PythonZygote::start() {
   ready_ = false;
   readyOnce_ = false;
   counted_ = false;
+  tainted_ = false;
   life_ = std::make_shared<int>(0);
   int pair[2];
+  int notices[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    throw Error(
+        fmt::format("cannot start the preload zygote: socketpair: {}", std::strerror(errno)));
+  }
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, notices) != 0) {
+    ::close(pair[0]);
+    ::close(pair[1]);
     throw Error(
         fmt::format("cannot start the preload zygote: socketpair: {}", std::strerror(errno)));
   }
@@ -165,61 +201,137 @@ void PythonZygote::start() {
                                    std::to_string(::getpid()),
                                    module ? "module" : "script",
                                    command.at(module ? 3 : 2),
-                                   fmt::format("{}", fmt::join(settings_.modules, ","))};
+                                   modulesArgument(),
+                                   settings_.automatic ? "auto" : "strict",
+                                   fmt::format("{}", fmt::join(excluded_, ","))};
   SpawnOptions options;
   options.outputToAgentStderr = true;
   options.passFd = pair[1];
   try {
     process_ = std::make_unique<WorkerProcess>(io_, argv, settings_.env, CpuPlacement{}, options);
   } catch (...) {
-    ::close(pair[0]);
-    ::close(pair[1]);
+    for (int fd : {pair[0], pair[1], notices[0], notices[1]}) ::close(fd);
     throw;
   }
   ::close(pair[1]);
   guard_.watch(process_->pid());
   guard_.keepChild(process_->pid());
+  // The zygote's first request carries the socket it speaks on by itself.
+  const std::string problem =
+      sendAll(pair[0], frame("notices"), {notices[1]},
+              std::chrono::steady_clock::now() + std::chrono::milliseconds(kRequestTimeoutMs));
+  ::close(notices[1]);
   socket_ = std::make_unique<asio::local::stream_protocol::socket>(
       io_, asio::local::stream_protocol(), pair[0]);
-  DDPRUN_DEBUG("Preload zygote (pid {}) is importing {}.", process_->pid(),
-               fmt::join(settings_.modules, ", "));
+  notices_ = std::make_unique<asio::local::stream_protocol::socket>(
+      io_, asio::local::stream_protocol(), notices[0]);
+  DDPRUN_DEBUG(
+      "Preload zygote (pid {}) is importing {}.", process_->pid(),
+      settings_.automatic ? "torch (auto)" : fmt::format("{}", fmt::join(settings_.modules, ", ")));
   std::weak_ptr<int> alive = life_;
   process_->waitForExit([this, alive](ExitStatus status) {
     if (alive.lock()) onExit(status);
   });
-  readHello();
+  if (!problem.empty()) {
+    discard("it did not take its first request: " + problem);
+    return;
+  }
+  readNotice();
 }
 
-void PythonZygote::readHello() {
-  hello_.assign(4, 0);
+std::string PythonZygote::modulesArgument() const {
+  if (!settings_.automatic) return fmt::format("{}", fmt::join(settings_.modules, ","));
+  if (learned_.empty()) return "";
+  std::ofstream file(settings_.modulesPath, std::ios::trunc);
+  for (const auto& name : learned_) file << name << '\n';
+  file.close();
+  return file ? "@" + settings_.modulesPath.string() : "";
+}
+
+void PythonZygote::readNotice() {
+  notice_.assign(4, 0);
   std::weak_ptr<int> alive = life_;
-  asio::async_read(*socket_, asio::buffer(hello_), [this, alive](auto ec, std::size_t) {
+  asio::async_read(*notices_, asio::buffer(notice_), [this, alive](auto ec, std::size_t) {
     if (ec || !alive.lock()) return;  // a dead zygote: onExit decides
-    const std::uint32_t size = bigEndian(hello_.data());
+    const std::uint32_t size = bigEndian(notice_.data());
     if (size > kMaxReply) return discard("it sent an oversized message");
-    hello_.assign(size, 0);
-    asio::async_read(*socket_, asio::buffer(hello_), [this, alive](auto ec2, std::size_t) {
+    notice_.assign(size, 0);
+    asio::async_read(*notices_, asio::buffer(notice_), [this, alive](auto ec2, std::size_t) {
       if (ec2 || !alive.lock()) return;
-      const auto fields = splitFields(hello_);
-      const std::string what = fields.size() > 1 ? fields[1] : "";
-      if (fields[0] == "fatal") {
-        if (everReady_) return discard(what);  // a replacement: the job runs on
-        fatal_ = true;
-        waiting_.clear();
-        onFatal_(what);
-        return;
-      }
-      if (fields[0] != "ready") return discard("it sent '" + fields[0] + "', not ready");
-      ready_ = true;
-      readyOnce_ = true;
-      everReady_ = true;
-      DDPRUN_INFO("Preloaded {} in {} s (zygote pid {}); workers are forked from it.",
-                  fmt::join(settings_.modules, ", "), what, process_->pid());
-      auto waiting = std::move(waiting_);
-      waiting_.clear();
-      for (auto& then : waiting) then();
+      onNotice(splitFields(notice_));
+      if (alive.lock() && notices_) readNotice();
     });
   });
+}
+
+void PythonZygote::onNotice(const std::vector<std::string>& fields) {
+  const std::string& kind = fields[0];
+  auto field = [&fields](std::size_t i) { return i < fields.size() ? fields[i] : std::string(); };
+  if (kind == "fatal") {
+    if (everReady_) return discard(field(1));  // a replacement: the job runs on
+    if (settings_.automatic) return withoutZygote(field(1));
+    fatal_ = true;
+    waiting_.clear();
+    onFatal_(field(1));
+    return;
+  }
+  if (kind == "skipped" && settings_.automatic) {
+    excluded_.insert(field(1));
+    DDPRUN_WARN(
+        "Preloading left out '{}': importing it in the zygote failed ({}); workers import it "
+        "themselves.",
+        field(1), field(2));
+    return;
+  }
+  if (kind == "tainted" && settings_.automatic) {
+    const std::string& name = field(1);
+    excluded_.insert(name);
+    if (name == "torch") return withoutZygote(fmt::format("importing torch {}", field(2)));
+    DDPRUN_WARN(
+        "Preloading left out '{}': importing it {}, which a forked worker cannot inherit; "
+        "workers import it themselves, and the zygote is rebuilt without it.",
+        name, field(2));
+    tainted_ = true;
+    ready_ = false;
+    notices_.reset();  // the zygote exits once its socket closes; onExit starts the next
+    return;
+  }
+  if (kind == "learned") {
+    DDPRUN_INFO(
+        "Preloaded {} more modules the program imported, in {} s; restarted workers are forked "
+        "with them.",
+        field(1), field(2));
+    return;
+  }
+  if (kind != "ready") return discard("it sent '" + kind + "', not ready");
+  ready_ = true;
+  readyOnce_ = true;
+  everReady_ = true;
+  if (settings_.automatic) {
+    DDPRUN_INFO("Preloaded torch{} in {} s (zygote pid {}); workers are forked from it.",
+                learned_.empty()
+                    ? ""
+                    : fmt::format(" and {} modules the program imported", learned_.size()),
+                field(1), process_->pid());
+  } else {
+    DDPRUN_INFO("Preloaded {} in {} s (zygote pid {}); workers are forked from it.",
+                fmt::join(settings_.modules, ", "), field(1), process_->pid());
+  }
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  for (auto& then : waiting) then();
+}
+
+void PythonZygote::withoutZygote(const std::string& why) {
+  DDPRUN_WARN("Python workers are started without a preload zygote: {}.", why);
+  gaveUp_ = true;
+  ready_ = false;
+  notices_.reset();
+  socket_.reset();
+  if (process_) process_->signalGroup(SIGKILL);
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  for (auto& then : waiting) then();
 }
 
 void PythonZygote::whenReady(std::function<void()> then) {
@@ -238,17 +350,28 @@ void PythonZygote::onExit(ExitStatus status) {
   const bool wasReady = readyOnce_;
   process_.reset();
   socket_.reset();
+  notices_.reset();
   ready_ = false;
-  if (fatal_) return;
+  if (fatal_ || gaveUp_) return;
+  if (tainted_) {
+    // auto: rebuilt without the module that made it unsafe (excluded_).
+    try {
+      start();
+    } catch (const std::exception& e) {
+      withoutZygote(e.what());
+    }
+    return;
+  }
   if (!everReady_) {
     // The first zygote never got ready: the preload itself is broken.
+    const std::string why = fmt::format(
+        "the preload zygote (pid {}) ended ({}) before it had imported {}", pid, describe(status),
+        settings_.automatic ? "torch" : fmt::format("{}", fmt::join(settings_.modules, ", ")));
+    if (settings_.automatic) return withoutZygote(why);
     fatal_ = true;
     waiting_.clear();
-    onFatal_(
-        fmt::format("the preload zygote (pid {}) ended ({}) before it had imported {}; "
-                    "run `{} -c 'import {}'` to see why",
-                    pid, describe(status), fmt::join(settings_.modules, ", "),
-                    settings_.command.at(0), fmt::join(settings_.modules, ", ")));
+    onFatal_(fmt::format("{}; run `{} -c 'import {}'` to see why", why, settings_.command.at(0),
+                         fmt::join(settings_.modules, ", ")));
     return;
   }
   if (!wasReady && !counted_) ++unusableInARow_;  // a replacement that died importing
@@ -285,7 +408,56 @@ void PythonZygote::discard(const std::string& why) {
       process_->pid(), why);
   ready_ = false;
   socket_.reset();
+  notices_.reset();
   process_->signalGroup(SIGKILL);  // onExit starts the next one
+}
+
+std::optional<std::vector<std::string>> PythonZygote::ask(const std::string& body,
+                                                          const std::vector<int>& fds) {
+  const std::string message = frame(body);
+  const int fd = socket_->native_handle();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kRequestTimeoutMs);
+  std::string problem = sendAll(fd, message, fds, deadline);
+  char header[4];
+  std::vector<char> reply;
+  if (problem.empty()) problem = readAll(fd, header, sizeof header, deadline);
+  if (problem.empty()) {
+    const std::uint32_t length = bigEndian(header);
+    if (length > kMaxReply) {
+      problem = "it sent an oversized reply";
+    } else {
+      reply.assign(length, 0);
+      problem = readAll(fd, reply.data(), reply.size(), deadline);
+    }
+  }
+  if (!problem.empty()) {
+    discard(problem);
+    return std::nullopt;
+  }
+  return splitFields(reply);
+}
+
+void PythonZygote::learnProgramImports() {
+  if (!settings_.automatic || learnedOnce_) return;
+  learnedOnce_ = true;
+  std::ifstream file(settings_.learnedPath);
+  std::vector<std::string> names;
+  for (std::string name; std::getline(file, name) && names.size() < kMaxLearned;) {
+    if (isModuleName(name)) names.push_back(name);
+  }
+  if (names.empty()) return;
+  learned_ = names;
+  if (!ready_ || !socket_) return;  // a zygote being built gets them at its next start
+  std::string body = "learn";
+  for (const auto& name : names) body += '\0' + name;
+  const auto reply = ask(body, {});
+  if (reply && (*reply)[0] == "ok" && reply->size() == 2) {
+    DDPRUN_DEBUG("The preload zygote imports {} of the program's {} modules in the background.",
+                 (*reply)[1], names.size());
+  } else if (reply && (*reply)[0] == "error" && reply->size() == 4 && (*reply)[1] == "tainted") {
+    onNotice({"tainted", (*reply)[2], (*reply)[3]});
+  }
 }
 
 std::optional<pid_t> PythonZygote::fork(const ForkRequest& request) {
@@ -317,39 +489,16 @@ std::optional<pid_t> PythonZygote::fork(const ForkRequest& request) {
     const std::string name = entry.substr(0, entry.find('='));
     if (!kept.contains(name)) field(name);
   }
-  std::string message(4, '\0');
-  const auto size = static_cast<std::uint32_t>(body.size());
-  for (int i = 0; i < 4; ++i) message[i] = static_cast<char>((size >> (24 - 8 * i)) & 0xff);
-  message += body;
-
   std::vector<int> fds = {request.stdoutFd, request.stderrFd, request.reportFd};
   int cgroupFd = -1;
   if (!request.placement.cgroup.empty()) {
     cgroupFd = ::open(request.placement.cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (cgroupFd >= 0) fds.push_back(cgroupFd);
   }
-  const int fd = socket_->native_handle();
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(kRequestTimeoutMs);
-  std::string problem = sendAll(fd, message, fds, deadline);
+  const auto reply = ask(body, fds);
   if (cgroupFd >= 0) ::close(cgroupFd);
-  char header[4];
-  std::vector<char> reply;
-  if (problem.empty()) problem = readAll(fd, header, sizeof header, deadline);
-  if (problem.empty()) {
-    const std::uint32_t length = bigEndian(header);
-    if (length > kMaxReply) {
-      problem = "it sent an oversized reply";
-    } else {
-      reply.assign(length, 0);
-      problem = readAll(fd, reply.data(), reply.size(), deadline);
-    }
-  }
-  if (!problem.empty()) {
-    discard(problem);
-    return std::nullopt;
-  }
-  const auto fields = splitFields(reply);
+  if (!reply) return std::nullopt;
+  const auto& fields = *reply;
   if (fields[0] == "ok" && fields.size() == 2) {
     pid_t pid = 0;
     try {
@@ -366,6 +515,11 @@ std::optional<pid_t> PythonZygote::fork(const ForkRequest& request) {
     discard(fmt::format("it answered pid {}, which is not a child of ddprun", fields[1]));
     return std::nullopt;
   }
+  if (fields[0] == "error" && fields.size() == 4 && fields[1] == "tainted") {
+    // auto: an import it learned made it unsafe (its notice may be unread).
+    onNotice({"tainted", fields[2], fields[3]});
+    return std::nullopt;
+  }
   discard(fields.size() > 1 ? fields[1] : "it sent a malformed reply");
   return std::nullopt;
 }
@@ -375,11 +529,23 @@ PythonZygote::Settings zygoteSettings(const AgentConfig& config,
                                       const std::filesystem::path& runDirectory) {
   PythonZygote::Settings settings;
   settings.command = config.command;
+  settings.automatic = config.preloadMode == PreloadMode::kAuto;
   settings.modules = config.preload;
+  settings.scriptPath = runDirectory / "preload_zygote.py";
+  settings.learnedPath = runDirectory / "preload_learned.txt";
+  settings.modulesPath = runDirectory / "preload_modules.txt";
   auto env = baseEnv;
   for (const auto& [key, value] : config.extraEnv) env[key] = value;
+  // The progress hook reads it in the zygote; a worker's environment is an
+  // exec'd one's and has not got it.
+  if (settings.automatic) env[env::kPreloadLearn] = settings.learnedPath.string();
+  // Whether CUDA is available, asked at import, from NVML instead of the
+  // driver's cuInit (which a forked worker could not use); the workers'
+  // own environment does not have them.
+  for (const char* check : {"PYTORCH_NVML_BASED_CUDA_CHECK", "TRITON_NVML_BASED_CUDA_CHECK"}) {
+    env.emplace(check, "1");
+  }
   for (const auto& [key, value] : env) settings.env.push_back(key + "=" + value);
-  settings.scriptPath = runDirectory / "preload_zygote.py";
   return settings;
 }
 

@@ -74,7 +74,7 @@ void WorkerGroup::start() {
     failure.error = error;
     DDPRUN_ERROR("Attempt {} could not start: {}", runIndex_, e.what());
     outcome_.rootCause = failure;
-    stop(SIGTERM);
+    stopSurvivors();
     return;
   }
   for (Slot& slot : slots_) {
@@ -97,7 +97,7 @@ void WorkerGroup::spawn(Slot& slot) {
     failure.error = error;
     DDPRUN_ERROR("Worker rank {} could not be started: {}", slot.rank, e.what());
     outcome_.rootCause = failure;
-    stop(SIGTERM);
+    stopSurvivors();
   }
 }
 
@@ -247,7 +247,7 @@ void WorkerGroup::onExit(int localRank, ExitStatus status) {
     if (!stopping_) {
       DDPRUN_ERROR("{}.", describeExit(failure));
       outcome_.rootCause = failure;
-      stop(SIGTERM);
+      stopSurvivors();
     } else if (slot.stoppedByAgent) {
       outcome_.stoppedRanks.push_back(slot.rank);
     } else {
@@ -259,7 +259,11 @@ void WorkerGroup::onExit(int localRank, ExitStatus status) {
   maybeFinish();
 }
 
-void WorkerGroup::stop(int sig) {
+void WorkerGroup::stopSurvivors() {
+  stop(SIGTERM, std::min(shared_.config.survivorGrace, shared_.config.shutdownTimeout));
+}
+
+void WorkerGroup::stop(int sig, std::chrono::milliseconds grace) {
   const bool allExited = std::all_of(slots_.begin(), slots_.end(), [](const Slot& slot) {
     return slot.process != nullptr && slot.exited;
   });
@@ -287,15 +291,22 @@ void WorkerGroup::stop(int sig) {
   }
   if (live_ > 0) {
     DDPRUN_DEBUG("Sent {} to {} workers; SIGKILL follows in {} ms.", signalName(sig), live_,
-                 shared_.config.shutdownTimeout.count());
+                 grace.count());
   }
-  graceTimer_.expires_after(shared_.config.shutdownTimeout);
-  graceTimer_.async_wait([this](boost::system::error_code ec) {
+  graceTimer_.expires_after(grace);
+  graceTimer_.async_wait([this, grace](boost::system::error_code ec) {
     if (ec) return;
     for (Slot& slot : slots_) {
       if (slot.exited) continue;
-      DDPRUN_WARN("Worker rank {} (pid {}) did not exit within {} ms; sending SIGKILL.", slot.rank,
-                  slot.process->pid(), shared_.config.shutdownTimeout.count());
+      if (grace < shared_.config.shutdownTimeout) {
+        DDPRUN_INFO(
+            "Worker rank {} (pid {}) outlived the survivors' grace of {} ms; sending "
+            "SIGKILL.",
+            slot.rank, slot.process->pid(), grace.count());
+      } else {
+        DDPRUN_WARN("Worker rank {} (pid {}) did not exit within {} ms; sending SIGKILL.",
+                    slot.rank, slot.process->pid(), grace.count());
+      }
       slot.process->signalGroup(SIGKILL);
     }
   });

@@ -17,8 +17,8 @@ void WorkerGroupRunner::start(const Attempt& next, std::function<void(GroupOutco
   group_->start();
 }
 
-void WorkerGroupRunner::stop(int sig) {
-  if (group_ && !group_->finished()) group_->stop(sig);
+void WorkerGroupRunner::stop(int sig, std::chrono::milliseconds grace) {
+  if (group_ && !group_->finished()) group_->stop(sig, grace);
 }
 
 std::vector<WatchedWorker> WorkerGroupRunner::watched() const {

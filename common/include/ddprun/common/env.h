@@ -73,5 +73,11 @@ inline constexpr char kProgressInterval[] = "DDPRUN_PROGRESS_INTERVAL";
 inline constexpr char kProgressPipe[] = "DDPRUN_PROGRESS_PIPE";
 // 0: no progress hook on the Python workers' path (read by the launcher).
 inline constexpr char kProgressHook[] = "DDPRUN_PROGRESS_HOOK";
+// --preload auto: the file the progress hook of local rank 0 writes, at its
+// first step, the modules the program imported from outside its own
+// directory into (one name a line), then reports {"event": "imports"} on
+// the progress pipe. Set by the agent in the zygote's environment only (the
+// hook reads it there); the file is written once a launch.
+inline constexpr char kPreloadLearn[] = "DDPRUN_PRELOAD_LEARN";
 
 }  // namespace ddprun::env

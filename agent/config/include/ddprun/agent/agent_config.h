@@ -18,6 +18,9 @@
 
 namespace ddprun::agent {
 
+// --preload's policy (AgentConfig::preloadMode).
+enum class PreloadMode { kOff, kAuto, kModules };
+
 // How this node meets the others.
 enum class RendezvousMode {
   kStandalone,  // one node, a private store on 127.0.0.1
@@ -196,10 +199,18 @@ struct AgentConfig {
   // The launcher decides (auto: jobs of several nodes on the agent store).
   bool relayWorkersStore = false;
 
-  // --preload: Python modules a per-node zygote imports once; Python
-  // workers are forked from it instead of exec'd (command is then
-  // PYTHON -u SCRIPT... or PYTHON -u -m MODULE...). Empty: off.
-  std::vector<std::string> preload;
+  // --preload: Python workers are forked from a per-node zygote that
+  // imported modules once instead of exec'd (command is then PYTHON -u
+  // SCRIPT... or PYTHON -u -m MODULE...). kAuto (the default for Python
+  // programs): torch and what the program imports, learned, each left out
+  // when unsafe; kModules: exactly `preload`, refused when unsafe.
+  PreloadMode preloadMode = PreloadMode::kOff;
+  std::vector<std::string> preload;  // kModules
+  // A worker's failure stops its survivors (and those of other nodes) with
+  // SIGTERM, then SIGKILL after this (at most shutdownTimeout, which a stop
+  // signal from the user or the scheduler keeps): their world is broken, so
+  // a handler may flush, not talk to its peers (docs/cli.md).
+  std::chrono::milliseconds survivorGrace{50};
 
   // Extra environment set for every worker (after torchrun's variables are
   // computed, so these win). Used for OMP_NUM_THREADS and the like.

@@ -104,9 +104,9 @@ class GroupRunner {
   virtual ~GroupRunner() = default;
   // `done` is called once, on the loop, after every worker exited.
   virtual void start(const Attempt& attempt, std::function<void(GroupOutcome)> done) = 0;
-  // Stops the running group: `signal`, the grace period, SIGKILL; a later
-  // call with SIGKILL ends the grace period (as WorkerGroup::stop).
-  virtual void stop(int signal) = 0;
+  // Stops the running group: `signal`, `grace`, SIGKILL; a later call with
+  // SIGKILL ends the grace period (as WorkerGroup::stop).
+  virtual void stop(int signal, std::chrono::milliseconds grace) = 0;
 };
 
 // What a group waits for before it starts (--preload's zygote). No gate:
@@ -139,6 +139,9 @@ struct LifecycleSettings {
   int maxRestarts = 0;
   int workersPerNode = 1;
   std::chrono::milliseconds shutdownTimeout{0};
+  // The grace of a stop that is no signal's (a round that ended for another
+  // node's failure, the job's failure): the survivors' (AgentConfig).
+  std::chrono::milliseconds survivorGrace{0};
   BackoffLimits backoff;
   std::uint64_t backoffSeed = 0;
   std::function<std::string(const GroupOutcome&, const FailureContext&)> describeFailure;

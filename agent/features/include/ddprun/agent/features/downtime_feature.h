@@ -12,7 +12,8 @@
 //     (progress_hook.py, first on their PYTHONPATH unless
 //     DDPRUN_PROGRESS_HOOK=0), C++ workers through ddprun::worker; each
 //     report's pid must be one of the running workers or theirs;
-//   - PyTorch file timer requests (a keep-alive is a step).
+//   - PyTorch file timer requests (a keep-alive is a step);
+//   - the Python hook's "imports" report (--preload auto), passed on.
 // An attempt without any step that runs kAssumeTrainingAfter counts as
 // training from its process group (or its spawn): a program that reports
 // nothing is neither a crash loop nor all downtime.
@@ -62,6 +63,9 @@ class DowntimeFeature : public LifecycleHook {
   void worker(const WorkerEvent& event);
   void hangFound(double stalledSeconds) { lag_ = std::chrono::duration<double>(stalledSeconds); }
   void fileTimerRequest(int pid);
+  // `then` runs when a worker reports that it wrote the program's imports
+  // (the "imports" report of --preload auto: DDPRUN_PRELOAD_LEARN).
+  void onProgramImports(std::function<void()> then) { programImports_ = std::move(then); }
 
   void joining() override;
   void attemptStarted(const Attempt& attempt) override;
@@ -94,6 +98,7 @@ class DowntimeFeature : public LifecycleHook {
   RunningWorkers& workers_;
   EventLogFeature& events_;
   std::function<void()> progressed_;
+  std::function<void()> programImports_;
   IncidentTimeline timeline_;
   LinePipe pipe_;
   boost::asio::steady_timer assumeTraining_;

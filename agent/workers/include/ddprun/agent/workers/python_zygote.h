@@ -1,7 +1,18 @@
-// PythonZygote: --preload's Python process on this node. It imports the
-// listed modules once (never CUDA, never a thread) and forks every worker
-// from that state, at launch and at each restart, so a Python worker starts
-// without importing torch again (docs/cli.md, --preload).
+// PythonZygote: --preload's Python process on this node. It imports
+// modules once (never CUDA, never a thread) and forks every worker from that
+// state, at launch and at each restart, so a Python worker starts without
+// importing torch again (docs/cli.md, --preload).
+//
+// Two policies. Strict (--preload MODULES): the listed modules; one that
+// cannot be imported, or whose import is unsafe, ends the launch (onFatal).
+// Automatic (--preload auto, the default for Python programs): torch and
+// what the installed PyTorch's first DDP step imports lazily, then what the
+// program itself imported (learnProgramImports(), once the progress hook
+// wrote them at the first step: the zygote imports them between requests
+// while the job trains). A module that fails is left out with one warning;
+// one whose import was unsafe (a thread, a process, CUDA, a GPU device
+// opened) too, and the zygote is rebuilt without it; if torch itself cannot
+// be preloaded, workers are exec'd (one warning). Auto never fails a job.
 //
 // The agent starts it as soon as it starts, so the import overlaps the
 // rendezvous; the first worker group waits for whenReady(). Its program is
@@ -51,9 +62,15 @@ class PythonZygote {
   struct Settings {
     // The workers' command: PYTHON -u SCRIPT ARGS... or PYTHON -u -m MODULE ARGS...
     std::vector<std::string> command;
-    std::vector<std::string> modules;  // imported once, in this order
+    std::vector<std::string> modules;  // strict: imported once, in this order
+    bool automatic = false;            // --preload auto
     std::vector<std::string> env;      // the zygote's own environment, KEY=VALUE
     std::filesystem::path scriptPath;  // where its program is written
+    // auto: where the progress hook writes the program's imports
+    // (DDPRUN_PRELOAD_LEARN), and where the zygote's list is written for a
+    // replacement.
+    std::filesystem::path learnedPath;
+    std::filesystem::path modulesPath;
   };
   using FatalFn = std::function<void(const std::string& why)>;
 
@@ -70,12 +87,23 @@ class PythonZygote {
   void whenReady(std::function<void()> then);
   // The Forker workers are started with (see WorkerProcess).
   const Forker& forker() const { return forker_; }
+  // auto: the progress hook wrote the program's imports (learnedPath): the
+  // zygote imports them in the background. Once a launch; no-op when strict.
+  void learnProgramImports();
 
  private:
   void start();
-  void readHello();
+  void readNotice();
+  void onNotice(const std::vector<std::string>& fields);
   void onExit(ExitStatus status);
+  // The modules of the next zygote's command line.
+  std::string modulesArgument() const;
+  // auto: torch itself could not be preloaded: workers are exec'd.
+  void withoutZygote(const std::string& why);
   std::optional<pid_t> fork(const ForkRequest& request);
+  // One request on the control socket and its reply's fields; nullopt (the
+  // zygote discarded) when it could not be asked.
+  std::optional<std::vector<std::string>> ask(const std::string& body, const std::vector<int>& fds);
   // Gives up on the current zygote (it is killed; onExit replaces it).
   void discard(const std::string& why);
   // Stops replacing zygotes: workers are exec'd from now on.
@@ -88,9 +116,15 @@ class PythonZygote {
   Forker forker_;
   const std::set<std::string> zygoteEnv_;  // settings_.env, for lookups
   std::unique_ptr<WorkerProcess> process_;
-  std::unique_ptr<boost::asio::local::stream_protocol::socket> socket_;
+  std::unique_ptr<boost::asio::local::stream_protocol::socket> socket_;   // requests
+  std::unique_ptr<boost::asio::local::stream_protocol::socket> notices_;  // the zygote's own
   std::vector<std::function<void()>> waiting_;
-  std::vector<char> hello_;
+  std::vector<char> notice_;
+  // auto: the program's imports (learned once) and the modules left out.
+  std::vector<std::string> learned_;
+  std::set<std::string> excluded_;
+  bool learnedOnce_ = false;
+  bool tainted_ = false;  // this zygote's import was unsafe: rebuilt without it
   bool ready_ = false;
   bool readyOnce_ = false;  // this zygote was ready
   bool everReady_ = false;  // a zygote was: from then on failures are not fatal
@@ -106,9 +140,11 @@ class PythonZygote {
 };
 
 // The zygote of --preload for `config`'s workers: their command and the
-// modules, the environment every worker shares (`baseEnv` with --preload's
-// fixed settings, config.extraEnv, read by libraries at import), and its
-// program written into `runDirectory`.
+// modules or auto, the environment every worker shares (`baseEnv` with
+// config.extraEnv, read by libraries at import, plus PyTorch's and Triton's
+// NVML-based CUDA checks and, with auto, DDPRUN_PRELOAD_LEARN for the
+// progress hook, none of which the workers get unless `baseEnv` has them),
+// and its program written into `runDirectory`.
 PythonZygote::Settings zygoteSettings(const AgentConfig& config,
                                       const std::map<std::string, std::string>& baseEnv,
                                       const std::filesystem::path& runDirectory);

@@ -64,7 +64,9 @@ class WorkerGroup {
   // Forwards `sig` to every live worker's process group, then SIGKILLs the
   // survivors after the shutdown timeout. A later call with SIGKILL ends
   // the grace period at once; any other later call changes nothing.
-  void stop(int sig);
+  void stop(int sig, std::chrono::milliseconds grace);
+  // A worker's failure: the survivors' stop (AgentConfig::survivorGrace).
+  void stopSurvivors();
   // ddprun's terminal changed size (SIGWINCH): the workers' terminals follow
   // and the workers get SIGWINCH.
   void resizeTerminals();

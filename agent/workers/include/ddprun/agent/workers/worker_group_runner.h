@@ -37,7 +37,7 @@ class WorkerGroupRunner : public GroupRunner, public RunningWorkers {
 
   // GroupRunner.
   void start(const Attempt& next, std::function<void(GroupOutcome)> done) override;
-  void stop(int sig) override;
+  void stop(int sig, std::chrono::milliseconds grace) override;
 
   // RunningWorkers.
   std::vector<WatchedWorker> watched() const override;
