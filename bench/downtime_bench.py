@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Where a restart's seconds go: one failure after training began, in plain
 DDP, Lightning and NequIP jobs (2 CPU ranks, gloo, --max_restarts=1), under
-ddprun, ddprun --preload and the current PyTorch's torchrun, alternating.
+ddprun with no flag, ddprun as no flag was before --preload auto and the
+survivors' grace (--preload=off --survivor_grace=30), and the current
+PyTorch's torchrun, alternating.
 
 Two instruments:
   the agent's phases   ddprun's own incident record (events.jsonl in the run
@@ -102,12 +104,10 @@ L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=Fal
 '''
 
 
-def launcher_command(kind, python, ddprun, preload, job, work):
+def launcher_command(kind, python, ddprun, flags, job, work):
     if kind == "ddprun":
         cmd = [ddprun, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
-               "--log_dir", os.path.join(work, "logs")]
-        if preload:
-            cmd.append(f"--preload={preload}")
+               "--log_dir", os.path.join(work, "logs")] + flags
     else:
         cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                "--max_restarts=1", "--monitor_interval=0.1", "--event_log_handler=console"]
@@ -146,7 +146,7 @@ def probe_lines(path):
     return out
 
 
-def run_once(name, kind, python, ddprun, preload, job, timeout):
+def run_once(name, kind, python, ddprun, flags, job, timeout):
     work = tempfile.mkdtemp(prefix="downtime-bench-")
     events = os.path.join(work, "probe")
     env = dict(os.environ, OMP_NUM_THREADS="1", DOWNTIME_BENCH_EVENTS=events,
@@ -155,7 +155,7 @@ def run_once(name, kind, python, ddprun, preload, job, timeout):
         env["PYTHONPATH"] = CONFIGS + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if kind != "ddprun":
         env.pop("PYTHON_EXEC")
-    cmd = launcher_command(kind, python, ddprun, preload, job, work)
+    cmd = launcher_command(kind, python, ddprun, flags, job, work)
     with open(os.path.join(work, "launcher.log"), "w") as log:
         p = subprocess.Popen(cmd, env=env, cwd=work, stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -261,19 +261,21 @@ def main():
     args = parser.parse_args()
     python, version = current_torch("downtime_bench")
     ddprun = os.path.join(args.build, "bin", "ddprun")
-    preloads = {"ddp": "torch,torch._dynamo", "lightning": "torch,torch._dynamo",
-                "nequip": "torch,lightning,nequip"}
     for job in args.jobs.split(","):
         if job == "crashloop":
             crash_loops(args, python, version, ddprun)
             continue
-        launchers = [("ddprun", "ddprun", None),
-                     (f"ddprun --preload {preloads[job]}", "ddprun", preloads[job]),
-                     (f"torchrun {version}", "torchrun", None)]
+        # No flag (the default: --preload auto, --survivor_grace 0.05), what
+        # no flag gave before both (exec'd workers, the survivors given
+        # --shutdown_timeout), and torchrun.
+        before = ["--preload=off", "--survivor_grace=30"]
+        launchers = [("ddprun (no flag)", "ddprun", []),
+                     ("ddprun " + " ".join(before), "ddprun", before),
+                     (f"torchrun {version}", "torchrun", [])]
         runs = {name: [] for name, _, _ in launchers}
         for _ in range(args.repeat):
-            for name, kind, preload in launchers:
-                r = run_once(name, kind, python, ddprun, preload, job, args.timeout)
+            for name, kind, flags in launchers:
+                r = run_once(name, kind, python, ddprun, flags, job, args.timeout)
                 runs[name].append(r)
                 if "restart" not in r:
                     print(f"# {job} {name}: no restart measured (exit {r['code']})\n{r.get('log', '')}",
@@ -290,6 +292,16 @@ def main():
                 cells.append(f"{statistics.median(values):.2f}" if values else "-")
             if any(c != "-" for c in cells):
                 print(f"| {key} | " + " | ".join(cells) + " |")
+        medians = {name: statistics.median(r["restart"] for r in runs[name] if "restart" in r)
+                   for name, _, _ in launchers if any("restart" in r for r in runs[name])}
+        first, reference = launchers[0][0], launchers[-1][0]
+        if first in medians and reference in medians:
+            print(f"\nrestart: {reference} / {first} = "
+                  f"{medians[reference] / medians[first]:.1f}x")
+        launcher_side = [sum(r.get(f"agent {p}", 0) for p in PHASES[:5]) for r in runs[first]]
+        if launcher_side:
+            print(f"launcher-side phases (detect+stop+restart+rendezvous+spawn) of {first}: "
+                  f"median {statistics.median(launcher_side):.3f} s")
         restarted = {name: sum("restart" in r for r in runs[name]) for name, _, _ in launchers}
         print("\nrestarted: " + ", ".join(f"{n} {c} of {args.repeat}" for n, c in restarted.items()))
         sys.stdout.flush()

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A real framework under the launchers: NequIP's tiny training
-(examples/nequip/tiny.yaml: Lightning DDP, gloo, 2 ranks, CPU) under ddprun,
-ddprun --preload torch,lightning,nequip and the current PyTorch's torchrun
+(examples/nequip/tiny.yaml: Lightning DDP, gloo, 2 ranks, CPU) under ddprun
+with no flag (--preload auto), ddprun --preload off (exec'd workers, as no
+flag was before) or --preload MODULES, and the current PyTorch's torchrun
 (the project's environment, scripts/python; labelled with its version),
 alternating, in one run.
 
@@ -363,8 +364,8 @@ def main():
     parser.add_argument("--ddprun", default=os.path.join(ROOT, "build", "bin", "ddprun"))
     parser.add_argument("--python", help="the workers' (and torchrun's) interpreter; default: "
                         "the project environment's (scripts/python)")
-    parser.add_argument("--preload", default="torch,lightning,nequip",
-                        help="ddprun --preload's modules (default torch,lightning,nequip)")
+    parser.add_argument("--preload", default="off",
+                        help="the second ddprun's --preload (default off: exec'd workers)")
     parser.add_argument("--epochs", type=int, default=4,
                         help="trainer.max_epochs of the launch runs (default 4, tiny.yaml's)")
     parser.add_argument("--timeout", type=float, default=60.0,
@@ -391,7 +392,7 @@ def main():
     if not os.access(args.ddprun, os.X_OK):
         sys.exit(f"frameworks_bench: {args.ddprun} is missing; run scripts/build")
 
-    launchers = [Launcher("ddprun", "ddprun", python, args.ddprun, None),
+    launchers = [Launcher("ddprun (no flag)", "ddprun", python, args.ddprun, None),
                  Launcher(f"ddprun --preload {args.preload}", "ddprun", python, args.ddprun,
                           args.preload),
                  Launcher(f"torchrun {version}", "torchrun", python, None, None)]
@@ -477,7 +478,7 @@ def main():
           f"medians of {args.repeat} alternating runs; {os.cpu_count()} CPUs, "
           f"{platform.platform()}\n")
     print(f"| measure | {plain} | {pre} | {torchrun} | {torchrun.split()[0]} / ddprun | "
-          f"{torchrun.split()[0]} / ddprun --preload |")
+          f"{torchrun.split()[0]} / ddprun --preload {args.preload} |")
     print("|---|---:|---:|---:|---:|---:|")
     row(f"launch → first training batch (first rank; {medians[plain]['launch_samples']} runs)",
         "launch_s", ms)

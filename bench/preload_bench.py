@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Python worker start and restart: ddprun --preload against ddprun without
-it and torchrun, under Debian's PyTorch 1.13 and the current PyTorch (the
+"""Python worker start and restart: ddprun with no flag (--preload auto)
+against ddprun --preload off (exec'd workers) and torchrun, under Debian's PyTorch 1.13 and the current PyTorch (the
 project's environment, scripts/python; rows labelled with its version).
 
 A 4-rank gloo DDP job on one node, --max_restarts=1. Every rank records
@@ -27,8 +27,8 @@ and DDP: a lower bound of its restart.
 
 Under PyTorch 2.x, DDP's constructor imports torch._dynamo (it reads
 torch._dynamo.utils.get_optimize_ddp_mode(); with 2.13, 823 modules, sympy
-among them, about 0.85 s: bench/ddp_lazy_imports.py), so the current
-PyTorch also gets a row with --preload torch,torch._dynamo.
+among them, about 0.85 s: bench/ddp_lazy_imports.py): --preload auto
+preloads it.
 
   bench/preload_bench.py [--repeat 5] [--build build] [--python 1.13|current|both]
 
@@ -224,12 +224,10 @@ def main():
     print(f"{args.backend}, {ranks} ranks", file=sys.stderr, flush=True)
     cases = []
     for v, python in versions:
-        cases += [("ddprun", python, "torch", f"ddprun --preload torch (PyTorch {v})"),
-                  ("ddprun", python, None, f"ddprun (PyTorch {v})"),
+        # No flag (--preload auto), exec'd workers (--preload off), torchrun.
+        cases += [("ddprun", python, None, f"ddprun, no flag (PyTorch {v})"),
+                  ("ddprun", python, "off", f"ddprun --preload off (PyTorch {v})"),
                   ("torchrun", python, None, f"torchrun {v}")]
-        if not v.startswith("1."):  # DDP's constructor imports torch._dynamo (1.13 has none)
-            cases.insert(-2, ("ddprun", python, "torch,torch._dynamo",
-                              f"ddprun --preload torch,torch._dynamo (PyTorch {v})"))
     results = {c[3]: ([], [], [], []) for c in cases}
     work = tempfile.mkdtemp(prefix="preload-bench-")
     try:
@@ -258,13 +256,13 @@ def main():
             again += (f" (failed {len(bound)}/{len(launch)}: attempt 1 never stepped; "
                       f"imports done after {ms(bound)})")
         print(f"| {name} | {ms(launch)} | {again} | {mib(pss)} | {len(launch)} |")
-    for _, python, preload, name in cases:
-        if preload is None:
+    for launcher, python, preload, name in cases:
+        if launcher != "ddprun" or preload is not None:
             continue
         fast = statistics.median(results[name][1])
-        for _, other_python, other_preload, other in cases:
+        for _, other_python, _, other in cases:
             _, restart, bound, pss = results[other]
-            if other_python != python or other_preload is not None:
+            if other_python != python or other == name:
                 continue
             if restart:
                 print(f"restart: {name} is {statistics.median(restart) / fast:.1f}x faster "
