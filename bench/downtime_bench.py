@@ -31,7 +31,14 @@ module that does not exist, --max_restarts=10, under ddprun (its default
 --max_no_progress_restarts=3) and torchrun: the time to the launcher's
 exit, the attempts it ran, and its exit code.
 
+  launch         the launcher started -> the first rank's first step (attempt 0)
+
+--fail-delay S: the failing rank waits S seconds after its step before it
+dies (a failure some time into training; the restart is timed from the
+death either way).
+
   scripts/python bench/downtime_bench.py [--repeat 3] [--jobs ddp,lightning,nequip,crashloop]
+                                          [--fail-delay 10] [--no-before]
 """
 import argparse
 import json
@@ -77,6 +84,7 @@ for step in range(20):
     if step == 0:
         probe("step")
     if step == 5 and attempt == 0 and rank == 1:
+        time.sleep(float(os.environ["DOWNTIME_BENCH_DELAY"]))
         probe("death"); os._exit(1)
 dist.destroy_process_group()
 '''
@@ -94,6 +102,7 @@ class Module(L.LightningModule):
         if not self.seen:
             self.seen = True; probe("step")
         if i == 5 and attempt == 0 and rank == 1:
+            time.sleep(float(os.environ["DOWNTIME_BENCH_DELAY"]))
             probe("death"); os._exit(1)
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -146,17 +155,19 @@ def probe_lines(path):
     return out
 
 
-def run_once(name, kind, python, ddprun, flags, job, timeout):
+def run_once(name, kind, python, ddprun, flags, job, timeout, delay):
     work = tempfile.mkdtemp(prefix="downtime-bench-")
     events = os.path.join(work, "probe")
     env = dict(os.environ, OMP_NUM_THREADS="1", DOWNTIME_BENCH_EVENTS=events,
-               FRAMEWORKS_BENCH_EVENTS=events, FRAMEWORKS_BENCH_KILL="1", PYTHON_EXEC=python)
+               FRAMEWORKS_BENCH_EVENTS=events, FRAMEWORKS_BENCH_KILL="1", PYTHON_EXEC=python,
+               DOWNTIME_BENCH_DELAY=str(delay), FRAMEWORKS_BENCH_KILL_DELAY=str(delay))
     if job == "nequip":
         env["PYTHONPATH"] = CONFIGS + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if kind != "ddprun":
         env.pop("PYTHON_EXEC")
     cmd = launcher_command(kind, python, ddprun, flags, job, work)
     with open(os.path.join(work, "launcher.log"), "w") as log:
+        launched = time.time()
         p = subprocess.Popen(cmd, env=env, cwd=work, stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -169,6 +180,9 @@ def run_once(name, kind, python, ddprun, flags, job, timeout):
         lines = [("death" if e == "kill" else "started" if e == "imported" else e, t, r, a)
                  for e, t, r, a in lines]
     result = {"code": code}
+    steps0 = [t for e, t, r, a in lines if e == "step" and a == "0"]
+    if steps0:
+        result["launch"] = min(steps0) - launched
     death = [t for e, t, r, a in lines if e == "death" and a == "0"]
     steps1 = [t for e, t, r, a in lines if e == "step" and a == "1"]
     started1 = [t for e, t, r, a in lines if e == "started" and a == "1"]
@@ -258,6 +272,11 @@ def main():
     parser.add_argument("--jobs", default="ddp,lightning,nequip")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--timeout", type=float, default=180)
+    parser.add_argument("--fail-delay", type=float, default=0,
+                        help="seconds the failing rank waits after its step before it dies "
+                             "(default 0: right after the first steps)")
+    parser.add_argument("--no-before", action="store_true",
+                        help="leave out the row of ddprun as no flag was before")
     args = parser.parse_args()
     python, version = current_torch("downtime_bench")
     ddprun = os.path.join(args.build, "bin", "ddprun")
@@ -272,17 +291,21 @@ def main():
         launchers = [("ddprun (no flag)", "ddprun", []),
                      ("ddprun " + " ".join(before), "ddprun", before),
                      (f"torchrun {version}", "torchrun", [])]
+        if args.no_before:
+            del launchers[1]
         runs = {name: [] for name, _, _ in launchers}
         for _ in range(args.repeat):
             for name, kind, flags in launchers:
-                r = run_once(name, kind, python, ddprun, flags, job, args.timeout)
+                r = run_once(name, kind, python, ddprun, flags, job, args.timeout,
+                             args.fail_delay)
                 runs[name].append(r)
                 if "restart" not in r:
                     print(f"# {job} {name}: no restart measured (exit {r['code']})\n{r.get('log', '')}",
                           file=sys.stderr)
-        keys = ["restart", "to a worker", "to the group", "to the step"] + \
+        keys = ["launch", "restart", "to a worker", "to the group", "to the step"] + \
                [f"agent {p}" for p in PHASES] + ["agent lost", "torchrun rendezvous"]
-        print(f"\n### {job} (2 ranks, gloo, CPU; medians of {args.repeat}, seconds)\n")
+        print(f"\n### {job} (2 ranks, gloo, CPU; the failing rank dies {args.fail_delay:g} s "
+              f"after its step; medians of {args.repeat}, seconds)\n")
         print("| measure | " + " | ".join(n for n, _, _ in launchers) + " |")
         print("|---|" + "---:|" * len(launchers))
         for key in keys:
@@ -298,6 +321,11 @@ def main():
         if first in medians and reference in medians:
             print(f"\nrestart: {reference} / {first} = "
                   f"{medians[reference] / medians[first]:.1f}x")
+        launches = {name: [r["launch"] for r in runs[name] if "launch" in r]
+                    for name in (first, reference)}
+        if all(launches.values()):
+            print(f"launch -> first step: {reference} / {first} = "
+                  f"{statistics.median(launches[reference]) / statistics.median(launches[first]):.2f}x")
         launcher_side = [sum(r.get(f"agent {p}", 0) for p in PHASES[:5]) for r in runs[first]]
         if launcher_side:
             print(f"launcher-side phases (detect+stop+restart+rendezvous+spawn) of {first}: "

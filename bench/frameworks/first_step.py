@@ -12,7 +12,8 @@ Appends one line per event to the file named by FRAMEWORKS_BENCH_EVENTS:
   epoch     the rank's first training epoch is done
   end       the rank's training ended (Lightning's on_train_end)
   kill      FRAMEWORKS_BENCH_KILL=1, attempt 0, last rank: right after its
-            step line, the time at which it SIGKILLs itself
+            step line (FRAMEWORKS_BENCH_KILL_DELAY seconds later, if set),
+            the time at which it SIGKILLs itself
 
 A line is one write(2) to a file opened with O_APPEND, so the ranks' lines
 never mix.
@@ -52,6 +53,7 @@ class FirstStep(Callback):
         if (os.environ.get("FRAMEWORKS_BENCH_KILL") == "1"
                 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0"
                 and int(os.environ["RANK"]) == int(os.environ["WORLD_SIZE"]) - 1):
+            time.sleep(float(os.environ.get("FRAMEWORKS_BENCH_KILL_DELAY", "0")))
             record("kill")
             os.kill(os.getpid(), signal.SIGKILL)
 

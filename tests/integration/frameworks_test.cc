@@ -348,6 +348,27 @@ TEST(Accelerate, AcceleratorTrainsTheSameWeightsAsUnderTorchrun) {
   expectTorchrunsWeights("accelerate_train.py");
 }
 
+// torch.distributed.checkpoint under the default (workers forked from the
+// zygote): a rank killed after epoch 1's checkpoint; the restart loads it
+// and ends with the weights of a run nobody disturbed.
+TEST(Dcp, ARestartResumesFromTheLastCheckpointWithTheSameWeights) {
+  const fs::path undisturbed = scratch() / "undisturbed";
+  const fs::path killed = scratch() / "killed";
+  fs::create_directories(undisturbed);
+  fs::create_directories(killed);
+  const auto script = (kScripts / "dcp_train.py").string();
+  const auto plain = ddprun({"--nproc_per_node=2", "--log_prefix=", script, undisturbed.string()});
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const auto resumed = ddprun(
+      {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script, killed.string()},
+      {{"DCP_TEST_KILL", "1"}});
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from epoch 1"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.err.find("Preloaded torch"), std::string::npos) << resumed.err;
+  EXPECT_NE(weightsIn(plain.out), "<no weights line>") << plain.out;
+  EXPECT_EQ(weightsIn(resumed.out), weightsIn(plain.out));
+}
+
 TEST(PlainScripts, TheTorchrunPatternTrainsTheSameWeightsAsUnderTorchrun) {
   expectTorchrunsWeights("plain_ddp.py");
 }

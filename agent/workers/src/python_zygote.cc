@@ -39,8 +39,10 @@ constexpr int kRequestTimeoutMs = 30'000;
 constexpr int kMaxUnusable = 3;
 // The longest reply ddprun reads from a zygote.
 constexpr std::uint32_t kMaxReply = 64 * 1024;
-// The most module names taken from the program's imports.
+// The most module names taken from the program's imports, and the most
+// reports of them a launch.
 constexpr std::size_t kMaxLearned = 20'000;
+constexpr int kMaxReports = 2;
 
 // A dotted Python module name ("lightning.pytorch"), nothing else: the list
 // is read from a file the workers wrote.
@@ -439,15 +441,19 @@ std::optional<std::vector<std::string>> PythonZygote::ask(const std::string& bod
 }
 
 void PythonZygote::learnProgramImports() {
-  if (!settings_.automatic || learnedOnce_) return;
-  learnedOnce_ = true;
+  // The hook reports twice a launch (the process group, the first step).
+  if (!settings_.automatic || reports_ >= kMaxReports) return;
+  ++reports_;
   std::ifstream file(settings_.learnedPath);
-  std::vector<std::string> names;
-  for (std::string name; std::getline(file, name) && names.size() < kMaxLearned;) {
-    if (isModuleName(name)) names.push_back(name);
+  const std::set<std::string> known(learned_.begin(), learned_.end());
+  std::vector<std::string> names;  // the new ones
+  for (std::string name; std::getline(file, name) && learned_.size() < kMaxLearned;) {
+    if (isModuleName(name) && !known.contains(name)) {
+      names.push_back(name);
+      learned_.push_back(name);
+    }
   }
   if (names.empty()) return;
-  learned_ = names;
   if (!ready_ || !socket_) return;  // a zygote being built gets them at its next start
   std::string body = "learn";
   for (const auto& name : names) body += '\0' + name;

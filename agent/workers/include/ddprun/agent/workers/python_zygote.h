@@ -88,7 +88,9 @@ class PythonZygote {
   // The Forker workers are started with (see WorkerProcess).
   const Forker& forker() const { return forker_; }
   // auto: the progress hook wrote the program's imports (learnedPath): the
-  // zygote imports them in the background. Once a launch; no-op when strict.
+  // zygote imports the new ones in the background. Twice a launch at most
+  // (the hook's reports at the process group and the first step); no-op
+  // when strict.
   void learnProgramImports();
 
  private:
@@ -123,7 +125,7 @@ class PythonZygote {
   // auto: the program's imports (learned once) and the modules left out.
   std::vector<std::string> learned_;
   std::set<std::string> excluded_;
-  bool learnedOnce_ = false;
+  int reports_ = 0;  // learnProgramImports() calls
   bool tainted_ = false;  // this zygote's import was unsafe: rebuilt without it
   bool ready_ = false;
   bool readyOnce_ = false;  // this zygote was ready
