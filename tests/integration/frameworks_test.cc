@@ -369,6 +369,24 @@ TEST(Dcp, ARestartResumesFromTheLastCheckpointWithTheSameWeights) {
   EXPECT_EQ(weightsIn(resumed.out), weightsIn(plain.out));
 }
 
+// Hugging Face's Trainer under the default: a rank killed after
+// checkpoint-8; the restart resumes from it (Trainer's own
+// get_last_checkpoint) and ends with the weights of an undisturbed run.
+TEST(HfTrainer, ARestartResumesFromTheLastCheckpointWithTheSameWeights) {
+  const fs::path undisturbed = scratch() / "undisturbed";
+  const fs::path killed = scratch() / "killed";
+  const auto script = (kScripts / "hf_trainer_train.py").string();
+  const auto plain = ddprun({"--nproc_per_node=2", "--log_prefix=", script, undisturbed.string()});
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const auto resumed = ddprun(
+      {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script, killed.string()},
+      {{"HF_TEST_KILL", "1"}});
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from checkpoint-8"), std::string::npos) << resumed.out;
+  EXPECT_NE(weightsIn(plain.out), "<no weights line>") << plain.out;
+  EXPECT_EQ(weightsIn(resumed.out), weightsIn(plain.out));
+}
+
 TEST(PlainScripts, TheTorchrunPatternTrainsTheSameWeightsAsUnderTorchrun) {
   expectTorchrunsWeights("plain_ddp.py");
 }

@@ -11,8 +11,7 @@
 #     optimizer class's step, wrapped once): "step" on the first step, then
 #     at most once a second with the count.
 # With --preload auto (DDPRUN_PRELOAD_LEARN in the zygote), local rank 0 of
-# a forked worker group writes at its process group and again at its
-# first step, once a launch, the modules the program imported from outside
+# a forked worker group writes at its first step, once a launch, the modules the program imported from outside
 # its own directory into that file, and reports "imports": the agent's
 # zygote preloads them for the restarts.
 # Each report is one JSON line written to the agent's named pipe
@@ -41,7 +40,6 @@ class _Reporter:
         # --preload auto: set in the zygote's environment only, read here
         # (in the zygote) and inherited by the workers it forks.
         self.learn = os.environ.get("DDPRUN_PRELOAD_LEARN")
-        self.reported = 0  # lists written by this process
         self.fd = None
         self.steps = 0
         self.last = 0.0
@@ -70,11 +68,10 @@ class _Reporter:
             self.report_imports()
 
     def report_imports(self):
-        """--preload auto: the program's imports so far, at its process
-        group and again at its first step (what it imported in between)."""
+        """--preload auto: the program's imports, at its first step (not
+        before: the zygote's imports would compete with the job's start)."""
         try:
-            if self.learn and _write_program_imports(self.learn, self.reported):
-                self.reported += 1
+            if self.learn and _write_program_imports(self.learn):
                 self.send("imports")
         except Exception:  # never break the worker
             pass
@@ -112,14 +109,11 @@ def _program_imports():
     return names
 
 
-def _write_program_imports(path, reported):
-    """Writes them to `path` for --preload auto, on local rank 0 of the
-    attempt that first writes it (twice at most: at its process group and
-    first step); True when it did."""
-    if os.environ.get("LOCAL_RANK", "0") != "0" or reported >= 2:
+def _write_program_imports(path):
+    """Writes them to `path` for --preload auto, on local rank 0, once a
+    launch; True when it did."""
+    if os.environ.get("LOCAL_RANK", "0") != "0" or os.path.exists(path):
         return False
-    if reported == 0 and os.path.exists(path):
-        return False  # an earlier attempt's
     names = _program_imports()
     partial = f"{path}.{os.getpid()}"
     with open(partial, "w") as out:
@@ -139,7 +133,6 @@ def _install(reporter):
             def init_process_group(*args, **kwargs):
                 result = original(*args, **kwargs)
                 reporter.send("process_group")
-                reporter.report_imports()
                 return result
 
             init_process_group._ddprun_progress = True

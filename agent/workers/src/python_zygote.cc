@@ -42,7 +42,7 @@ constexpr std::uint32_t kMaxReply = 64 * 1024;
 // The most module names taken from the program's imports, and the most
 // reports of them a launch.
 constexpr std::size_t kMaxLearned = 20'000;
-constexpr int kMaxReports = 2;
+constexpr int kMaxReports = 1;
 
 // A dotted Python module name ("lightning.pytorch"), nothing else: the list
 // is read from a file the workers wrote.
@@ -441,7 +441,7 @@ std::optional<std::vector<std::string>> PythonZygote::ask(const std::string& bod
 }
 
 void PythonZygote::learnProgramImports() {
-  // The hook reports twice a launch (the process group, the first step).
+  // The hook reports once a launch (a worker could report more).
   if (!settings_.automatic || reports_ >= kMaxReports) return;
   ++reports_;
   std::ifstream file(settings_.learnedPath);

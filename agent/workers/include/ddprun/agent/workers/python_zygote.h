@@ -88,9 +88,8 @@ class PythonZygote {
   // The Forker workers are started with (see WorkerProcess).
   const Forker& forker() const { return forker_; }
   // auto: the progress hook wrote the program's imports (learnedPath): the
-  // zygote imports the new ones in the background. Twice a launch at most
-  // (the hook's reports at the process group and the first step); no-op
-  // when strict.
+  // zygote imports them in the background. Once a launch (the hook reports
+  // at the first step); no-op when strict.
   void learnProgramImports();
 
  private:
