@@ -348,43 +348,37 @@ TEST(Accelerate, AcceleratorTrainsTheSameWeightsAsUnderTorchrun) {
   expectTorchrunsWeights("accelerate_train.py");
 }
 
-// torch.distributed.checkpoint under the default (workers forked from the
-// zygote): a rank killed after epoch 1's checkpoint; the restart loads it
-// and ends with the weights of a run nobody disturbed.
-TEST(Dcp, ARestartResumesFromTheLastCheckpointWithTheSameWeights) {
-  const fs::path undisturbed = scratch() / "undisturbed";
-  const fs::path killed = scratch() / "killed";
-  fs::create_directories(undisturbed);
-  fs::create_directories(killed);
-  const auto script = (kScripts / "dcp_train.py").string();
-  const auto plain = ddprun({"--nproc_per_node=2", "--log_prefix=", script, undisturbed.string()});
+// Runs `script DIR` on 2 ranks undisturbed, then with `kill` set (a rank
+// dies after a checkpoint) and one restart: the restart resumes (rank 0
+// prints `resumed`) and ends with the undisturbed run's weights.
+void expectARestartResumesToTheSameWeights(const std::string& script, const std::string& kill,
+                                           const std::string& resumed) {
+  const auto path = (kScripts / script).string();
+  const auto plain =
+      ddprun({"--nproc_per_node=2", "--log_prefix=", path, (scratch() / "undisturbed").string()});
   ASSERT_EQ(plain.code, 0) << plain.err;
-  const auto resumed = ddprun(
-      {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script, killed.string()},
-      {{"DCP_TEST_KILL", "1"}});
-  ASSERT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_NE(resumed.out.find("resumed from epoch 1"), std::string::npos) << resumed.out;
-  EXPECT_NE(resumed.err.find("Preloaded torch"), std::string::npos) << resumed.err;
+  const auto again = ddprun({"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", path,
+                             (scratch() / "killed").string()},
+                            {{kill, "1"}});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find(resumed), std::string::npos) << again.out;
+  EXPECT_NE(again.err.find("Preloaded torch"), std::string::npos) << again.err;
   EXPECT_NE(weightsIn(plain.out), "<no weights line>") << plain.out;
-  EXPECT_EQ(weightsIn(resumed.out), weightsIn(plain.out));
+  EXPECT_EQ(weightsIn(again.out), weightsIn(plain.out));
 }
 
-// Hugging Face's Trainer under the default: a rank killed after
-// checkpoint-8; the restart resumes from it (Trainer's own
-// get_last_checkpoint) and ends with the weights of an undisturbed run.
+// Under the default (workers forked from the zygote): a rank killed after a
+// checkpoint of torch.distributed.checkpoint (DCP), or of Hugging Face's
+// Trainer (its own get_last_checkpoint); the restart loads it.
+TEST(Dcp, ARestartResumesFromTheLastCheckpointWithTheSameWeights) {
+  fs::create_directories(scratch() / "undisturbed");
+  fs::create_directories(scratch() / "killed");
+  expectARestartResumesToTheSameWeights("dcp_train.py", "DCP_TEST_KILL", "resumed from epoch 1");
+}
+
 TEST(HfTrainer, ARestartResumesFromTheLastCheckpointWithTheSameWeights) {
-  const fs::path undisturbed = scratch() / "undisturbed";
-  const fs::path killed = scratch() / "killed";
-  const auto script = (kScripts / "hf_trainer_train.py").string();
-  const auto plain = ddprun({"--nproc_per_node=2", "--log_prefix=", script, undisturbed.string()});
-  ASSERT_EQ(plain.code, 0) << plain.err;
-  const auto resumed = ddprun(
-      {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script, killed.string()},
-      {{"HF_TEST_KILL", "1"}});
-  ASSERT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_NE(resumed.out.find("resumed from checkpoint-8"), std::string::npos) << resumed.out;
-  EXPECT_NE(weightsIn(plain.out), "<no weights line>") << plain.out;
-  EXPECT_EQ(weightsIn(resumed.out), weightsIn(plain.out));
+  expectARestartResumesToTheSameWeights("hf_trainer_train.py", "HF_TEST_KILL",
+                                        "resumed from checkpoint-8");
 }
 
 TEST(PlainScripts, TheTorchrunPatternTrainsTheSameWeightsAsUnderTorchrun) {

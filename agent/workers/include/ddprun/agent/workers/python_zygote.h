@@ -124,7 +124,7 @@ class PythonZygote {
   // auto: the program's imports (learned once) and the modules left out.
   std::vector<std::string> learned_;
   std::set<std::string> excluded_;
-  int reports_ = 0;  // learnProgramImports() calls
+  int reports_ = 0;       // learnProgramImports() calls
   bool tainted_ = false;  // this zygote's import was unsafe: rebuilt without it
   bool ready_ = false;
   bool readyOnce_ = false;  // this zygote was ready
