@@ -95,6 +95,7 @@ def _program_imports():
         real = os.path.realpath(entry or os.getcwd()).rstrip(os.sep) + os.sep
         if real.startswith(own_prefix) and real != own_prefix:
             inside.append(real)
+    directories = {}  # a directory's real path, resolved once (thousands of modules)
     names = []
     for name, module in list(sys.modules.items()):
         if name in _NOT_PRELOADED or "ddprun" in name:
@@ -102,7 +103,10 @@ def _program_imports():
         path = getattr(module, "__file__", None)
         if not isinstance(path, str) or getattr(module, "__spec__", None) is None:
             continue
-        real = os.path.realpath(path)
+        directory, base = os.path.split(path)
+        if directory not in directories:
+            directories[directory] = os.path.realpath(directory or os.getcwd())
+        real = os.path.join(directories[directory], base)
         if real.startswith(own_prefix) and not any(real.startswith(i) for i in inside):
             continue  # the program's own
         names.append(name)
