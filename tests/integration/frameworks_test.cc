@@ -134,17 +134,21 @@ TEST(Lightning, OneNodeTrainsTheSameWeightsAsTorchrun) {
 
 TEST(Lightning, ItsProgressBarMovesOnATerminal) {
   const fs::path dir = scratch();
-  // Lightning's TQDM bar (rank 0 only), on ddprun's terminal: each update
-  // redrawn in place with the prefix, sized to the worker's terminal.
+  // Lightning's progress bar (rank 0 only), on ddprun's terminal: each
+  // update redrawn in place with the prefix, sized to the worker's
+  // terminal. Lightning draws Rich's bar where `rich` is installed (the
+  // environment has it, through Transformers), else TQDM's.
   TerminalProcess job(
       concat({kDdprun, "--nproc_per_node=2"}, lightning(dir, {"--epochs=2", "--progress-bar"})),
       pythonEnv(), 120, 30);
   ASSERT_EQ(job.wait(300s), 0) << job.text();
   const std::string& screen = job.text();
   std::size_t redraws = 0;
-  for (auto at = screen.find("\r\x1b[K[rank 0]: Epoch 0:"); at != std::string::npos;
-       at = screen.find("\r\x1b[K[rank 0]: Epoch 0:", at + 1)) {
-    ++redraws;
+  for (const std::string bar :
+       {"\r\x1b[K[rank 0]: Epoch 0:", "\r\x1b[K[rank 0]: \x1b[2KEpoch 0/"}) {
+    for (auto at = screen.find(bar); at != std::string::npos; at = screen.find(bar, at + 1)) {
+      ++redraws;
+    }
   }
   EXPECT_GE(redraws, 2u) << screen;
   EXPECT_EQ(screen.find("[rank 1]: Epoch"), std::string::npos) << screen;
