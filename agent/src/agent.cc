@@ -9,7 +9,6 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <iostream>
 #include <random>
@@ -155,11 +154,8 @@ void Agent::Impl::reapAdopted() {
 // --preload: the zygote starts importing now, while the rendezvous runs.
 void Agent::Impl::startZygote() {
   zygote = std::make_unique<PythonZygote>(
-      io, guard, zygoteSettings(config, baseEnv, runDir.root()), [this](const std::string& why) {
-        lifecycle->fail(
-            fmt::format("ddprun: error: --preload {}: {}\n", fmt::join(config.preload, ","), why),
-            2);
-      });
+      io, guard, zygoteSettings(config, baseEnv, runDir.root()),
+      [this](const std::string& report) { lifecycle->fail(report, 2); });
   gate = std::make_unique<ZygoteGate>(*zygote);
   runner.useForker(zygote->forker());
   downtime->onProgramImports([this] { zygote->learnProgramImports(); });

@@ -274,7 +274,7 @@ void PythonZygote::onNotice(const std::vector<std::string>& fields) {
     if (settings_.automatic) return withoutZygote(field(1));
     fatal_ = true;
     waiting_.clear();
-    onFatal_(field(1));
+    onFatal_(fatalReport(field(1)));
     return;
   }
   if (kind == "skipped" && settings_.automatic) {
@@ -322,6 +322,10 @@ void PythonZygote::onNotice(const std::vector<std::string>& fields) {
   auto waiting = std::move(waiting_);
   waiting_.clear();
   for (auto& then : waiting) then();
+}
+
+std::string PythonZygote::fatalReport(const std::string& why) const {
+  return fmt::format("ddprun: error: --preload {}: {}\n", fmt::join(settings_.modules, ","), why);
 }
 
 void PythonZygote::withoutZygote(const std::string& why) {
@@ -372,8 +376,8 @@ void PythonZygote::onExit(ExitStatus status) {
     if (settings_.automatic) return withoutZygote(why);
     fatal_ = true;
     waiting_.clear();
-    onFatal_(fmt::format("{}; run `{} -c 'import {}'` to see why", why, settings_.command.at(0),
-                         fmt::join(settings_.modules, ", ")));
+    onFatal_(fatalReport(fmt::format("{}; run `{} -c 'import {}'` to see why", why,
+                                     settings_.command.at(0), fmt::join(settings_.modules, ", "))));
     return;
   }
   if (!wasReady && !counted_) ++unusableInARow_;  // a replacement that died importing

@@ -72,7 +72,8 @@ class PythonZygote {
     std::filesystem::path learnedPath;
     std::filesystem::path modulesPath;
   };
-  using FatalFn = std::function<void(const std::string& why)>;
+  // Gets the launch's one-line error report ("ddprun: error: --preload ...").
+  using FatalFn = std::function<void(const std::string& report)>;
 
   PythonZygote(boost::asio::io_context& io, OrphanGuard& guard, Settings settings, FatalFn onFatal);
   ~PythonZygote();
@@ -99,6 +100,8 @@ class PythonZygote {
   void onExit(ExitStatus status);
   // The modules of the next zygote's command line.
   std::string modulesArgument() const;
+  // The report onFatal gets: "ddprun: error: --preload MODULES: why\n".
+  std::string fatalReport(const std::string& why) const;
   // auto: torch itself could not be preloaded: workers are exec'd.
   void withoutZygote(const std::string& why);
   std::optional<pid_t> fork(const ForkRequest& request);
