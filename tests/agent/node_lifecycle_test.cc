@@ -620,6 +620,40 @@ TEST_F(NodeLifecycleTest, TheStoreClosingAfterTheJobFailedKeepsTheJobsReport) {
   EXPECT_EQ(hook.exits.back().report, "ddprun: error: the job lost a node\n");
 }
 
+// The job failed on another node of a Slurm step: srun's --kill-on-bad-exit
+// sends SIGTERM to this node while it stops its workers or leaves. The
+// signal only hurries the stop; the exit stays the job's code and report
+// (srun returns the highest code of its tasks: 143 would hide the 3). The
+// user's own signal replaces the failure (ASignalWhileTheJobsFailure...).
+TEST_F(NodeLifecycleTest, ASignalAfterTheJobFailedKeepsTheJobsCode) {
+  protocol::Event jobFailed;
+  jobFailed.type = protocol::EventType::kJobFailed;
+  jobFailed.round = 1;
+  jobFailed.exitCode = 3;
+  jobFailed.message = "ddprun: sh FAILED\n";
+  for (const bool whileLeaving : {false, true}) {
+    SCOPED_TRACE(whileLeaving ? "while leaving" : "while stopping");
+    rounds = FakeRounds{};
+    exits.clear();
+    make();
+    runRound();
+    node->onRoundEvent(jobFailed);
+    ASSERT_EQ(node->state(), S::kStopping);
+    if (whileLeaving) {
+      runner.end(stopped());
+      ASSERT_EQ(node->state(), S::kLeaving);
+    }
+    node->onSignal(SIGTERM, /*forward=*/false);
+    if (!whileLeaving) {
+      runner.end(stopped());
+      ASSERT_EQ(node->state(), S::kLeaving);
+      rounds.answerLeave();
+    }
+    EXPECT_EQ(exits, std::vector<int>{3});
+    EXPECT_EQ(hook.exits.back().report, "ddprun: sh FAILED\n");
+  }
+}
+
 TEST_F(NodeLifecycleTest, AnExcludedHostThatServesTheStoreDrainsThenExitsWithItsFailure) {
   rounds.host = true;
   make();

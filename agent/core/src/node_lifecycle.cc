@@ -265,9 +265,12 @@ void NodeLifecycle::onSignal(int signal, bool forward) {
   // Signal 0 stops nothing by itself: the workers received the signal from
   // its sender, and only the grace period's SIGKILL follows.
   int send = forward ? signal : 0;
+  // Slurm signalling the step after the job failed is srun ending a failed
+  // step (--kill-on-bad-exit): the job's code and report stand.
+  const bool endsAFailedStep = !forward && requestIf<JobFailed>(stop_) != nullptr;
   if (!firstSignalAt_) {
     firstSignalAt_ = now;
-    request(SignalStop{signal});  // a lost store's request, if first, stands
+    if (!endsAFailedStep) request(SignalStop{signal});  // a lost store's request, if first, stands
     if (forward) {
       DDPRUN_WARN("ddprun received {}; forwarding it to the workers (SIGKILL after {} ms).",
                   signalName(signal), settings_.shutdownTimeout.count());
@@ -295,9 +298,10 @@ void NodeLifecycle::onSignal(int signal, bool forward) {
     send = SIGKILL;
   }
   if (state_ == S::kRunning || state_ == S::kStopping) return stopGroup(send);
-  // Nothing runs: the node exits as the first signal, or a lost store before
-  // it, asked (the request stands from the first signal on).
-  const NodeExit exit = finalExit().value_or(exitOf(SignalStop{signal}));
+  // Nothing runs: the node exits as the first signal, or a lost store or the
+  // failed job before it, asked (the request stands from then on).
+  const NodeExit exit = endsAFailedStep ? exitOf(*requestIf<JobFailed>(stop_))
+                                        : finalExit().value_or(exitOf(SignalStop{signal}));
   if (state_ == S::kWaitingForGate) return leaveThenExit(exit, false);
   exitWith(exit);  // joining, deciding, backoff, leaving, draining
 }
