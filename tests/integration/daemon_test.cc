@@ -8,11 +8,13 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "child_process.h"
 #include "daemon_process.h"
 #include "ddprun/common/error.h"
+#include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "raw_socket.h"
 
@@ -83,6 +85,92 @@ TEST(Daemon, ClientVanishingMidWaitLeavesTheServerHealthy) {
   client.set("never", "now");  // wakes nobody, crashes nothing
   EXPECT_EQ(client.get("never", 1s), "now");
   EXPECT_FALSE(daemon.process().wait(0ms).has_value()) << "the daemon exited";
+}
+
+// Established TCP connections to `port` on loopback (/proc/net/tcp: both
+// ends of each are listed, the server's with the port as its local one).
+int establishedTo(std::uint16_t port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  int count = 0;
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    const auto colon = local.rfind(':');
+    if (state == "01" && colon != std::string::npos &&
+        std::stoul(local.substr(colon + 1), nullptr, 16) == port) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+// The daemon frozen (SIGSTOP, a VM pause) while two nodes of a Slurm step's
+// three vanish with unread events (their sockets reset). On waking it
+// learns of one loss, fails the job, and pushes the failure to the others:
+// the push to the second lost node fails and closes that connection while
+// the failure is being pushed. The daemon survives and serves.
+TEST(Daemon, NodesLostWhileItWasFrozenDoNotCrashIt) {
+  Daemon daemon;
+  std::vector<std::unique_ptr<rendezvous::RendezvousClient>> nodes;
+  for (const char* name : {"a", "b", "c"}) {
+    nodes.push_back(
+        std::make_unique<rendezvous::RendezvousClient>(daemon.clientOptions(name)));
+  }
+  rendezvous::protocol::JoinRequest join;
+  join.rdzvId = "job";
+  join.minNodes = join.maxNodes = join.fixedNodes = 3;
+  join.maxRestarts = 3;
+  std::vector<std::future<rendezvous::protocol::Assignment>> joined;
+  for (int i = 0; i < 3; ++i) {
+    joined.push_back(std::async(std::launch::async, [&, i] {
+      auto request = join;
+      request.nodeId = std::string(1, static_cast<char>('a' + i));
+      request.address = "127.0.0." + std::to_string(i + 1);
+      return nodes[i]->join(request, 10s);
+    }));
+  }
+  for (auto& f : joined) ASSERT_EQ(f.get().round, 1);
+  // a's workers fail: b and c are pushed the round's end, and leave it unread.
+  rendezvous::protocol::NodeReport failure;
+  failure.rdzvId = "job";
+  failure.nodeId = "a";
+  failure.round = 1;
+  failure.exitCode = 3;
+  ASSERT_TRUE(nodes[0]->reportFailure(failure).restartAllowed);
+  daemon.process().signal(SIGSTOP);
+  const int before = establishedTo(daemon.port());
+  nodes[1].reset();  // unread data: the kernel resets the connection
+  nodes[2].reset();
+  while (establishedTo(daemon.port()) > before - 2) std::this_thread::sleep_for(5ms);
+  daemon.process().signal(SIGCONT);
+  // a hears that the job failed: two of its three fixed nodes are gone.
+  std::optional<rendezvous::protocol::Event> event;
+  try {
+    do {
+      event = nodes[0]->waitEvent(10s);
+    } while (event && event->type != rendezvous::protocol::EventType::kJobFailed);
+  } catch (const std::exception& e) {
+    const auto ended = daemon.process().wait(5s);
+    FAIL() << e.what() << "; the daemon ended with " << ended.value_or(-1) << ":\n"
+           << daemon.process().stderrText();
+  }
+  ASSERT_TRUE(event.has_value());
+  EXPECT_NE(event->message.find("lost"), std::string::npos) << event->message;
+  nodes[0].reset();
+  // Served after all that: a new client's write and read.
+  try {
+    StoreClient client(daemon.clientOptions());
+    client.set("k", "v");
+    EXPECT_EQ(client.get("k", 1s), "v");
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  const auto ended = daemon.process().wait(0ms);
+  EXPECT_FALSE(ended.has_value()) << "the daemon ended with " << ended.value_or(0) << ":\n"
+                                  << daemon.process().stderrText();
 }
 
 TEST(Daemon, ThousandConnectionFlood) {

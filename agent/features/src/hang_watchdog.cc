@@ -97,10 +97,21 @@ void HangWatchdog::sample() {
 
   // Hung: the node made no progress for the timeout.
   if (now - lastNodeProgress_ < timeout_) return;
+  // A worker stopped by a signal (state T: SIGSTOP, a debugger) is the
+  // cause: every collective waits for it, and the ranks that block in one
+  // soon after it stopped can look as early at the sampling's resolution.
+  std::map<pid_t, bool> stopped;
+  for (const auto& w : workers) {
+    const auto stat = readProcStat(w.pid);
+    stopped[w.pid] = stat && (stat->state == 'T' || stat->state == 't');
+  }
+  const bool anyStopped = std::any_of(stopped.begin(), stopped.end(),
+                                      [](const auto& entry) { return entry.second; });
   const WatchedWorker* first = nullptr;
   auto earliest = Clock::time_point::max();
   auto secondEarliest = Clock::time_point::max();
   for (const auto& w : workers) {
+    if (anyStopped && !stopped[w.pid]) continue;
     const auto last = progress_.at(w.pid).lastProgress;
     if (last < earliest) {
       secondEarliest = earliest;
@@ -114,9 +125,10 @@ void HangWatchdog::sample() {
   HangReport report;
   report.localRank = first->localRank;
   report.pid = first->pid;
+  report.stoppedBySignal = stopped[first->pid];
   report.quietSeconds = std::chrono::duration<double>(now - lastNodeProgress_).count();
   report.stalledSeconds = std::chrono::duration<double>(now - earliest).count();
-  report.aheadSeconds = secondEarliest == Clock::time_point::max()
+  report.aheadSeconds = anyStopped || secondEarliest == Clock::time_point::max()
                             ? -1  // the only live worker
                             : std::chrono::duration<double>(secondEarliest - earliest).count();
   report.details = describeStuckProcess(first->pid);

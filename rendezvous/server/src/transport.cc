@@ -57,7 +57,7 @@ Transport::~Transport() { close(); }
 asio::awaitable<void> Transport::run() {
   auto self = shared_from_this();
   asio::co_spawn(socket_.get_executor(), watchdog(), asio::detached);
-  while (!closed_ && !closing_) {
+  while (!closed_ && !closing_ && !closeQueued_) {
     if (bufferedOutput() > kMaxBufferedOutput) {
       // The client pipelines faster than it reads: wait for the writes.
       drained_.expires_at(std::chrono::steady_clock::time_point::max());
@@ -71,7 +71,7 @@ asio::awaitable<void> Transport::run() {
       if (!updateCharge()) break;
       auto [waitError] = co_await socket_.async_wait(asio::ip::tcp::socket::wait_read, kAwait);
       if (waitError) break;
-      if (closed_ || closing_) break;
+      if (closed_ || closing_ || closeQueued_) break;
     }
     std::size_t space = 0;
     char* tail = input_.writable(0, space);
@@ -141,7 +141,7 @@ bool Transport::updateCharge() {
       fmt::format("Closing the connection of {}: it holds {} bytes and the server's "
                   "buffer budget of {} bytes is spent.",
                   peer_, held, context_.options.maxBufferedBytes));
-  close();
+  closeSoon();
   return false;
 }
 
@@ -207,14 +207,14 @@ void Transport::reject(Status status, const std::string& reason) {
 }
 
 void Transport::flush() {
-  if (writing_ || output_.empty() || closed_) return;
+  if (writing_ || output_.empty() || closed_ || closeQueued_) return;
   // Fast path: the socket nearly always takes the whole batch at once;
   // writing it here saves an asynchronous operation and its completion.
   boost::system::error_code writeError;
   const std::size_t written = socket_.write_some(asio::buffer(output_), writeError);
   if (writeError && writeError != asio::error::would_block &&
       writeError != asio::error::try_again) {
-    close();
+    closeSoon();
     return;
   }
   output_.erase(0, written);
@@ -222,7 +222,7 @@ void Transport::flush() {
   if (output_.empty()) {
     drained_.cancel();
     if (closing_) {
-      close();
+      closeSoon();
       return;
     }
     // A large reply's buffer is not kept (nor charged) while idle, and what
@@ -253,6 +253,12 @@ void Transport::flush() {
                         self->updateCharge();
                       }
                     });
+}
+
+void Transport::closeSoon() {
+  if (closed_ || closeQueued_) return;
+  closeQueued_ = true;
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->close(); });
 }
 
 void Transport::closeAfterFlush() {

@@ -59,6 +59,11 @@ class Transport : public std::enable_shared_from_this<Transport> {
   boost::asio::any_io_executor executor() { return socket_.get_executor(); }
 
   // Starts writing queued output (directly when the socket takes it).
+  // Never closes the connection inside the call: a write that fails (or
+  // drains a closing connection) closes it on the loop's next turn, so a
+  // push or an answer from another connection's handler (a round's end
+  // walking its participants, a SET waking waiters) never re-enters the
+  // session, the rendezvous or the store while they walk a collection.
   void flush();
   // Stops reading; closes once the queued output is written.
   void closeAfterFlush();
@@ -73,8 +78,8 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // Reserves budget for `bytes` more of anything (a wait, a frame's input);
   // false when the server's budget cannot take them.
   bool reserve(std::size_t bytes);
-  // Resizes the charge to what the connection holds; false (and closed)
-  // when the server's budget is spent.
+  // Resizes the charge to what the connection holds; false (and closed on
+  // the loop's next turn, as flush()) when the server's budget is spent.
   bool updateCharge();
   // The connection has shown it is a real client.
   void markProven();
@@ -93,6 +98,8 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // was refused. Leaves session_ empty while more bytes are needed.
   bool detectDialect();
   bool process();
+  // Closes on the loop's next turn (see flush()).
+  void closeSoon();
   boost::asio::awaitable<void> watchdog();
 
   boost::asio::ip::tcp::socket socket_;
@@ -104,6 +111,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
   std::string inFlight_;  // replies being written now
   bool writing_ = false;
   bool closing_ = false;  // stop reading; close once output is written
+  bool closeQueued_ = false;  // closeSoon() posted the close
   bool closed_ = false;
   bool proven_ = false;
   bool bytesSeen_ = false;

@@ -15,8 +15,8 @@
 // The node is hung when none of its workers progressed (or exited) for the
 // timeout: a rank that never reaches the collective its peers wait in
 // stops first, and its peers stop as soon as they block in it. The root
-// cause is the worker that stopped first (the lowest local rank among
-// equals). A node where one worker still computes is never hung, so a
+// cause is a worker stopped by a signal (state T) if there is one, else the
+// worker that stopped first (the lowest local rank among equals). A node where one worker still computes is never hung, so a
 // rank-0 evaluation while the others wait at a barrier is safe.
 //
 // The counters have no change notification, so this is the one place the
@@ -52,6 +52,8 @@ struct HangReport {
   double quietSeconds = 0;           // since any worker of the node last progressed
   double stalledSeconds = 0;         // since this worker last progressed
   double aheadSeconds = 0;           // how much earlier it stalled than the next; -1: alone
+                                     // or stopped by a signal
+  bool stoppedBySignal = false;      // state T: chosen over any worker that only waits
   std::vector<std::string> details;  // state, wchan, kernel stack, Python stack
   // The node's other workers, for the log: when each stopped and where it
   // waits, so a report that blames the wrong rank still shows the truth.
