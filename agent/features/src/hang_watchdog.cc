@@ -105,8 +105,8 @@ void HangWatchdog::sample() {
     const auto stat = readProcStat(w.pid);
     stopped[w.pid] = stat && (stat->state == 'T' || stat->state == 't');
   }
-  const bool anyStopped = std::any_of(stopped.begin(), stopped.end(),
-                                      [](const auto& entry) { return entry.second; });
+  const bool anyStopped =
+      std::any_of(stopped.begin(), stopped.end(), [](const auto& entry) { return entry.second; });
   const WatchedWorker* first = nullptr;
   auto earliest = Clock::time_point::max();
   auto secondEarliest = Clock::time_point::max();

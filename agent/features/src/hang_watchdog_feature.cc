@@ -22,15 +22,15 @@ void HangWatchdogFeature::onHang(const HangReport& report) {
   const int rank = workers_.rankOf(report.localRank);
   const std::string which =
       report.stoppedBySignal
-          ? fmt::format("this one is stopped by a signal (state T: SIGSTOP, or a debugger) and "
-                        "made no progress for {:.1f} s; the others wait for it",
-                        report.stalledSeconds)
-          : fmt::format(
-                "this one stopped first ({:.1f} s ago{})", report.stalledSeconds,
-                report.aheadSeconds > 0
-                    ? fmt::format(", {:.1f} s before the next", report.aheadSeconds)
-                : report.aheadSeconds == 0 ? std::string(", with others in the same sample")
-                                           : std::string());
+          ? fmt::format(
+                "this one is stopped by a signal (state T: SIGSTOP, or a debugger) and "
+                "made no progress for {:.1f} s; the others wait for it",
+                report.stalledSeconds)
+          : fmt::format("this one stopped first ({:.1f} s ago{})", report.stalledSeconds,
+                        report.aheadSeconds > 0
+                            ? fmt::format(", {:.1f} s before the next", report.aheadSeconds)
+                        : report.aheadSeconds == 0 ? std::string(", with others in the same sample")
+                                                   : std::string());
   const std::string cause = fmt::format(
       "hung: no worker of this node made progress (CPU or I/O) for {:.1f} s "
       "(--watchdog_timeout={:g}); {}; ddprun sent it SIGKILL",

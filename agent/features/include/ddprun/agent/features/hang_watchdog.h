@@ -16,8 +16,8 @@
 // timeout: a rank that never reaches the collective its peers wait in
 // stops first, and its peers stop as soon as they block in it. The root
 // cause is a worker stopped by a signal (state T) if there is one, else the
-// worker that stopped first (the lowest local rank among equals). A node where one worker still computes is never hung, so a
-// rank-0 evaluation while the others wait at a barrier is safe.
+// worker that stopped first (the lowest local rank among equals). A node where one worker still
+// computes is never hung, so a rank-0 evaluation while the others wait at a barrier is safe.
 //
 // The counters have no change notification, so this is the one place the
 // agent samples: every min(timeout / 4, 1 s), only while --watchdog_timeout
