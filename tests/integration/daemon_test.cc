@@ -116,8 +116,7 @@ TEST(Daemon, NodesLostWhileItWasFrozenDoNotCrashIt) {
   Daemon daemon;
   std::vector<std::unique_ptr<rendezvous::RendezvousClient>> nodes;
   for (const char* name : {"a", "b", "c"}) {
-    nodes.push_back(
-        std::make_unique<rendezvous::RendezvousClient>(daemon.clientOptions(name)));
+    nodes.push_back(std::make_unique<rendezvous::RendezvousClient>(daemon.clientOptions(name)));
   }
   rendezvous::protocol::JoinRequest join;
   join.rdzvId = "job";

@@ -250,9 +250,10 @@ TEST(Launcher, TheWatchdogFailsANodeWhoseWorkersAllStopped) {
 // A worker stopped by a signal (state T) is the one blamed, though a peer
 // that waits quietly stopped making progress before it did.
 TEST(Launcher, TheWatchdogBlamesAStoppedWorkerOverOneThatWaits) {
-  const auto r = runDdprun(args({"--nproc_per_node=2", "--watchdog_timeout=1"},
-                                sh("if [ $RANK = 1 ]; then sleep 0.5; kill -STOP $$; fi; sleep 30")),
-                           {}, 20s);
+  const auto r =
+      runDdprun(args({"--nproc_per_node=2", "--watchdog_timeout=1"},
+                     sh("if [ $RANK = 1 ]; then sleep 0.5; kill -STOP $$; fi; sleep 30")),
+                {}, 20s);
   EXPECT_EQ(r.code, 128 + SIGKILL) << r.err;
   EXPECT_NE(r.err.find("Worker rank 1 (pid"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("this one is stopped by a signal (state T"), std::string::npos) << r.err;

@@ -110,7 +110,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
   std::string output_;    // replies waiting for the next write
   std::string inFlight_;  // replies being written now
   bool writing_ = false;
-  bool closing_ = false;  // stop reading; close once output is written
+  bool closing_ = false;      // stop reading; close once output is written
   bool closeQueued_ = false;  // closeSoon() posted the close
   bool closed_ = false;
   bool proven_ = false;
