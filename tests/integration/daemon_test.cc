@@ -172,6 +172,52 @@ TEST(Daemon, NodesLostWhileItWasFrozenDoNotCrashIt) {
                                   << daemon.process().stderrText();
 }
 
+// The daemon frozen (SIGSTOP) for twice the nodes' keep-alive bound while
+// they heartbeat on: waking, it holds against them none of the heartbeats
+// it could not read, says it was paused, and the round goes on.
+TEST(Daemon, APausedDaemonDoesNotDropNodesForHeartbeatsItDidNotRead) {
+  Daemon daemon;
+  std::vector<std::unique_ptr<rendezvous::RendezvousClient>> nodes;
+  for (const char* name : {"a", "b"}) {
+    nodes.push_back(std::make_unique<rendezvous::RendezvousClient>(daemon.clientOptions(name)));
+  }
+  rendezvous::protocol::JoinRequest join;
+  join.rdzvId = "job";
+  join.minNodes = join.maxNodes = 2;
+  join.keepAliveMs = 1000;
+  std::vector<std::future<rendezvous::protocol::Assignment>> joined;
+  for (int i = 0; i < 2; ++i) {
+    joined.push_back(std::async(std::launch::async, [&, i] {
+      auto request = join;
+      request.nodeId = std::string(1, static_cast<char>('a' + i));
+      request.address = "127.0.0." + std::to_string(i + 1);
+      return nodes[i]->join(request, 10s);
+    }));
+  }
+  for (auto& f : joined) ASSERT_EQ(f.get().round, 1);
+  daemon.process().signal(SIGSTOP);
+  std::this_thread::sleep_for(2s);  // the fault: a pause past the bound
+  daemon.process().signal(SIGCONT);
+  // Heartbeats from the wake on, past the bound: each is answered.
+  const auto until = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < until) {
+    for (auto& node : nodes) {
+      ASSERT_NO_THROW(node->keepAlive(std::chrono::steady_clock::now() + 5s))
+          << daemon.process().stderrText();
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  const auto status = nodes[0]->status("job", true);
+  EXPECT_TRUE(status.running);
+  EXPECT_EQ(status.round, 1);
+  EXPECT_EQ(status.members.size(), 2u);
+  daemon.process().signal(SIGTERM);
+  ASSERT_EQ(daemon.process().wait(10s), 0);
+  const std::string log = daemon.process().stderrText();
+  EXPECT_NE(log.find("did not run for 2."), std::string::npos) << log;
+  EXPECT_EQ(log.find("no heartbeat"), std::string::npos) << log;
+}
+
 TEST(Daemon, ThousandConnectionFlood) {
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);

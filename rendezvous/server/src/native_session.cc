@@ -37,7 +37,14 @@ NativeSession::NativeSession(Transport& transport)
 const std::string& NativeSession::peerAddress() const { return transport_.peerHost(); }
 
 void NativeSession::closing(const std::string& reason) {
-  if (context_.rendezvous != nullptr) context_.rendezvous->peerLost(*this, reason);
+  if (context_.rendezvous != nullptr) {
+    // A node that gave up on the store while this process was paused: its
+    // loss is named with the pause (noticed here if this runs first).
+    const auto now = Clock::now();
+    context_.pauses.turn(now);
+    context_.rendezvous->peerLost(*this, reason + context_.pauses.recentPauseNote(
+                                                      now, LoopPauses::kNoticeable * 2));
+  }
   for (auto& [id, wait] : waits_) {
     context_.state.removeWaiter(wait.waiter);
     if (wait.timer) wait.timer->cancel();
@@ -58,7 +65,10 @@ DialectSession::Clock::time_point NativeSession::idleDeadline(
   auto when = Clock::time_point::max();
   const auto idle = context_.options.idleTimeout;
   if (idle.count() > 0) when = lastActivity + idle;
-  if (keepAlive_.count() > 0) when = std::min(when, lastActivity + keepAlive_);
+  // A member's silence counts from the end of this process's last pause.
+  if (keepAlive_.count() > 0) {
+    when = std::min(when, std::max(lastActivity, context_.pauses.resumedAt()) + keepAlive_);
+  }
   return when;
 }
 

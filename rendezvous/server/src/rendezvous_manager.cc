@@ -324,10 +324,12 @@ void RendezvousManager::endRound(Rendezvous& r, const std::string& reason,
   event.rdzvId = r.id;
   event.round = r.round;
   event.message = reason;
+  std::vector<Peer*> told;
   for (auto& [id, node] : r.participants) {
     r.expected.insert(id);
-    if (id != exceptNode) node.peer->pushEvent(event);
+    if (id != exceptNode) told.push_back(node.peer);
   }
+  push(told, event);
   DDPRUN_INFO("Rendezvous '{}' round {} ended: {}.", printable(r.id), r.round,
               printable(reason, 512));
 }
@@ -344,9 +346,11 @@ void RendezvousManager::failJob(Rendezvous& r, std::int64_t exitCode, const std:
   event.round = r.round;
   event.exitCode = exitCode;
   event.message = report;
+  std::vector<Peer*> told;
   for (auto& [id, node] : r.participants) {
-    if (id != exceptNode) node.peer->pushEvent(event);
+    if (id != exceptNode) told.push_back(node.peer);
   }
+  push(told, event);
   for (auto [peer, requestId] : dropJoinersIf(r, [](const Node&) { return true; })) {
     peer->answerClosed(requestId, failureOf(r));
   }
@@ -462,9 +466,17 @@ void RendezvousManager::exclude(Rendezvous& r, const policy::Exclusion& exclusio
 }
 
 void RendezvousManager::pushToAll(Rendezvous& r, const Event& event) {
+  std::vector<Peer*> told;
   for (auto* group : {&r.participants, &r.joining}) {
-    for (auto& [id, node] : *group) node.peer->pushEvent(event);
+    for (auto& [id, node] : *group) told.push_back(node.peer);
   }
+  push(told, event);
+}
+
+void RendezvousManager::push(const std::vector<Peer*>& peers, const Event& event) {
+  // Never while walking the rendezvous' maps (the Peer contract: no call
+  // back into this class inside a push; this keeps them safe if one did).
+  for (Peer* peer : peers) peer->pushEvent(event);
 }
 
 protocol::RendezvousStatus RendezvousManager::status(const std::string& rdzvId,

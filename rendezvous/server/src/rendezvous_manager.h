@@ -57,7 +57,10 @@ namespace ddprun::rendezvous {
 
 class RendezvousManager {
  public:
-  // The server's side of one node's connection.
+  // The server's side of one node's connection. No call of it may call back
+  // into this class before it returns (a failed write closes the connection,
+  // and so calls peerLost(), on the loop's next turn): the manager pushes
+  // and answers while it walks a rendezvous' nodes.
   class Peer {
    public:
     virtual ~Peer() = default;
@@ -136,6 +139,7 @@ class RendezvousManager {
   // Leaves a host out for its cooldown (the policy's exclusion); tells every node.
   void exclude(Rendezvous& r, const policy::Exclusion& exclusion);
   void pushToAll(Rendezvous& r, const protocol::Event& event);
+  static void push(const std::vector<Peer*>& peers, const protocol::Event& event);
 
   void markFinishedIfEmpty(Rendezvous& r);
   // The rendezvous of a LEAVE or REPORT_FAILURE, when `peer`'s connection

@@ -12,6 +12,7 @@
 #include "ddprun/common/logging.h"
 #include "ddprun/rendezvous/store_server.h"
 #include "ddprun/rendezvous/store_state.h"
+#include "loop_pauses.h"
 #include "rendezvous_manager.h"
 #include "resource_budget.h"
 
@@ -59,6 +60,7 @@ struct ServerContext {
   std::unordered_set<Transport*> connections;
   ServerCounters counters;
   ServerMetrics metrics;
+  LoopPauses pauses{options.name};
   // Owned by the server; null once it is being destroyed.
   RendezvousManager* rendezvous = nullptr;
 

@@ -58,6 +58,8 @@ struct StoreServer::Impl {
   ~Impl() { context.rendezvous = nullptr; }
 
   asio::awaitable<void> listen();
+  // Turns context.pauses every LoopPauses::kTick while the server runs.
+  asio::awaitable<void> tick();
   void shutdown();
 
   // Declared before `io` so that connections destroyed with the io_context can
@@ -66,6 +68,7 @@ struct StoreServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor;
   asio::steady_timer retryTimer;
+  asio::steady_timer tickTimer{io};
   // Declared after `io`: its timers must go before the io_context does.
   std::unique_ptr<RendezvousManager> rendezvous;
   std::unique_ptr<MetricsEndpoint> metrics;
@@ -161,10 +164,20 @@ asio::awaitable<void> StoreServer::Impl::listen() {
   }
 }
 
+asio::awaitable<void> StoreServer::Impl::tick() {
+  while (!stopped) {
+    tickTimer.expires_after(LoopPauses::kTick);
+    auto [ec] = co_await tickTimer.async_wait(kAwait);
+    if (ec || stopped) co_return;
+    context.pauses.turn(std::chrono::steady_clock::now());
+  }
+}
+
 void StoreServer::Impl::shutdown() {
   boost::system::error_code ignored;
   acceptor.close(ignored);
   retryTimer.cancel();
+  tickTimer.cancel();
   if (metrics) metrics->close();
   // close() unregisters, so iterate over a copy.
   std::vector<Transport*> open(context.connections.begin(), context.connections.end());
@@ -207,6 +220,7 @@ StoreServer::StoreServer(StoreServerOptions options) {
   ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
   impl_->port = acceptor.local_endpoint().port();
   asio::co_spawn(impl_->io, impl_->listen(), asio::detached);
+  asio::co_spawn(impl_->io, impl_->tick(), asio::detached);
   if (opts.metricsPort >= 0) {
     Impl* impl = impl_.get();
     impl->metrics = std::make_unique<MetricsEndpoint>(

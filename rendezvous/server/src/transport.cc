@@ -312,8 +312,11 @@ asio::awaitable<void> Transport::watchdog() {
     watchdogTimer_.expires_at(deadline());
     co_await watchdogTimer_.async_wait(kAwait);
     if (closed_ || closing_) co_return;
-    // Activity since the timer was armed moves the deadline: look again.
-    if (std::chrono::steady_clock::now() < deadline()) continue;
+    // Activity since the timer was armed moves the deadline, and so does a
+    // pause of this process that only ends now: look again.
+    const auto now = std::chrono::steady_clock::now();
+    context_.pauses.turn(now);
+    if (now < deadline()) continue;
     if (!proven_) {
       reject(Status::kBadRequest,
              bytesSeen_ ? fmt::format("it did not complete the handshake (or a first request) "
