@@ -54,7 +54,7 @@ class FakeRounds : public RoundSource {
     reported.push_back({failure.round, failure.exitCode, failure.report, failure.giveUp});
     decisionDone = std::move(done);
   }
-  void leave(std::int64_t round, std::function<void()> done) override {
+  void leave(std::int64_t round, int, std::function<void()> done) override {
     left.push_back(round);
     leaveDone = std::move(done);
   }
@@ -508,6 +508,24 @@ TEST_F(NodeLifecycleTest, TheStoreLostWhileJoiningEndsTheNodeWhenTheJoinFails) {
   EXPECT_EQ(node->state(), S::kDone);
   EXPECT_EQ(exits, std::vector<int>{1});
   EXPECT_EQ(hook.exits[0].reason, "lost the rendezvous store at h:1 (no heartbeat answered)");
+}
+
+// The store's host whose own join timed out keeps the store up until the
+// others' joins end too: each says what it waited for, not "lost the store".
+TEST_F(NodeLifecycleTest, AHostWhoseJoinFailsKeepsTheStoreUpForTheOthers) {
+  rounds.host = true;
+  make();
+  node->start();
+  JoinResult timedOut;
+  timedOut.error = "rendezvous 'job' did not complete: 2 of 3 nodes joined";
+  rounds.answerJoin(timedOut);
+  ASSERT_EQ(node->state(), S::kDraining);
+  EXPECT_TRUE(exits.empty());
+  rounds.allLeftDone();
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_NE(hook.exits[0].reason.find("the rendezvous failed: rendezvous 'job' did not complete"),
+            std::string::npos)
+      << hook.exits[0].reason;
 }
 
 TEST_F(NodeLifecycleTest, TheStoreLostWhileRunningStopsTheGroupAndExitsOne) {

@@ -353,7 +353,7 @@ class OneRound : public RoundSource {
     boost::asio::post(io_, [done = std::move(done), result] { done(result); });
   }
   void reportFailure(const FailureNotice&, std::function<void(FailureAnswer)>) override {}
-  void leave(std::int64_t, std::function<void()> done) override { done(); }
+  void leave(std::int64_t, int, std::function<void()> done) override { done(); }
   bool hosting() const override { return false; }
   void waitUntilAllLeft(std::function<void()> done) override { done(); }
   WorkersStore workersStore(const protocol::Assignment& round) const override {

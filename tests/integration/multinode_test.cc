@@ -330,6 +330,42 @@ TEST(MultiNode, AWaitingNodeSaysWhatItWaitsForAndTimesOutNamingTheMissingNodes) 
       << errors[0];
 }
 
+// One agent of a static job stopped by SIGTERM: it leaves, the others' round
+// ends at once (no restart spent), and while they wait for it again they
+// name it as the node that left; at the join timeout, so does their error.
+TEST(MultiNode, ANodeStoppedBySigtermIsNamedByTheOthers) {
+  const std::uint16_t port = freePort();
+  const StopFile stop;
+  std::vector<Node> nodes;
+  for (int r = 0; r < 3; ++r) {
+    nodes.push_back(startNode({"--nnodes=3", fmt::format("--node_rank={}", r),
+                               "--master_addr=127.0.0.1", fmt::format("--master_port={}", port),
+                               "--nproc_per_node=1", fmt::format("--local_addr=127.0.0.{}", r + 1),
+                               "--log_prefix=", "--rdzv_conf=join_timeout=4"},
+                              stop.script("world $WORLD_SIZE"),
+                              {{"DDPRUN_TOKEN", kToken}, {"DDPRUN_PROGRESS_INTERVAL", "0.5"}}));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("world 3", 1)) << node.err;
+  nodes[2].process->signal(SIGTERM);
+  EXPECT_EQ(nodes[2].finish(), 128 + SIGTERM) << nodes[2].err;
+  const std::string left =
+      "node rank 2, lost (it left the job (its ddprun exits with code 143, SIGTERM))";
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(nodes[r].finish(30s), 1) << nodes[r].err;
+    EXPECT_NE(nodes[r].err.find("Round 1 ended (node "), std::string::npos) << nodes[r].err;
+    const auto waiting = test_support::linesWith(nodes[r].err, "ddprun: waiting for nodes: ");
+    ASSERT_FALSE(waiting.empty()) << nodes[r].err;
+    for (const auto& line : waiting) EXPECT_NE(line.find(left), std::string::npos) << line;
+    const auto errors = test_support::linesWith(nodes[r].err, "ddprun: error: ");
+    ASSERT_EQ(errors.size(), 1u) << nodes[r].err;
+    // The second to time out names the first as a node that gave up.
+    EXPECT_NE(errors[0].find(" of 3 nodes joined; missing: node "), std::string::npos)
+        << errors[0];
+    EXPECT_NE(errors[0].find(left), std::string::npos) << errors[0];
+    EXPECT_EQ(nodes[r].err.find("of round -1"), std::string::npos) << nodes[r].err;
+  }
+}
+
 TEST(MultiNode, ProgressLinesCanBeTurnedOffAndABadIntervalIsRefused) {
   const std::uint16_t port = freePort();
   const std::vector<std::string> options = {

@@ -161,7 +161,7 @@ TEST_F(RendezvousTest, StatusSaysWhoHasJoinedAndWhoIsMissing) {
   EXPECT_EQ(st.lastCallMs, -1);
   EXPECT_EQ(st.missingCount, 1u);
   EXPECT_EQ(st.missing, (std::vector<std::string>{"node rank 1"}));
-  // The timeouts say the same (the second one after the first node left).
+  // The timeouts say the same (the second one after the first node gave up).
   const auto timeoutMessage = [](std::future<Assignment>& join) {
     try {
       join.get();
@@ -172,7 +172,9 @@ TEST_F(RendezvousTest, StatusSaysWhoHasJoinedAndWhoIsMissing) {
   };
   const std::string first = timeoutMessage(fa), second = timeoutMessage(fb);
   EXPECT_NE(first.find("2 of 3 nodes joined; missing: node rank 1"), std::string::npos) << first;
-  EXPECT_NE(second.find("1 of 3 nodes joined; missing: node rank 0, node rank 1"),
+  // The first gave up: named so (it is no node that never came).
+  EXPECT_NE(second.find("1 of 3 nodes joined; missing: node node1 at 10.0.0.1, node rank 0, "
+                        "lost (it stopped waiting: its join timed out), node rank 1"),
             std::string::npos)
       << second;
 }
@@ -303,6 +305,54 @@ TEST_F(RendezvousTest, AFixedSetOfNodesFailsTheJobWhenANodeIsLost) {
   } catch (const RendezvousClosedError& e) {
     EXPECT_NE(e.report().find("node node3 at 10.0.0.3"), std::string::npos) << e.report();
   }
+}
+
+// A node that LEAVEs with a failure's code while the round runs (its agent
+// got SIGTERM) ends the round at once, and the others, waiting for it
+// again, name it as the node that left; a LEAVE with 0 (its workers done)
+// ends nothing.
+TEST_F(RendezvousTest, ANodeThatLeavesDuringTheJobIsNamedToTheOthers) {
+  auto a = client("a"), b = client("b"), c = client("c"), watcher = client("watcher");
+  std::vector<JoinRequest> requests = {request("node1", 3, 3, 1, 0), request("node2", 3, 3, 1, 1),
+                                       request("node3", 3, 3, 1, 2)};
+  auto fa = std::async(std::launch::async, [&] { return a->join(requests[0], 10s); });
+  auto fb = std::async(std::launch::async, [&] { return b->join(requests[1], 10s); });
+  c->join(requests[2], 10s);
+  fa.get();
+  fb.get();
+  protocol::NodeReport left;
+  left.rdzvId = "job";
+  left.nodeId = "node3";
+  left.round = 1;
+  left.exitCode = 128 + 15;
+  c->leave(left);
+  for (auto* node : {a.get(), b.get()}) {
+    const auto event = node->waitEvent(5s);
+    ASSERT_TRUE(event);
+    EXPECT_EQ(event->type, EventType::kRoundEnded);
+    EXPECT_EQ(event->message,
+              "node node3 was lost (it left the job (its ddprun exits with code 143, SIGTERM))");
+  }
+  auto fa2 = std::async(std::launch::async, [&] { return a->join(requests[0], 10s); });
+  auto fb2 = std::async(std::launch::async, [&] { return b->join(requests[1], 10s); });
+  protocol::RendezvousStatus st;
+  for (int i = 0; i < 500 && st.joined < 2; ++i) {
+    std::this_thread::sleep_for(10ms);
+    st = watcher->status("job");
+  }
+  ASSERT_EQ(st.joined, 2u);
+  EXPECT_EQ(st.missing,
+            (std::vector<std::string>{"node node3 at 10.0.0.3, node rank 2, lost (it left the job "
+                                      "(its ddprun exits with code 143, SIGTERM))"}));
+  // It comes back (a scheduler restarted it): round 2 forms.
+  EXPECT_EQ(c->join(requests[2], 10s).round, 2);
+  fa2.get();
+  fb2.get();
+  // Done: a LEAVE with 0 tells nobody anything.
+  left.round = 2;
+  left.exitCode = 0;
+  c->leave(left);
+  EXPECT_FALSE(a->waitEvent(300ms).has_value());
 }
 
 // Above its minimum an elastic job of fixed nodes re-forms without the lost

@@ -144,11 +144,15 @@ void NodeLifecycle::onJoined(JoinResult result) {
     std::cerr << "ddprun: this node is left out of the job: " << result.error
               << "; the other nodes continue without it\n";
     return drainThenExit(exitOf(lastFailureCode_ != 0 ? lastFailureCode_ : 1,
-                                "this node is left out of the job: " + result.error));
+                                "this node is left out of the job: " + result.error),
+                         "This node is left out");
   }
   if (!result.assignment) {
     std::cerr << "ddprun: error: the rendezvous failed: " << result.error << "\n";
-    return exitWith(exitOf(1, "the rendezvous failed: " + result.error));
+    // The store's host keeps it up while the others still wait (their own
+    // join timeout names the missing nodes, not a lost store).
+    return drainThenExit(exitOf(1, "the rendezvous failed: " + result.error),
+                         "This node's rendezvous failed");
   }
   attempt_.assignment = *result.assignment;
   attempt_.restartCount = static_cast<int>(attempt_.assignment.restarts);
@@ -440,18 +444,18 @@ void NodeLifecycle::rejoin(const std::string& reason) {
 
 void NodeLifecycle::leaveThenExit(NodeExit exit, bool drain) {
   moveTo(S::kLeaving);
-  ports_.rounds.leave(attempt_.assignment.round, [this, exit = std::move(exit), drain] {
+  const int code = exit.code;
+  ports_.rounds.leave(attempt_.assignment.round, code, [this, exit = std::move(exit), drain] {
     if (state_ != S::kLeaving) return drop("the round left");
-    if (drain) return drainThenExit(exit);
+    if (drain) return drainThenExit(exit, "This node's workers are done");
     exitWith(exit);
   });
 }
 
-void NodeLifecycle::drainThenExit(NodeExit exit) {
+void NodeLifecycle::drainThenExit(NodeExit exit, const std::string& why) {
   if (!ports_.rounds.hosting()) return exitWith(std::move(exit));
   moveTo(S::kDraining);
-  DDPRUN_INFO("{}; keeping the store up until every node left.",
-              exit.code == 0 ? "This node's workers are done" : "This node is left out");
+  DDPRUN_INFO("{}; keeping the store up until every node left.", why);
   ports_.rounds.waitUntilAllLeft([this, exit = std::move(exit)] {
     if (state_ != S::kDraining) return drop("every node gone");
     exitWith(exit);

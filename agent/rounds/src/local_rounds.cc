@@ -40,7 +40,7 @@ void LocalRounds::reportFailure(const FailureNotice& failure,
   boost::asio::post(io_, [done = std::move(done), answer] { done(answer); });
 }
 
-void LocalRounds::leave(std::int64_t, std::function<void()> done) {
+void LocalRounds::leave(std::int64_t, int, std::function<void()> done) {
   boost::asio::post(io_, std::move(done));
 }
 

@@ -376,11 +376,12 @@ void NodeRendezvous::asyncReportFailure(const FailureNotice& failure,
   });
 }
 
-void NodeRendezvous::asyncLeave(std::int64_t round, std::function<void()> done) {
+void NodeRendezvous::asyncLeave(std::int64_t round, int exitCode, std::function<void()> done) {
   protocol::NodeReport r;
   r.rdzvId = config_.runId;
   r.nodeId = nodeId_;
   r.round = round;
+  r.exitCode = exitCode;
   asio::post(worker_, [this, r, done = std::move(done)] {
     if (client_ && !lost_) {  // a lost store is not asked
       try {

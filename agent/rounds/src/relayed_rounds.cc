@@ -65,9 +65,9 @@ void RelayedRounds::join(std::function<void(JoinResult)> done) {
   });
 }
 
-void RelayedRounds::leave(std::int64_t round, std::function<void()> done) {
+void RelayedRounds::leave(std::int64_t round, int exitCode, std::function<void()> done) {
   relay_.reset();
-  inner_->leave(round, std::move(done));
+  inner_->leave(round, exitCode, std::move(done));
 }
 
 WorkersStore RelayedRounds::workersStore(const rendezvous::protocol::Assignment& round) const {

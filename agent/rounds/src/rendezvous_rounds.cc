@@ -45,13 +45,14 @@ void RendezvousRounds::reportFailure(const FailureNotice& failure,
   rendezvous_.asyncReportFailure(failure, std::move(done));
 }
 
-void RendezvousRounds::leave(std::int64_t round, std::function<void()> done) {
+void RendezvousRounds::leave(std::int64_t round, int exitCode, std::function<void()> done) {
   noteWorkersStore(round);
-  rendezvous_.asyncLeave(round, std::move(done));
+  rendezvous_.asyncLeave(round, exitCode, std::move(done));
 }
 
 void RendezvousRounds::noteWorkersStore(std::int64_t round) const {
-  if (hostedRound_ != round || workersStore_ == nullptr) return;
+  // Only a round whose workers' store this node served (-1: none).
+  if (round < 0 || hostedRound_ != round || workersStore_ == nullptr) return;
   // With relays: one per node (docs/multinode.md, "The node relay").
   DDPRUN_INFO("The workers' store of round {} (served here, group rank 0) took {} connections.",
               round, workersStore_->connectionsAccepted());

@@ -178,9 +178,10 @@ void RendezvousManager::join(Peer& peer, std::uint32_t requestId,
           Peer* waiting = it->second.peer;
           const std::uint32_t pendingId = it->second.requestId;
           const protocol::RendezvousStatus st = status(id);
-          dropJoiner(*rdzv, nodeId);
           waiting->answerJoin(pendingId, Status::kTimeout, {}, policy::joinTimeoutText(id, st));
-          tryComplete(*rdzv);  // fewer waiting: the last call may stop
+          // It gives up: the others name it so, not as a node not back yet
+          // (and a fixed set of nodes that cannot reach the minimum ends).
+          nodeGone(*rdzv, nodeId, "it stopped waiting: its join timed out");
         });
   }
   byPeer_[&peer].insert({r.id, request.nodeId});
@@ -407,11 +408,21 @@ Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
   Status status = Status::kOk;
   Rendezvous* r = reportedBy(peer, report, status, message);
   if (r == nullptr) return status;
+  auto byPeer = byPeer_.find(&peer);
+  if (byPeer != byPeer_.end()) byPeer->second.erase({report.rdzvId, report.nodeId});
+  if (report.exitCode != 0) {
+    // It leaves while the others may still train (a signal, its own end):
+    // they are told, and it is named among the nodes they wait for.
+    DDPRUN_INFO("Node {} left rendezvous '{}' with exit code {}.", printable(report.nodeId),
+                printable(report.rdzvId), report.exitCode);
+    nodeGone(*r, report.nodeId, protocol::leftJobText(report.exitCode));
+    r->expected.erase(report.nodeId);
+    markFinishedIfEmpty(*r);
+    return Status::kOk;
+  }
   r->participants.erase(report.nodeId);
   dropJoiner(*r, report.nodeId);
   r->expected.erase(report.nodeId);
-  auto byPeer = byPeer_.find(&peer);
-  if (byPeer != byPeer_.end()) byPeer->second.erase({report.rdzvId, report.nodeId});
   DDPRUN_INFO("Node {} left rendezvous '{}'.", printable(report.nodeId), printable(report.rdzvId));
   markFinishedIfEmpty(*r);
   tryComplete(*r);  // the ended round's others may all be back now
@@ -551,25 +562,30 @@ void RendezvousManager::peerLost(Peer& peer, const std::string& reason) {
   for (const auto& [rdzvId, nodeId] : memberships) {
     Rendezvous* r = find(rdzvId);
     if (r == nullptr) continue;
-    const Node* node = nullptr;
-    if (const auto p = r->participants.find(nodeId); p != r->participants.end()) node = &p->second;
-    if (const auto j = r->joining.find(nodeId); j != r->joining.end()) node = &j->second;
-    const bool member = node != nullptr;
-    if (member && !r->closed) r->lost[nodeId] = {node->address, node->requestedRank, reason};
-    dropJoiner(*r, nodeId);
-    const bool wasParticipant = r->participants.erase(nodeId) > 0;
-    if (wasParticipant) r->expected.erase(nodeId);
-    if (member && !r->closed && policy::cannotReachMinimum(r->settings, r->lost.size())) {
-      const std::string report = policy::lostNodesReport(r->settings, r->lost);
-      DDPRUN_WARN("Rendezvous '{}': {}", printable(r->id), report.substr(0, report.size() - 1));
-      failJob(*r, 1, report, "");
-    } else if (wasParticipant && r->running) {
-      endRound(*r, policy::lostText(nodeId, reason), "");
-      r->expected.erase(nodeId);
-    }
-    if (r->closed) markFinishedIfEmpty(*r);
-    tryComplete(*r);
+    nodeGone(*r, nodeId, reason);
   }
+}
+
+void RendezvousManager::nodeGone(Rendezvous& r, const std::string& nodeId,
+                                 const std::string& reason) {
+  const Node* node = nullptr;
+  if (const auto p = r.participants.find(nodeId); p != r.participants.end()) node = &p->second;
+  if (const auto j = r.joining.find(nodeId); j != r.joining.end()) node = &j->second;
+  const bool member = node != nullptr;
+  if (member && !r.closed) r.lost[nodeId] = {node->address, node->requestedRank, reason};
+  dropJoiner(r, nodeId);
+  const bool wasParticipant = r.participants.erase(nodeId) > 0;
+  if (wasParticipant) r.expected.erase(nodeId);
+  if (member && !r.closed && policy::cannotReachMinimum(r.settings, r.lost.size())) {
+    const std::string report = policy::lostNodesReport(r.settings, r.lost);
+    DDPRUN_WARN("Rendezvous '{}': {}", printable(r.id), report.substr(0, report.size() - 1));
+    failJob(r, 1, report, "");
+  } else if (wasParticipant && r.running) {
+    endRound(r, policy::lostText(nodeId, reason), "");
+    r.expected.erase(nodeId);
+  }
+  markFinishedIfEmpty(r);  // nobody left: a host draining may go
+  tryComplete(r);
 }
 
 }  // namespace ddprun::rendezvous

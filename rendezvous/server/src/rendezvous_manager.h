@@ -139,6 +139,10 @@ class RendezvousManager {
   // Leaves a host out for its cooldown (the policy's exclusion); tells every node.
   void exclude(Rendezvous& r, const policy::Exclusion& exclusion);
   void pushToAll(Rendezvous& r, const protocol::Event& event);
+  // A node lost (its connection) or gone (a LEAVE with a failure's code):
+  // named to the others as lost for `reason`; its round ends, or the job
+  // fails when a fixed set of nodes can no longer reach the minimum.
+  void nodeGone(Rendezvous& r, const std::string& nodeId, const std::string& reason);
   static void push(const std::vector<Peer*>& peers, const protocol::Event& event);
 
   void markFinishedIfEmpty(Rendezvous& r);

@@ -7,6 +7,7 @@
 
 #include "ddprun/common/logging.h"
 #include "ddprun/common/secret.h"
+#include "ddprun/common/signal_names.h"
 
 namespace ddprun::rendezvous::protocol {
 
@@ -120,6 +121,13 @@ std::string nodeText(std::string_view nodeId, std::string_view address, std::int
 std::string lostNodeText(std::string_view nodeId, std::string_view address, std::int64_t nodeRank,
                          std::string_view reason) {
   return fmt::format("{}, lost ({})", nodeText(nodeId, address, nodeRank), printable(reason, 200));
+}
+
+std::string leftJobText(std::int64_t exitCode) {
+  return fmt::format("it left the job (its ddprun exits with code {}{})", exitCode,
+                     exitCode > 128 && exitCode < 128 + 65
+                         ? ", " + signalName(static_cast<int>(exitCode - 128))
+                         : std::string());
 }
 
 std::string lostNodesReport(const std::vector<std::string>& lost, std::uint32_t fixedNodes,

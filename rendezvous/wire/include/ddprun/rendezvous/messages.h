@@ -207,6 +207,10 @@ std::string nodeText(std::string_view nodeId, std::string_view address, std::int
 std::string lostNodeText(std::string_view nodeId, std::string_view address, std::int64_t nodeRank,
                          std::string_view reason);
 
+// Why a node that LEAVEs with a non-zero `exitCode` is lost to the others:
+// "it left the job (its ddprun exits with code 143, SIGTERM)".
+std::string leftJobText(std::int64_t exitCode);
+
 // The report of a job whose nodes are a fixed set (a Slurm job step's
 // `fixedNodes`) that lost `lost` (lostNodeText()s) and so can no longer
 // reach `minNodes`: "the job lost a node: ... Its nodes are a fixed set ...;
@@ -402,7 +406,7 @@ struct NodeReport {
   std::string nodeId;
   std::int64_t round = 0;
   std::int64_t maxRestarts = 0;  // unused by the server (the JOIN fixed the budget)
-  std::int64_t exitCode = 0;     // REPORT_FAILURE: the root cause's code
+  std::int64_t exitCode = 0;     // REPORT_FAILURE: the root cause's code; LEAVE: the node's
   std::string report;            // REPORT_FAILURE: the root-cause report text
   // REPORT_FAILURE: when the root cause failed (Unix ms, the node's clock):
   // the earliest failure of a round is blamed on its host, not the

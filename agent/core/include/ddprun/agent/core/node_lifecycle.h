@@ -215,7 +215,8 @@ class NodeLifecycle {
   void rejoin(const std::string& reason);
   // Leaves the round, then exits (or drains first when `drain` and hosting).
   void leaveThenExit(NodeExit exit, bool drain);
-  void drainThenExit(NodeExit exit);
+  // `why` begins the log line ("This node is left out").
+  void drainThenExit(NodeExit exit, const std::string& why);
   void exitWith(NodeExit exit);
   // Makes `next` the stop request unless the standing one wins
   // (stop_request.h); whether it did.

@@ -64,7 +64,10 @@ class RoundSource {
   // This node's workers failed.
   virtual void reportFailure(const FailureNotice& failure,
                              std::function<void(FailureAnswer)> done) = 0;
-  virtual void leave(std::int64_t round, std::function<void()> done) = 0;
+  // This node leaves the job, exiting with `exitCode`: 0 when its workers
+  // are done; any other code while the others may still train names it to
+  // them as a node that left (a signal, a lost store, its own failure).
+  virtual void leave(std::int64_t round, int exitCode, std::function<void()> done) = 0;
   // True when this node's process serves the job's store: it waits for the
   // others (waitUntilAllLeft) before it exits with success or exclusion.
   virtual bool hosting() const = 0;

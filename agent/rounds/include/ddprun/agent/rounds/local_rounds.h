@@ -25,7 +25,7 @@ class LocalRounds : public RoundSource {
   void join(std::function<void(JoinResult)> done) override;
   void reportFailure(const FailureNotice& failure,
                      std::function<void(FailureAnswer)> done) override;
-  void leave(std::int64_t round, std::function<void()> done) override;
+  void leave(std::int64_t round, int exitCode, std::function<void()> done) override;
   bool hosting() const override { return false; }
   void waitUntilAllLeft(std::function<void()> done) override;
   // The private store of this attempt, its keys under <run id>/attempt_<restarts>/.

@@ -72,7 +72,7 @@ class NodeRendezvous {
   void asyncJoin(std::function<void(JoinResult)> done);
   void asyncReportFailure(const FailureNotice& failure, std::function<void(FailureAnswer)> done);
   // A lost store is not asked: `done` comes at once.
-  void asyncLeave(std::int64_t round, std::function<void()> done);
+  void asyncLeave(std::int64_t round, int exitCode, std::function<void()> done);
   // Host only: calls `done` once every node has left or the close timeout
   // passed, whichever comes first.
   void asyncWaitUntilAllLeft(std::function<void()> done);

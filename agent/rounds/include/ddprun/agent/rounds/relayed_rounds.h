@@ -35,7 +35,7 @@ class RelayedRounds : public RoundSource {
                      std::function<void(FailureAnswer)> done) override {
     inner_->reportFailure(failure, std::move(done));
   }
-  void leave(std::int64_t round, std::function<void()> done) override;
+  void leave(std::int64_t round, int exitCode, std::function<void()> done) override;
   bool hosting() const override { return inner_->hosting(); }
   void waitUntilAllLeft(std::function<void()> done) override {
     inner_->waitUntilAllLeft(std::move(done));

@@ -26,7 +26,7 @@ class RendezvousRounds : public RoundSource {
   void join(std::function<void(JoinResult)> done) override;
   void reportFailure(const FailureNotice& failure,
                      std::function<void(FailureAnswer)> done) override;
-  void leave(std::int64_t round, std::function<void()> done) override;
+  void leave(std::int64_t round, int exitCode, std::function<void()> done) override;
   bool hosting() const override { return rendezvous_.hosting(); }
   void waitUntilAllLeft(std::function<void()> done) override;
   // The job's store (c10d), or with etcd group rank 0's (MASTER_ADDR:PORT);
