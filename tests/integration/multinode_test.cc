@@ -359,11 +359,34 @@ TEST(MultiNode, ANodeStoppedBySigtermIsNamedByTheOthers) {
     const auto errors = test_support::linesWith(nodes[r].err, "ddprun: error: ");
     ASSERT_EQ(errors.size(), 1u) << nodes[r].err;
     // The second to time out names the first as a node that gave up.
-    EXPECT_NE(errors[0].find(" of 3 nodes joined; missing: node "), std::string::npos)
-        << errors[0];
+    EXPECT_NE(errors[0].find(" of 3 nodes joined; missing: node "), std::string::npos) << errors[0];
     EXPECT_NE(errors[0].find(left), std::string::npos) << errors[0];
     EXPECT_EQ(nodes[r].err.find("of round -1"), std::string::npos) << nodes[r].err;
   }
+}
+
+// A worker that fails after the other node's workers all finished (a crash
+// in its teardown) is not restarted (the finished node would never rejoin):
+// its node exits with the worker's code and report at once, and the store's
+// host, done, exits 0 once it has left.
+TEST(MultiNode, AFailureAfterTheOtherNodeFinishedEndsWithThatFailure) {
+  const std::uint16_t port = freePort();
+  const StopFile stop;
+  const auto options = [port](int index, const std::string& conf) {
+    std::vector<std::string> all = dynamicOptions(port, index, "2", conf);
+    all.back() = "--max_restarts=3";
+    return all;
+  };
+  Node host = startNode(options(0, ",is_host=1"), "echo finished");
+  Node other = startNode(options(1, ",is_host=0"), stop.script("waiting") + "; exit 7");
+  ASSERT_TRUE(host.waitFor("finished", 2)) << host.err;
+  ASSERT_TRUE(host.waitFor("keeping the store up until every node left", 1, 20s, true)) << host.err;
+  stop.create();
+  EXPECT_EQ(other.finish(), 7) << other.err;
+  EXPECT_NE(other.err.find("exit       : 7"), std::string::npos) << other.err;
+  EXPECT_EQ(other.err.find("lost the rendezvous store"), std::string::npos) << other.err;
+  EXPECT_EQ(other.err.find("Restarting"), std::string::npos) << other.err;
+  EXPECT_EQ(host.finish(), 0) << host.err;
 }
 
 TEST(MultiNode, ProgressLinesCanBeTurnedOffAndABadIntervalIsRefused) {

@@ -355,6 +355,53 @@ TEST_F(RendezvousTest, ANodeThatLeavesDuringTheJobIsNamedToTheOthers) {
   EXPECT_FALSE(a->waitEvent(300ms).has_value());
 }
 
+// Once a node's workers all finished (LEAVE 0), a failure of that round on
+// another node (a crash in its teardown) is not restarted: the finished node
+// will not rejoin. Either order: the failure after the LEAVE is refused a
+// restart; a LEAVE after the failure closes the job for the node waiting
+// to rejoin, with the failure's report.
+TEST_F(RendezvousTest, AFailureAfterAnotherNodeFinishedEndsTheJobWithThatFailure) {
+  for (const bool leaveFirst : {true, false}) {
+    SCOPED_TRACE(leaveFirst ? "leave, then failure" : "failure, then leave");
+    server_->stop();
+    SetUp();
+    auto a = client("a"), b = client("b");
+    JoinRequest ra = request("node1", 2, 2), rb = request("node2", 2, 2);
+    ra.maxRestarts = rb.maxRestarts = 3;
+    auto fa = std::async(std::launch::async, [&] { return a->join(ra, 10s); });
+    ASSERT_EQ(b->join(rb, 10s).round, 1);
+    fa.get();
+    protocol::NodeReport done;
+    done.rdzvId = "job";
+    done.nodeId = "node1";
+    done.round = 1;
+    protocol::NodeReport failed = done;
+    failed.nodeId = "node2";
+    failed.exitCode = 139;
+    failed.report = "rank 3 died of SIGSEGV\n";
+    if (leaveFirst) {
+      a->leave(done);
+      EXPECT_FALSE(b->reportFailure(failed).restartAllowed);
+    } else {
+      EXPECT_TRUE(b->reportFailure(failed).restartAllowed);
+      auto rejoin = std::async(std::launch::async, [&] { return b->join(rb, 10s); });
+      a->leave(done);
+      try {
+        rejoin.get();
+        ADD_FAILURE() << "joined a job that cannot re-form";
+      } catch (const RendezvousClosedError& e) {
+        EXPECT_EQ(e.exitCode(), 139);
+        EXPECT_NE(e.report().find("rank 3 died of SIGSEGV\nddprun: not restarting: the workers "
+                                  "of node node1 had already finished"),
+                  std::string::npos)
+            << e.report();
+      }
+    }
+    const auto st = b->status("job", true);
+    EXPECT_TRUE(st.closed);
+  }
+}
+
 // Above its minimum an elastic job of fixed nodes re-forms without the lost
 // node; the next loss that leaves fewer than MIN ends it.
 TEST_F(RendezvousTest, AFixedElasticJobReformsUntilItFallsBelowItsMinimum) {

@@ -43,6 +43,13 @@ std::string lostText(const std::string& nodeId, const std::string& reason) {
   return fmt::format("node {} was lost ({})", printable(nodeId), printable(reason, 200));
 }
 
+std::string finishedNodeText(const std::string& nodeId) {
+  return fmt::format(
+      "ddprun: not restarting: the workers of node {} had already finished (exit code 0), so it "
+      "will not join again and no restart can re-form the job.\n",
+      printable(nodeId));
+}
+
 std::string askedToJoinText(const std::string& nodeId) {
   return fmt::format("node {} asked to join", printable(nodeId));
 }

@@ -68,6 +68,8 @@ struct RendezvousManager::Rendezvous {
   std::string failureReport;
   protocol::FailureSummary lastFailure;      // the failure that ended the latest round
   std::int64_t failures = 0;                 // rounds ended by a worker failure
+  std::string finishedNode;                  // a node of `finishedRound` whose workers all
+  std::int64_t finishedRound = 0;            // finished (LEAVE 0): no restart after it
   std::map<std::string, Node> joining;       // waiting in JOIN
   std::map<std::string, Node> participants;  // of the running round
   std::set<std::string> expected;            // participants of the ended round
@@ -420,10 +422,21 @@ Status RendezvousManager::leave(Peer& peer, const protocol::NodeReport& report,
     markFinishedIfEmpty(*r);
     return Status::kOk;
   }
+  const bool ofTheRound = report.round == r->round && r->participants.contains(report.nodeId);
   r->participants.erase(report.nodeId);
   dropJoiner(*r, report.nodeId);
   r->expected.erase(report.nodeId);
   DDPRUN_INFO("Node {} left rendezvous '{}'.", printable(report.nodeId), printable(report.rdzvId));
+  if (ofTheRound && !r->closed) {
+    // Its workers are done: the job is ending. A failure of this round
+    // (before or after) cannot be restarted, as this node will not rejoin.
+    r->finishedNode = report.nodeId;
+    r->finishedRound = r->round;
+    if (!r->running && r->lastFailure.round == r->round) {
+      failJob(*r, r->lastFailure.exitCode,
+              r->lastFailure.report + policy::finishedNodeText(report.nodeId), "");
+    }
+  }
   markFinishedIfEmpty(*r);
   tryComplete(*r);  // the ended round's others may all be back now
   return Status::kOk;
@@ -443,13 +456,16 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
     r->lastFailure = {report.nodeId, report.round, report.exitCode, report.failedAtMs,
                       report.report};
     ++r->failures;
+    const bool ending = r->finishedRound == r->round;
     const policy::FailureOutcome out =
-        policy::spendRestart(r->settings, r->restarts, report.nodeId, report.giveUp);
+        policy::spendRestart(r->settings, r->restarts, report.nodeId, report.giveUp || ending);
     r->restarts = out.restarts;
     if (out.restartAllowed) {
       endRound(*r, out.endReason, report.nodeId);
     } else {
-      failJob(*r, report.exitCode, report.report, report.nodeId);
+      failJob(*r, report.exitCode,
+              ending ? report.report + policy::finishedNodeText(r->finishedNode) : report.report,
+              report.nodeId);
     }
   }
   // A failure in a round that already ended (another node reported first)

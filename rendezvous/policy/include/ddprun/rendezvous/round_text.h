@@ -28,6 +28,10 @@ std::string rankTaken(std::int64_t nodeRank, const std::string& holder);
 // a node was lost, asked to join, or joined again.
 std::string failedText(const std::string& nodeId, std::int64_t restarts, std::int64_t maxRestarts);
 std::string lostText(const std::string& nodeId, const std::string& reason);
+// The line a failure's report gets when another node's workers had all
+// finished in that round: it will not rejoin, so no restart can re-form the
+// job ("ddprun: not restarting: ...\n").
+std::string finishedNodeText(const std::string& nodeId);
 std::string askedToJoinText(const std::string& nodeId);
 std::string joinedAgainText(const std::string& nodeId);
 
