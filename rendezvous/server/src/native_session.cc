@@ -42,8 +42,8 @@ void NativeSession::closing(const std::string& reason) {
     // loss is named with the pause (noticed here if this runs first).
     const auto now = Clock::now();
     context_.pauses.turn(now);
-    context_.rendezvous->peerLost(*this, reason + context_.pauses.recentPauseNote(
-                                                      now, LoopPauses::kNoticeable * 2));
+    context_.rendezvous->peerLost(
+        *this, reason + context_.pauses.recentPauseNote(now, LoopPauses::kNoticeable * 2));
   }
   for (auto& [id, wait] : waits_) {
     context_.state.removeWaiter(wait.waiter);
