@@ -109,6 +109,7 @@ class ChildProcess {
       const pid_t r = ::waitpid(pid_, &status, WNOHANG);
       if (r == pid_) {
         exitStatus_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (WIFSIGNALED(status)) deathSignal_ = WTERMSIG(status);
         break;
       }
       if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
@@ -116,6 +117,10 @@ class ChildProcess {
     }
     return exitStatus_;
   }
+
+  // The signal that killed the child, after wait() saw it end; 0 when it
+  // exited (an exit code of 128+N is no death by signal N).
+  int deathSignal() const { return deathSignal_; }
 
   // Everything the child wrote to stderr (call after it exited).
   std::string stderrText() {
@@ -165,6 +170,7 @@ class ChildProcess {
   std::string outBuffer_;
   std::string errBuffer_;
   std::optional<int> exitStatus_;
+  int deathSignal_ = 0;
 };
 
 }  // namespace ddprun::test_support

@@ -1,0 +1,186 @@
+#include "chaos_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <random>
+
+namespace ddprun::chaos {
+
+namespace {
+
+constexpr std::array<const char*, static_cast<int>(FaultKind::kCount)> kNames = {
+    "worker-kill",        "worker-exit",       "worker-pause",     "worker-stop",
+    "agent-kill-restart", "agent-pause-short", "agent-pause-long", "agent-term",
+    "store-host-kill",    "partition-heal",    "partition-cut",    "daemon-kill-restart"};
+
+// Uniform in [0, n): the same on every standard library (the distributions
+// are not specified bit for bit).
+int below(std::mt19937_64& random, int n) { return static_cast<int>(random() % n); }
+
+bool applies(FaultKind kind, const Job& job) {
+  switch (kind) {
+    case FaultKind::kWorkerStop:
+      return job.watchdog;
+    case FaultKind::kStoreHostKill:
+      return job.store != Store::kDaemon;
+    case FaultKind::kDaemonKillRestart:
+      return job.store == Store::kDaemon;
+    default:
+      return true;
+  }
+}
+
+// The job a fault of `kind` needs (a seeded one otherwise).
+Job jobFor(FaultKind kind, Job job) {
+  if (kind == FaultKind::kWorkerStop) job.watchdog = true;
+  if (kind == FaultKind::kStoreHostKill && job.store == Store::kDaemon) job.store = Store::kAgent;
+  if (kind == FaultKind::kDaemonKillRestart) job.store = Store::kDaemon;
+  if (job.store == Store::kStatic) job.elastic = false;
+  return job;
+}
+
+// The host whose agent serves the store (-1: a daemon does).
+int storeAgentHost(const Job& job) { return job.store == Store::kDaemon ? -1 : 0; }
+
+}  // namespace
+
+void classify(Plan& plan) {
+  plan.survivable = true;
+  plan.mayDrop.clear();
+  plan.endingFault = 0;
+  int restarts = 0;
+  std::set<int> dropped;
+  const int spareNodes = plan.job.elastic ? 1 : 0;  // 2:3
+  const auto end = [&plan](std::size_t index) {
+    if (!plan.survivable) return;
+    plan.survivable = false;
+    plan.endingFault = index;
+  };
+  for (std::size_t i = 0; i < plan.faults.size(); ++i) {
+    const Fault& f = plan.faults[i];
+    const bool storeHost = f.host == storeAgentHost(plan.job);
+    switch (f.kind) {
+      case FaultKind::kWorkerKill:
+      case FaultKind::kWorkerExit:
+      case FaultKind::kWorkerStop:
+        if (++restarts > kMaxRestarts) end(i);
+        break;
+      case FaultKind::kWorkerPause:
+      case FaultKind::kAgentPauseShort:
+      case FaultKind::kPartitionHeal:
+        break;
+      case FaultKind::kAgentKillRestart:
+        if (storeHost) end(i);
+        break;
+      case FaultKind::kAgentPauseLong:
+      case FaultKind::kAgentTerm:
+      case FaultKind::kPartitionCut:
+        // The daemon runs on host 0 too: cut off, it is the store's loss.
+        if (storeHost || (f.kind == FaultKind::kPartitionCut && f.host == 0)) {
+          end(i);
+        } else if (static_cast<int>(dropped.size()) < spareNodes) {
+          dropped.insert(f.host);
+          plan.mayDrop.insert(f.host);
+        } else {
+          end(i);
+        }
+        break;
+      case FaultKind::kStoreHostKill:
+      case FaultKind::kDaemonKillRestart:
+        end(i);
+        break;
+      case FaultKind::kCount:
+        break;
+    }
+  }
+}
+
+const char* kindName(FaultKind kind) { return kNames.at(static_cast<int>(kind)); }
+
+std::optional<FaultKind> kindNamed(const std::string& name) {
+  for (int k = 0; k < static_cast<int>(FaultKind::kCount); ++k) {
+    if (name == kNames.at(k)) return static_cast<FaultKind>(k);
+  }
+  return std::nullopt;
+}
+
+Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only) {
+  std::mt19937_64 random(seed);
+  Plan plan;
+  plan.seed = seed;
+  plan.job.store = static_cast<Store>(below(random, 3));
+  plan.job.elastic = below(random, 2) == 1;
+  plan.job.watchdog = below(random, 2) == 1;
+  plan.job.oldTorch = below(random, 4) == 0;
+  if (only) plan.job = jobFor(*only, plan.job);
+  if (plan.job.store == Store::kStatic) plan.job.elastic = false;
+  const int count = only ? 1 : 1 + below(random, 3);
+  std::vector<int> steps;
+  for (int i = 0; i < count; ++i) steps.push_back(3 + below(random, kSteps - 10));
+  std::sort(steps.begin(), steps.end());
+  std::set<int> gone;  // hosts a fault took out for good: no later fault there
+  for (int i = 0; i < count; ++i) {
+    Fault f;
+    do {
+      f.kind =
+          only ? *only : static_cast<FaultKind>(below(random, static_cast<int>(FaultKind::kCount)));
+    } while (!applies(f.kind, plan.job));
+    do {
+      f.host = below(random, kHosts);
+    } while (gone.contains(f.host));
+    if (f.kind == FaultKind::kStoreHostKill) f.host = 0;
+    if (f.kind == FaultKind::kDaemonKillRestart) f.host = 0;
+    f.worker = below(random, kWorkersPerHost);
+    f.atStep = steps[i];
+    if (f.kind == FaultKind::kAgentTerm || f.kind == FaultKind::kPartitionCut ||
+        f.kind == FaultKind::kAgentPauseLong || f.kind == FaultKind::kStoreHostKill) {
+      gone.insert(f.host);
+    }
+    plan.faults.push_back(f);
+    if (static_cast<int>(gone.size()) >= kHosts - 1) break;
+  }
+  classify(plan);
+  return plan;
+}
+
+std::string describe(const Plan& plan) {
+  const char* store = plan.job.store == Store::kStatic  ? "static, store on node rank 0's agent"
+                      : plan.job.store == Store::kAgent ? "c10d, store on host 0's agent"
+                                                        : "c10d, store on ddprun-rendezvous";
+  std::string text =
+      fmt::format("seed {}: {}{}{}, PyTorch {}; faults:", plan.seed, store,
+                  plan.job.elastic ? ", elastic 2:3" : ", 3 nodes",
+                  plan.job.watchdog ? ", watchdog" : "", plan.job.oldTorch ? "1.13" : "current");
+  for (const auto& f : plan.faults) {
+    text += fmt::format(
+        " {} host {}{} at step {};", kindName(f.kind), f.host,
+        f.kind <= FaultKind::kWorkerStop ? fmt::format(" worker {}", f.worker) : std::string(),
+        f.atStep);
+  }
+  if (plan.survivable) {
+    text += " -> completes";
+    for (int host : plan.mayDrop) text += fmt::format(" (host {} may drop)", host);
+  } else {
+    text += fmt::format(" -> ends after fault {}", plan.endingFault + 1);
+  }
+  return text;
+}
+
+std::uint64_t undisturbedChecksum(int steps, int samples) {
+  __extension__ using Wide = unsigned __int128;  // products up to 2^124
+  constexpr std::uint64_t kModulus = (std::uint64_t{1} << 61) - 1;
+  constexpr std::uint64_t kMultiplier = 6364136223846793005ULL;
+  std::uint64_t state = 1;
+  for (int step = 0; step < steps; ++step) {
+    std::uint64_t total = 0;
+    for (int i = 0; i < samples; ++i) {
+      total += static_cast<std::uint64_t>((Wide(state) * 31 + Wide(i) * 7 + Wide(step)) % 1000003);
+    }
+    state = static_cast<std::uint64_t>((Wide(state) * kMultiplier + total) % kModulus);
+  }
+  return state;
+}
+
+}  // namespace ddprun::chaos

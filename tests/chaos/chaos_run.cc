@@ -1,0 +1,449 @@
+#include "chaos_run.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "child_process.h"
+#include "host_network.h"
+
+namespace ddprun::chaos {
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using test_support::ChildProcess;
+using test_support::HostNetwork;
+using Clock = std::chrono::steady_clock;
+
+const std::string kDdprun = std::string(DDPRUN_BIN_DIR) + "/ddprun";
+const std::string kDaemonBinary = std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous";
+const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/chaos/chaos_train.py";
+const std::string kCurrentPython = std::string(DDPRUN_VENV_BIN) + "/python";
+const std::string kDebianPython = "/usr/bin/python3";
+constexpr std::uint16_t kPort = 29400;
+constexpr int kSamples = 64;
+constexpr char kToken[] = "chaos-secret";
+
+// One process the harness started (an agent, or the daemon), and what it
+// printed and was sent.
+struct Process {
+  int host = 0;
+  std::unique_ptr<ChildProcess> child;
+  std::string out;
+  std::string err;
+  std::size_t scanned = 0;  // of `out`, lines already parsed
+  std::set<int> signalsSent;
+  fs::path errorFile;
+  bool ended = false;
+  int code = 0;
+  int death = 0;
+  bool restartWhenEnded = false;
+
+  void signal(int sig) {
+    signalsSent.insert(sig);
+    child->signal(sig);
+  }
+  void drain() {
+    out += child->drainStdout();
+    err += child->drainStderr();
+  }
+  bool poll() {
+    if (ended) return false;
+    drain();
+    const auto status = child->wait(0ms);
+    if (!status) return false;
+    out += child->stdoutText();
+    err += child->stderrText();
+    ended = true;
+    code = *status;
+    death = child->deathSignal();
+    return true;
+  }
+};
+
+struct Timed {
+  Clock::time_point at;
+  std::function<void()> action;
+};
+
+class Run {
+ public:
+  Run(const Plan& plan, fs::path folder, bool verbose)
+      : plan_(plan), folder_(std::move(folder)), verbose_(verbose), net_({.hosts = kHosts}) {}
+
+  RunResult go();
+
+ private:
+  std::vector<std::string> agentArgs(int host) const;
+  void startAgent(int host);
+  void startDaemon();
+  void scan(Process& agent);
+  void fire(const Fault& fault);
+  void after(std::chrono::milliseconds delay, std::function<void()> action) {
+    timed_.push_back({Clock::now() + delay, std::move(action)});
+  }
+  std::optional<pid_t> workerOf(int host, int index) const;
+  Process& agentOn(int host) { return *agents_[current_.at(host)]; }
+  bool allEnded() const;
+  void checkInvariants(RunResult& result);
+  void killEverything();
+  void log(const std::string& line) const {
+    if (verbose_) std::cerr << "chaos: " << line << std::endl;
+  }
+
+  const Plan& plan_;
+  fs::path folder_;
+  bool verbose_;
+  HostNetwork net_;
+  std::vector<std::unique_ptr<Process>> agents_;  // every one started, in order
+  std::map<int, std::size_t> current_;            // host -> its agent now
+  std::unique_ptr<Process> daemon_;
+  std::vector<std::unique_ptr<Process>> oldDaemons_;
+  std::vector<Timed> timed_;
+  std::map<int, std::vector<pid_t>> workers_;  // per host, in the order they started
+  std::set<pid_t> allWorkers_;
+  std::size_t fired_ = 0;
+  int stepSinceFault_ = 0;
+  Clock::time_point lastFault_{};
+  std::optional<Clock::time_point> endingFiredAt_;
+  std::optional<std::uint64_t> checksum_;
+  Clock::time_point lastEnd_{};  // when the last agent to end did
+};
+
+std::vector<std::string> Run::agentArgs(int host) const {
+  const Job& job = plan_.job;
+  std::vector<std::string> argv = {kDdprun, fmt::format("--nproc_per_node={}", kWorkersPerHost),
+                                   "--log_prefix=", fmt::format("--max_restarts={}", kMaxRestarts),
+                                   "--local_addr=" + net_.address(host)};
+  std::string conf =
+      "keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=20,last_call_timeout=1,"
+      "close_timeout=5";
+  if (job.store == Store::kStatic) {
+    argv.insert(argv.end(),
+                {"--nnodes=3", fmt::format("--node_rank={}", host),
+                 "--master_addr=" + net_.address(0), fmt::format("--master_port={}", kPort)});
+  } else {
+    if (job.store == Store::kAgent) conf += host == 0 ? ",is_host=1" : ",is_host=0";
+    if (job.store == Store::kDaemon) conf += ",is_host=0";
+    argv.insert(argv.end(), {job.elastic ? "--nnodes=2:3" : "--nnodes=3", "--rdzv_backend=c10d",
+                             "--rdzv_endpoint=" + net_.endpoint(0, kPort), "--rdzv_id=chaos"});
+  }
+  argv.push_back("--rdzv_conf=" + conf);
+  if (job.watchdog) argv.push_back("--watchdog_timeout=3");
+  argv.insert(argv.end(), {job.oldTorch ? kDebianPython : kCurrentPython, kScript});
+  return argv;
+}
+
+void Run::startAgent(int host) {
+  auto agent = std::make_unique<Process>();
+  agent->host = host;
+  agent->errorFile = folder_ / fmt::format("error-host{}-{}.json", host, agents_.size());
+  agent->child = net_.start(host, agentArgs(host),
+                            {{"DDPRUN_TOKEN", kToken},
+                             {"OMP_NUM_THREADS", "1"},
+                             {"CHAOS_STEPS", std::to_string(kSteps)},
+                             {"CHAOS_SAMPLES", std::to_string(kSamples)},
+                             {"CHAOS_STEP_SECONDS", "0.15"},
+                             {"CHAOS_CHECKPOINT", (folder_ / "checkpoint").string()},
+                             {"CHAOS_DIR", folder_.string()},
+                             {"TORCHELASTIC_ERROR_FILE", agent->errorFile.string()}});
+  current_[host] = agents_.size();
+  agents_.push_back(std::move(agent));
+  log(fmt::format("agent started on host {}", host));
+}
+
+void Run::startDaemon() {
+  if (daemon_) oldDaemons_.push_back(std::move(daemon_));
+  daemon_ = std::make_unique<Process>();
+  daemon_->child =
+      net_.start(0, {kDaemonBinary, "--host", "0.0.0.0", "--port", std::to_string(kPort)},
+                 {{"DDPRUN_TOKEN", kToken}});
+}
+
+// Worker lines: "start rank R world W pid P ...", "step N world W",
+// "checksum X".
+void Run::scan(Process& agent) {
+  static const std::regex start(R"(^start rank \d+ world \d+ pid (\d+))");
+  static const std::regex step(R"(^step (\d+) world \d+)");
+  static const std::regex checksum(R"(^checksum (\d+))");
+  for (;;) {
+    const auto end = agent.out.find('\n', agent.scanned);
+    if (end == std::string::npos) return;
+    const std::string line = agent.out.substr(agent.scanned, end - agent.scanned);
+    agent.scanned = end + 1;
+    if (verbose_) std::cerr << "host " << agent.host << ": " << line << "\n";
+    std::smatch m;
+    if (std::regex_search(line, m, start)) {
+      const pid_t pid = std::stoi(m[1]);
+      workers_[agent.host].push_back(pid);
+      allWorkers_.insert(pid);
+    } else if (std::regex_search(line, m, step)) {
+      stepSinceFault_ = std::max(stepSinceFault_, std::stoi(m[1]));
+    } else if (std::regex_search(line, m, checksum)) {
+      checksum_ = std::stoull(m[1]);
+    }
+  }
+}
+
+std::optional<pid_t> Run::workerOf(int host, int index) const {
+  const auto it = workers_.find(host);
+  if (it == workers_.end() || it->second.empty()) return std::nullopt;
+  const auto& pids = it->second;
+  const std::size_t latest = pids.size() >= kWorkersPerHost ? pids.size() - kWorkersPerHost : 0;
+  return pids[std::min(pids.size() - 1, latest + static_cast<std::size_t>(index))];
+}
+
+void Run::fire(const Fault& f) {
+  log(fmt::format("fault: {} on host {}", kindName(f.kind), f.host));
+  const auto worker = workerOf(f.host, f.worker);
+  switch (f.kind) {
+    case FaultKind::kWorkerKill:
+      if (worker) ::kill(*worker, SIGKILL);
+      break;
+    case FaultKind::kWorkerExit:
+      if (worker) std::ofstream(folder_ / fmt::format("exit-{}", *worker)).put('1');
+      break;
+    case FaultKind::kWorkerPause:
+      if (worker) {
+        ::kill(*worker, SIGSTOP);
+        after(1000ms, [pid = *worker] { ::kill(pid, SIGCONT); });
+      }
+      break;
+    case FaultKind::kWorkerStop:
+      if (worker) ::kill(*worker, SIGSTOP);
+      break;
+    case FaultKind::kAgentKillRestart:
+      agentOn(f.host).restartWhenEnded = true;
+      agentOn(f.host).signal(SIGKILL);
+      break;
+    case FaultKind::kAgentPauseShort:
+    case FaultKind::kAgentPauseLong: {
+      Process& agent = agentOn(f.host);
+      agent.signal(SIGSTOP);
+      after(f.kind == FaultKind::kAgentPauseShort ? 500ms : 6000ms,
+            [&agent] { agent.signal(SIGCONT); });
+      break;
+    }
+    case FaultKind::kAgentTerm:
+      agentOn(f.host).signal(SIGTERM);
+      break;
+    case FaultKind::kStoreHostKill:
+      agentOn(f.host).signal(SIGKILL);
+      break;
+    case FaultKind::kPartitionHeal:
+      net_.cut(f.host);
+      after(500ms, [this, host = f.host] { net_.restore(host); });
+      break;
+    case FaultKind::kPartitionCut:
+      net_.cut(f.host);
+      break;
+    case FaultKind::kDaemonKillRestart:
+      if (daemon_) {
+        daemon_->signal(SIGKILL);
+        after(500ms, [this] { startDaemon(); });
+      }
+      break;
+    case FaultKind::kCount:
+      break;
+  }
+}
+
+bool Run::allEnded() const {
+  for (const auto& [host, index] : current_) {
+    const Process& agent = *agents_[index];
+    if (!agent.ended || agent.restartWhenEnded) return false;
+  }
+  return true;
+}
+
+void Run::killEverything() {
+  for (auto& agent : agents_) {
+    if (!agent->ended) {
+      agent->signal(SIGCONT);
+      agent->signal(SIGKILL);
+    }
+  }
+  for (int h = 0; h < kHosts; ++h) net_.crash(h);
+}
+
+RunResult Run::go() {
+  RunResult result;
+  const auto started = Clock::now();
+  fs::create_directories(folder_);
+  if (plan_.job.store == Store::kDaemon) startDaemon();
+  for (int h = 0; h < kHosts; ++h) startAgent(h);
+  bool timedOut = false;
+  while (true) {
+    const auto now = Clock::now();
+    for (auto& agent : agents_) {
+      if (agent->poll()) {
+        lastEnd_ = now;
+        log(fmt::format("agent on host {} ended: {}", agent->host, agent->code));
+      }
+      scan(*agent);
+    }
+    if (daemon_) daemon_->poll();
+    for (std::size_t i = 0; i < timed_.size();) {
+      if (timed_[i].at <= now) {
+        auto action = std::move(timed_[i].action);
+        timed_.erase(timed_.begin() + static_cast<std::ptrdiff_t>(i));
+        action();
+      } else {
+        ++i;
+      }
+    }
+    for (int h = 0; h < kHosts; ++h) {
+      Process& agent = agentOn(h);
+      if (agent.ended && agent.restartWhenEnded) {
+        agent.restartWhenEnded = false;
+        startAgent(h);  // as a scheduler would
+      }
+    }
+    if (fired_ < plan_.faults.size() && timed_.empty() &&
+        stepSinceFault_ >= plan_.faults[fired_].atStep && now - lastFault_ >= 1s &&
+        !agentOn(plan_.faults[fired_].host).ended) {
+      const Fault& f = plan_.faults[fired_];
+      fire(f);
+      if (!plan_.survivable && fired_ == plan_.endingFault) endingFiredAt_ = now;
+      ++fired_;
+      stepSinceFault_ = 0;
+      lastFault_ = now;
+    }
+    if (allEnded() && timed_.empty()) break;
+    if (now - started > kRunLimit) {
+      timedOut = true;
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  if (timedOut) {
+    result.violations.push_back(fmt::format("the job did not end within {} s", kRunLimit.count()));
+    killEverything();
+  }
+  checkInvariants(result);
+  return result;
+}
+
+void Run::checkInvariants(RunResult& result) {
+  auto& violations = result.violations;
+  // A fault that did not fire (the job ended first) is no part of the verdict.
+  Plan judged = plan_;
+  judged.faults.resize(fired_);
+  classify(judged);
+  std::vector<int> codes;
+  for (const auto& [host, index] : current_) codes.push_back(agents_[index]->code);
+  result.outcome = fmt::format("{} (exit codes {})", judged.survivable ? "completes" : "ends",
+                               fmt::join(codes, " "));
+  for (const auto& agent : agents_) {
+    if (agent->death != 0 && !agent->signalsSent.contains(agent->death)) {
+      violations.push_back(fmt::format("ddprun on host {} died of signal {} that nobody sent it",
+                                       agent->host, agent->death));
+    }
+  }
+  for (auto* daemon : {daemon_.get()}) {
+    if (daemon != nullptr && daemon->ended && daemon->death != 0 &&
+        !daemon->signalsSent.contains(daemon->death)) {
+      violations.push_back(
+          fmt::format("ddprun-rendezvous died of signal {} that nobody sent it", daemon->death));
+    }
+  }
+  if (judged.survivable) {
+    const std::uint64_t expected = undisturbedChecksum(kSteps, kSamples);
+    if (!checksum_) {
+      violations.push_back("the job printed no checksum: it did not complete");
+    } else if (*checksum_ != expected) {
+      violations.push_back(
+          fmt::format("checksum {} is not the undisturbed {}", *checksum_, expected));
+    }
+    for (const auto& [host, index] : current_) {
+      const Process& agent = *agents_[index];
+      if (agent.code != 0 && !judged.mayDrop.contains(host)) {
+        violations.push_back(
+            fmt::format("ddprun on host {} exited {} in a job that survives", host, agent.code));
+      }
+    }
+  } else {
+    if (std::all_of(codes.begin(), codes.end(), [](int c) { return c == 0; })) {
+      violations.push_back("every node exited 0 after a fault the job cannot survive");
+    }
+    if (endingFiredAt_ && lastEnd_ - *endingFiredAt_ > kEndBound) {
+      violations.push_back(
+          fmt::format("the job took {:.1f} s to end after {}, over the bound of {} s",
+                      std::chrono::duration<double>(lastEnd_ - *endingFiredAt_).count(),
+                      kindName(plan_.faults[plan_.endingFault].kind), kEndBound.count()));
+    }
+    for (const auto& [host, index] : current_) {
+      const Process& agent = *agents_[index];
+      if (agent.code == 0 || !agent.signalsSent.empty()) continue;
+      const bool says = agent.err.find("ddprun: error") != std::string::npos ||
+                        agent.err.find("FAILED") != std::string::npos;
+      if (!says) {
+        violations.push_back(fmt::format("ddprun on host {} exited {} without saying why on stderr",
+                                         host, agent.code));
+      }
+      std::ifstream file(agent.errorFile);
+      std::stringstream content;
+      content << file.rdbuf();
+      if (content.str().find("\"message\"") == std::string::npos) {
+        violations.push_back(fmt::format("ddprun on host {} exited {} without an error file ({})",
+                                         host, agent.code, agent.errorFile.string()));
+      }
+    }
+  }
+  // Nothing left running: the daemon is stopped first (the harness's own).
+  if (daemon_ && !daemon_->ended) {
+    daemon_->signal(SIGTERM);
+    daemon_->child->wait(10s);
+  }
+  const auto deadline = Clock::now() + 10s;
+  std::vector<pid_t> alive;
+  do {
+    alive.clear();
+    for (pid_t pid : allWorkers_) {
+      if (::kill(pid, 0) == 0 || errno != ESRCH) alive.push_back(pid);
+    }
+    if (alive.empty()) break;
+    std::this_thread::sleep_for(50ms);
+  } while (Clock::now() < deadline);
+  for (pid_t pid : alive) {
+    violations.push_back(fmt::format("worker pid {} outlived its job", pid));
+  }
+  for (int h = 0; h < kHosts; ++h) {
+    ChildProcess ip({"/bin/sh", "-c", "ip netns pids " + net_.namespaceName(h)});
+    ip.wait(10s);
+    std::istringstream list(ip.stdoutText());
+    std::string pid;
+    std::vector<std::string> left;
+    while (list >> pid) left.push_back(pid);
+    if (!left.empty()) {
+      violations.push_back(
+          fmt::format("host {} still runs processes {} after the job", h, fmt::join(left, ", ")));
+    }
+  }
+}
+
+}  // namespace
+
+RunResult runPlan(const Plan& plan, const fs::path& folder, bool verbose) {
+  Run run(plan, folder, verbose);
+  return run.go();
+}
+
+}  // namespace ddprun::chaos

@@ -1,0 +1,44 @@
+// ChaosRun: runs one ChaosPlan on hosts made of network namespaces
+// (tests/support/host_network.h): three ddprun agents, 2 Python workers
+// each (tests/chaos/chaos_train.py), the plan's faults at their steps; then
+// checks the invariants and returns every violation, one line each:
+//   - a survivable plan completes: rank 0 prints the undisturbed checksum,
+//     and every agent exits 0 (those of hosts allowed to drop out may exit
+//     with any code);
+//   - any other plan ends: every agent exits within kEndBound of the fault
+//     that ends it, at least one with a non-zero code, and each agent the
+//     harness did not signal that exits non-zero says why on stderr
+//     ("ddprun: error:" or a FAILED report) and in its error file
+//     (TORCHELASTIC_ERROR_FILE);
+//   - no ddprun (nor ddprun-rendezvous) dies of a signal the harness did not
+//     send it;
+//   - nothing is left running: no process in any host once the agents end,
+//     no worker of any attempt;
+//   - no run outlives kRunLimit.
+//
+// Thread-safety: one thread drives it.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "chaos_plan.h"
+
+namespace ddprun::chaos {
+
+inline constexpr std::chrono::seconds kEndBound{45};
+inline constexpr std::chrono::seconds kRunLimit{180};
+
+struct RunResult {
+  std::vector<std::string> violations;
+  std::string outcome;  // "completed", "ended (exit codes 1 1 143)", ...
+  double seconds = 0;
+};
+
+// `folder`: the run's checkpoint, error files and logs (kept for a failed
+// run). `verbose`: the agents' output goes to stderr as it comes.
+RunResult runPlan(const Plan& plan, const std::filesystem::path& folder, bool verbose);
+
+}  // namespace ddprun::chaos

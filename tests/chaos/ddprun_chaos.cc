@@ -1,0 +1,108 @@
+// ddprun-chaos: a seeded fault soak of ddprun jobs on hosts made of network
+// namespaces (docs/self-healing.md, "The chaos soak").
+//
+//   ddprun-chaos --seed 7               one run; the same seed replays it
+//   ddprun-chaos --seed 1 --runs 500    seeds 1 to 500
+//   ddprun-chaos --seed 1 --each-kind   one run of each fault kind (CI)
+//   ddprun-chaos --seed 3 --kind agent-term --verbose
+//
+// Each run prints one line (its plan, outcome, time and violations); the
+// last line is "runs=N violations=V". Exit 0 when V is 0, 1 otherwise, 2 for
+// bad usage or a machine that cannot make the hosts. A failed run's files
+// stay in --folder (default: a temporary folder, removed after a clean run).
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "chaos_plan.h"
+#include "chaos_run.h"
+#include "host_network.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ddprun::chaos::FaultKind;
+
+int usage(const std::string& problem) {
+  std::cerr << "ddprun-chaos: " << problem
+            << "\nusage: ddprun-chaos --seed N [--runs K | --each-kind | --kind NAME] [--folder "
+               "DIR] [--verbose]\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::uint64_t seed = 0;
+  bool seedGiven = false;
+  int runs = 1;
+  bool eachKind = false;
+  bool verbose = false;
+  std::optional<FaultKind> only;
+  fs::path folder = fs::temp_directory_path() / fmt::format("ddprun-chaos-{}", ::getpid());
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (arg == "--seed") {
+        seed = std::stoull(value());
+        seedGiven = true;
+      } else if (arg == "--runs") {
+        runs = std::stoi(value());
+      } else if (arg == "--each-kind") {
+        eachKind = true;
+      } else if (arg == "--kind") {
+        const std::string name = value();
+        only = ddprun::chaos::kindNamed(name);
+        if (!only) return usage("no fault kind is called '" + name + "'");
+      } else if (arg == "--folder") {
+        folder = value();
+      } else if (arg == "--verbose") {
+        verbose = true;
+      } else {
+        return usage("unknown argument '" + arg + "'");
+      }
+    } catch (const std::exception& e) {
+      return usage(e.what());
+    }
+  }
+  if (!seedGiven) return usage("--seed is required (it makes a run reproducible)");
+  if (runs < 1) return usage("--runs must be at least 1");
+  if (const auto why = ddprun::test_support::HostNetwork::unavailable()) {
+    std::cerr << "ddprun-chaos: cannot make hosts on this machine: " << *why << "\n";
+    return 2;
+  }
+  const int total = eachKind ? static_cast<int>(FaultKind::kCount) : runs;
+  int violations = 0;
+  for (int i = 0; i < total; ++i) {
+    const std::uint64_t runSeed = seed + static_cast<std::uint64_t>(i);
+    const auto kind = eachKind ? std::optional<FaultKind>(static_cast<FaultKind>(i)) : only;
+    const auto plan = ddprun::chaos::drawPlan(runSeed, kind);
+    const fs::path runFolder = folder / fmt::format("seed-{}", runSeed);
+    fs::remove_all(runFolder);
+    const auto result = ddprun::chaos::runPlan(plan, runFolder, verbose);
+    std::cout << fmt::format("{} => {} in {:.1f} s{}", ddprun::chaos::describe(plan),
+                             result.outcome, result.seconds,
+                             result.violations.empty() ? "" : "; VIOLATIONS:")
+              << std::endl;
+    for (const auto& v : result.violations) std::cout << "  - " << v << std::endl;
+    if (result.violations.empty()) {
+      fs::remove_all(runFolder);
+    } else {
+      std::cout << "  files: " << runFolder.string() << std::endl;
+      violations += static_cast<int>(result.violations.size());
+    }
+  }
+  std::error_code ignored;
+  fs::remove(folder, ignored);  // only when empty: a failed run's files stay
+  std::cout << fmt::format("runs={} violations={}", total, violations) << std::endl;
+  return violations == 0 ? 0 : 1;
+}
