@@ -569,15 +569,13 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or a job of one worker); drop --store_relay or "
         "use --worker_store=agent");
   }
-  // auto: a job that can reach kRelayFromWorldSize workers (docs/multinode.md,
-  // "The node relay": below it one store serves every worker well, and
-  // MASTER_ADDR stays group rank 0's address, as under torchrun).
-  const long long largestWorld =
-      static_cast<long long>(config.rendezvous.maxNodes) * config.nprocPerNode;
+  // auto: every job that can span nodes (docs/multinode.md, "The node
+  // relay"; docs/security.md): between nodes only the agents' authenticated
+  // protocol travels, and no worker opens a PyTorch TCPStore connection to
+  // another host.
   config.relayWorkersStore =
       o.storeRelay == "on" ||
-      (o.storeRelay == "auto" && config.useAgentStore && config.rendezvous.maxNodes > 1 &&
-       largestWorld >= kRelayFromWorldSize);
+      (o.storeRelay == "auto" && config.useAgentStore && config.rendezvous.maxNodes > 1);
   // Every node of a job must name the same rendezvous: only a job of one
   // node gets a random id when none was given.
   const bool single = config.rendezvous.mode == agent::RendezvousMode::kStandalone;

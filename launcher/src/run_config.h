@@ -25,10 +25,6 @@ struct NodeRange {
 // error file come before Slurm's SIGKILL (docs/multinode.md).
 inline constexpr std::chrono::milliseconds kSlurmShutdownTimeout{20'000};
 
-// --store_relay=auto relays the workers' store for jobs that can reach this
-// many workers (docs/multinode.md, "The node relay").
-inline constexpr long long kRelayFromWorldSize = 1024;
-
 // Throws ConfigError. `notices` receives lines to print before starting
 // (for example torchrun's OMP_NUM_THREADS banner).
 agent::AgentConfig buildAgentConfig(const LaunchOptions& options, std::string& notices);

@@ -154,7 +154,8 @@ TEST(Network, StaticJobAcrossHosts) {
   }
   for (auto& node : nodes) {
     ASSERT_EQ(node.finish(60s), 0) << node.out << node.err;
-    EXPECT_NE(node.out.find("world 3 master " + net.address(0)), std::string::npos) << node.out;
+    // The default relays the workers' store: MASTER_ADDR is this host's relay.
+    EXPECT_NE(node.out.find("world 3 master 127.0.0.1"), std::string::npos) << node.out;
     EXPECT_NE(node.out.find("done rank"), std::string::npos) << node.out;
   }
 }
@@ -463,6 +464,7 @@ TEST(Network, TwoInterfacesOnlyOneShared) {
     std::vector<Node> nodes;
     for (int h = 0; h < 2; ++h) {
       auto options = elasticOptions(net, port, 0, "2", h == 0 ? ",is_host=1" : "");
+      options.push_back("--store_relay=off");  // MASTER_ADDR: group rank 0's address
       if (localAddr) options.push_back("--local_addr=" + net.address(h));
       nodes.push_back(startAgent(net, h, options));
     }
@@ -536,8 +538,9 @@ dist.destroy_process_group()
 )";
 
 // Three hosts of four Python workers train DDP, each host's workers through
-// its own relay: MASTER_ADDR is 127.0.0.1 on every host, and the workers'
-// store (served by group rank 0's agent) sees one connection per host.
+// its own relay (the default): MASTER_ADDR is 127.0.0.1 on every host, and
+// the workers' store (served by group rank 0's agent) sees one connection
+// per host.
 // Under the current PyTorch and, when Debian's is there, PyTorch 1.13.
 TEST(Network, ThreeHostsOfFourWorkersTrainDdpThroughTheirRelays) {
   SKIP_WITHOUT_NAMESPACES();
@@ -557,8 +560,7 @@ TEST(Network, ThreeHostsOfFourWorkersTrainDdpThroughTheirRelays) {
                     options.end());
       std::vector<std::string> argv = {kDdprun};
       argv.insert(argv.end(), options.begin(), options.end());
-      argv.insert(argv.end(), {"--nproc_per_node=4", "--store_relay=on", "--log_prefix=", python,
-                               "-c", kDdpScript});
+      argv.insert(argv.end(), {"--nproc_per_node=4", "--log_prefix=", python, "-c", kDdpScript});
       nodes.push_back(
           Node{net.start(h, argv, {{"DDPRUN_TOKEN", kToken}, {"OMP_NUM_THREADS", "1"}}), "", ""});
     }
@@ -596,7 +598,7 @@ TEST(Network, Ipv6Only) {
     nodes.push_back(startAgent(
         net, h,
         {"--nnodes=2", fmt::format("--node_rank={}", h), "--master_addr=" + net.address(0),
-         "--master_port=29500", "--nproc_per_node=1"}));
+         "--master_port=29500", "--nproc_per_node=1", "--store_relay=off"}));
   }
   for (auto& node : nodes) {
     ASSERT_EQ(node.finish(60s), 0) << node.out << node.err;

@@ -108,7 +108,8 @@ void Upstream::retryConnect(const std::string& why) {
   boost::system::error_code ignored;
   socket_.close(ignored);
   ++generation_;  // what the old socket still completes is ignored
-  retryTimer_.expires_after(std::chrono::milliseconds(50));
+  retryTimer_.expires_after(std::min<std::chrono::steady_clock::duration>(
+      backoff_.next(), connectDeadline_ - std::chrono::steady_clock::now()));
   retryTimer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec && !self->lost_) self->connect();
   });

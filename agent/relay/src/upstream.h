@@ -24,6 +24,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "ddprun/common/retry_backoff.h"
 #include "ddprun/rendezvous/input_buffer.h"
 #include "ddprun/rendezvous/protocol.h"
 
@@ -87,6 +88,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   boost::asio::ip::tcp::socket socket_;
   boost::asio::ip::tcp::resolver resolver_;
   boost::asio::steady_timer retryTimer_;
+  RetryBackoff backoff_;  // between attempts to connect (ddprun's one policy)
   Options options_;
   std::function<void(const std::string&)> onLost_;
   std::function<void()> onReady_;

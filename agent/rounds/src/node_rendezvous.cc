@@ -180,7 +180,10 @@ bool NodeRendezvous::tryToHost(std::string& why) {
   options.port = rdzv_.endpointPort;
   options.token = rdzv_.token;
   options.name = "ddprun-agent-store";
-  options.strict = config_.strictStore;
+  // With node relays no PyTorch TCPStore client has any business here:
+  // refused from every address, so between hosts only the agents'
+  // authenticated protocol travels (docs/security.md).
+  options.strict = config_.strictStore || config_.relayWorkersStore;
   options.metricsPort = rdzv_.metricsPort;
   options.metricsHost = "0.0.0.0";
   try {

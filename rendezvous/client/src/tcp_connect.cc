@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/retry_backoff.h"
 #include "poll_timeout.h"
 
 namespace ddprun::rendezvous {
@@ -95,8 +96,7 @@ int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_
                        const std::atomic<bool>* cancel, const std::string& source) {
   constexpr auto kMaxAttempt = std::chrono::seconds(1);
   std::set<std::string> failures;  // distinct reasons, for the final message
-  auto backoff = std::chrono::milliseconds(10);
-  std::minstd_rand jitter(static_cast<unsigned>(Clock::now().time_since_epoch().count()));
+  RetryBackoff backoff;
   const std::string service = std::to_string(port);
   for (;;) {
     addrinfo hints{};
@@ -139,15 +139,12 @@ int connectWithBackoff(const std::string& host, std::uint16_t port, Clock::time_
     }
     const auto now = Clock::now();
     if (now >= deadline) break;
-    // Sleep backoff +-25 %, never past the deadline.
-    const auto spread = backoff.count() / 4;
-    const auto sleep = std::chrono::milliseconds(
-        backoff.count() - spread + static_cast<std::int64_t>(jitter() % (2 * spread + 1)));
+    // Never past the deadline.
+    const auto sleep = backoff.next();
     if (cancel != nullptr && cancel->load()) {
       throw NetworkError(fmt::format("connecting to the store at {}:{} was cancelled", host, port));
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(sleep, deadline - now));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   std::string reasons;
   for (const auto& f : failures) reasons += (reasons.empty() ? "" : "; ") + f;
