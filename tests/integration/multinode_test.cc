@@ -427,24 +427,52 @@ TEST(MultiNode, EveryNodePointsAtTheStandaloneDaemon) {
   EXPECT_EQ(daemon.wait(10s), 0);
 }
 
-// docs/security.md on a real two-node job with a token: a worker (holding
-// only its credential) tries to end the job; TCPStore clients (no token)
-// from a member address and from a foreign one overwrite and delete what
-// they can reach and set the control key that used to end a job. The job
-// finishes with exit 0 on both nodes.
+// The default on several nodes (node relays, a token): between hosts only
+// the agents' protocol; a PyTorch TCPStore client is refused by the job's
+// store at its first byte, even from a member node's address.
+TEST(MultiNode, WithRelaysNoTcpStoreClientReachesTheJobsStore) {
+  const std::uint16_t port = freePort();
+  const std::string attacker =
+      std::string(DDPRUN_SOURCE_DIR) + "/tests/integration/scripts/store_attacker.py";
+  const StopFile stop;
+  std::vector<Node> nodes;
+  for (int r = 0; r < 2; ++r) {
+    nodes.push_back(
+        startNode({"--nnodes=2", fmt::format("--node_rank={}", r), "--master_addr=127.0.0.1",
+                   fmt::format("--master_port={}", port), "--nproc_per_node=1", "--rdzv_id=job",
+                   fmt::format("--local_addr=127.0.0.{}", r + 1), "--log_prefix="},
+                  stop.script("ready $MASTER_ADDR")));
+  }
+  for (auto& node : nodes) ASSERT_TRUE(node.waitFor("ready 127.0.0.1")) << node.err;
+  ChildProcess tcp({"/usr/bin/python3", attacker, "tcpstore", "127.0.0.1", std::to_string(port),
+                    "127.0.0.2", "job"});
+  ASSERT_EQ(tcp.wait(20s), 0) << tcp.stderrText();
+  EXPECT_EQ(tcp.stdoutText().rfind("closed", 0), 0u) << tcp.stdoutText();
+  stop.create();
+  for (auto& node : nodes) EXPECT_EQ(node.finish(), 0) << node.err;
+}
+
+// docs/security.md on a real two-node job with a token, in torchrun's model
+// (--store_relay=off): a worker (holding only its credential) tries to end
+// the job; TCPStore clients (no token) from a member address and from a
+// foreign one overwrite and delete what they can reach and set the control
+// key that used to end a job. The job finishes with exit 0 on both nodes.
+// (With the relays, the default, TCPStore clients are refused from every
+// address: WithRelaysNoTcpStoreClientReachesTheJobsStore.)
 TEST(MultiNode, AttacksFromWorkersAndTcpStoreClientsCannotEndTheJob) {
   const std::uint16_t port = freePort();
   const std::string attacker =
       std::string(DDPRUN_SOURCE_DIR) + "/tests/integration/scripts/store_attacker.py";
   std::vector<Node> nodes;
   for (int r = 0; r < 2; ++r) {
-    nodes.push_back(startNode(
-        {"--nnodes=2", fmt::format("--node_rank={}", r), "--master_addr=127.0.0.1",
-         fmt::format("--master_port={}", port), "--nproc_per_node=2", "--rdzv_id=job",
-         fmt::format("--local_addr=127.0.0.{}", r + 1), "--log_prefix=", "--max_restarts=0"},
-        "if [ $RANK = 0 ]; then /usr/bin/python3 " + attacker +
-            " native $DDPRUN_STORE_HOST $DDPRUN_STORE_PORT \"$DDPRUN_TOKEN\" job; fi; "
-            "echo ready $RANK; sleep 3; echo done $RANK"));
+    nodes.push_back(
+        startNode({"--nnodes=2", fmt::format("--node_rank={}", r), "--master_addr=127.0.0.1",
+                   fmt::format("--master_port={}", port), "--nproc_per_node=2", "--rdzv_id=job",
+                   fmt::format("--local_addr=127.0.0.{}", r + 1),
+                   "--log_prefix=", "--max_restarts=0", "--store_relay=off"},
+                  "if [ $RANK = 0 ]; then /usr/bin/python3 " + attacker +
+                      " native $DDPRUN_STORE_HOST $DDPRUN_STORE_PORT \"$DDPRUN_TOKEN\" job; fi; "
+                      "echo ready $RANK; sleep 3; echo done $RANK"));
   }
   ASSERT_TRUE(nodes[0].waitFor("ready 0")) << nodes[0].err;
   for (const char* source : {"127.0.0.1", "127.0.0.9"}) {

@@ -181,9 +181,10 @@ bool NodeRendezvous::tryToHost(std::string& why) {
   options.token = rdzv_.token;
   options.name = "ddprun-agent-store";
   // With node relays no PyTorch TCPStore client has any business here:
-  // refused from every address, so between hosts only the agents'
-  // authenticated protocol travels (docs/security.md).
-  options.strict = config_.strictStore || config_.relayWorkersStore;
+  // with a token, refused from every address, so between hosts only the
+  // agents' authenticated protocol travels (docs/security.md; without a
+  // token the store is open, as torchrun's).
+  options.strict = config_.strictStore || (config_.relayWorkersStore && !rdzv_.token.empty());
   options.metricsPort = rdzv_.metricsPort;
   options.metricsHost = "0.0.0.0";
   try {
