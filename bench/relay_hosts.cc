@@ -56,9 +56,11 @@ std::string dotted(std::uint32_t address) {
                      address & 0xFF);
 }
 
-[[noreturn]] void hostRelays(int first, int count, const std::string& host, std::uint16_t port,
-                             const std::string& token, std::chrono::microseconds addWindow,
-                             int commands, int replies) {
+// `total`: every process's relays together (as one round's nodes, they
+// spread their first connects as agents do).
+[[noreturn]] void hostRelays(int first, int count, int total, const std::string& host,
+                             std::uint16_t port, const std::string& token,
+                             std::chrono::microseconds addWindow, int commands, int replies) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
     asio::io_context io;
@@ -75,6 +77,7 @@ std::string dotted(std::uint32_t address) {
       options.listenPort = RelayHosts::kRelayPort;
       options.sourceHost = options.listenHost;
       options.addWindow = addWindow;
+      options.connectSpread = agent::relayConnectSpread(static_cast<std::uint32_t>(total));
       relays.push_back(
           std::make_unique<agent::NodeRelay>(io, options, [&](const std::string& reason) {
             if (failure.empty()) failure = reason;
@@ -135,7 +138,7 @@ void RelayHosts::start(int relays, int workersPerRelay, const std::string& host,
     if (pid == 0) {
       ::close(command[1]);
       ::close(reply[0]);
-      hostRelays(first, count, host, port, token, addWindow, command[0], reply[1]);
+      hostRelays(first, count, relays, host, port, token, addWindow, command[0], reply[1]);
     }
     ::close(command[0]);
     ::close(reply[1]);

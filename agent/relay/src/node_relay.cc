@@ -14,6 +14,10 @@
 
 namespace ddprun::agent {
 
+std::chrono::microseconds relayConnectSpread(std::uint32_t nodes) {
+  return std::chrono::microseconds(100) * nodes;
+}
+
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using relay::RelayContext;
@@ -55,6 +59,7 @@ class NodeRelay::Impl : public std::enable_shared_from_this<Impl> {
     upstream.sourceHost = o.sourceHost;
     upstream.maxFrameBytes = o.limits.maxFrameBytes;
     upstream.connectTimeout = o.connectTimeout;
+    upstream.connectSpread = o.connectSpread;
     std::weak_ptr<Impl> weak = weak_from_this();
     upstream_ = std::make_shared<Upstream>(io_.get_executor(), std::move(upstream),
                                            [weak](const std::string& reason) {

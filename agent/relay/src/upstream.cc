@@ -3,6 +3,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -32,7 +33,13 @@ Upstream::Upstream(asio::any_io_executor executor, Options options,
 void Upstream::start(std::function<void()> onReady) {
   onReady_ = std::move(onReady);
   connectDeadline_ = std::chrono::steady_clock::now() + options_.connectTimeout;
-  connect();
+  if (options_.connectSpread.count() <= 0) return connect();
+  std::mt19937_64 random{std::random_device{}()};
+  retryTimer_.expires_after(std::chrono::microseconds(static_cast<std::int64_t>(
+      random() % static_cast<std::uint64_t>(options_.connectSpread.count()))));
+  retryTimer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec && !self->lost_) self->connect();
+  });
 }
 
 void Upstream::connect() {

@@ -52,6 +52,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
     std::string sourceHost;  // empty: any
     std::size_t maxFrameBytes = 64 * 1024 * 1024;
     std::chrono::milliseconds connectTimeout{30000};
+    std::chrono::microseconds connectSpread{0};  // the first connect's random delay, below
   };
 
   Upstream(boost::asio::any_io_executor executor, Options options,

@@ -31,6 +31,7 @@ void RelayedRounds::join(std::function<void(JoinResult)> done) {
       options.upstreamPort = static_cast<std::uint16_t>(a.masterPort);
       options.token = token_;
       options.name = fmt::format("relay of group rank {}", a.groupRank);
+      options.connectSpread = relayConnectSpread(a.groupWorldSize);
       if (publish_) {
         options.reportEvery = kPublishEvery;
         options.onReport = [publish = publish_](const RelayCounters& counters) {

@@ -69,6 +69,10 @@ struct RelayOptions {
   int listenBacklog = 4096;                       // the kernel caps it at net.core.somaxconn
   // How long the upstream connect keeps retrying a refused connection.
   std::chrono::milliseconds connectTimeout{30000};
+  // The first connect waits a random time in [0, this): relays that start
+  // together (a round's every node) meet the store's listen backlog spread
+  // out (relayConnectSpread()).
+  std::chrono::microseconds connectSpread{0};
   // How long the first ADD of a key through this relay waits for the
   // node's other workers' ADDs of it to go up as one (zero: at once; later
   // ADDs join one in flight either way). 2 ms: init_process_group's two
@@ -80,6 +84,13 @@ struct RelayOptions {
   std::chrono::milliseconds reportEvery{0};
   std::function<void(const RelayCounters&)> onReport;
 };
+
+// The connect spread for a round of `nodes` relays: 100 us a node (12,288
+// relays: 1.2 s), so they arrive at about 10,000 a second, which a store
+// behind the kernel's default listen backlog (somaxconn 4096) takes without
+// an overflow (docs/benchmarks.md, "Fan-in through node relays"); 2 nodes
+// wait at most 0.2 ms.
+std::chrono::microseconds relayConnectSpread(std::uint32_t nodes);
 
 class NodeRelay {
  public:
