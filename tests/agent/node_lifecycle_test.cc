@@ -236,6 +236,15 @@ class NodeLifecycleTest : public ::testing::Test {
   }
 
   // Two failures in a row with a 1 s back-off: the second waits (round 2).
+  // The store's host keeps it up (draining) until every node left, then
+  // exits with `code`.
+  void drainsUntilEveryNodeLeft(int code) {
+    ASSERT_EQ(node->state(), S::kDraining);
+    EXPECT_TRUE(exits.empty());
+    rounds.allLeftDone();
+    EXPECT_EQ(exits, std::vector<int>{code});
+  }
+
   void reachBackoff() {
     make(false, {1000ms, 8000ms});
     runRound();
@@ -519,10 +528,7 @@ TEST_F(NodeLifecycleTest, AHostWhoseJoinFailsKeepsTheStoreUpForTheOthers) {
   JoinResult timedOut;
   timedOut.error = "rendezvous 'job' did not complete: 2 of 3 nodes joined";
   rounds.answerJoin(timedOut);
-  ASSERT_EQ(node->state(), S::kDraining);
-  EXPECT_TRUE(exits.empty());
-  rounds.allLeftDone();
-  EXPECT_EQ(exits, std::vector<int>{1});
+  drainsUntilEveryNodeLeft(1);
   EXPECT_NE(hook.exits[0].reason.find("the rendezvous failed: rendezvous 'job' did not complete"),
             std::string::npos)
       << hook.exits[0].reason;
@@ -682,10 +688,7 @@ TEST_F(NodeLifecycleTest, AnExcludedHostThatServesTheStoreDrainsThenExitsWithIts
   excluded.excluded = true;
   excluded.error = "its workers failed in 2 rounds in a row";
   rounds.answerJoin(excluded);
-  ASSERT_EQ(node->state(), S::kDraining);
-  EXPECT_TRUE(exits.empty());
-  rounds.allLeftDone();
-  EXPECT_EQ(exits, std::vector<int>{9});
+  drainsUntilEveryNodeLeft(9);
   EXPECT_NE(hook.exits[0].reason.find("left out of the job"), std::string::npos);
 }
 

@@ -120,6 +120,8 @@ Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only) {
   std::vector<int> steps;
   for (int i = 0; i < count; ++i) steps.push_back(3 + below(random, kSteps - 10));
   std::sort(steps.begin(), steps.end());
+  // One fault per step: the job holds at each fault's step until it fired.
+  for (std::size_t i = 1; i < steps.size(); ++i) steps[i] = std::max(steps[i], steps[i - 1] + 1);
   std::set<int> gone;  // hosts a fault took out for good: no later fault there
   for (int i = 0; i < count; ++i) {
     Fault f;

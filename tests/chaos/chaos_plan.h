@@ -60,7 +60,7 @@ struct Fault {
   FaultKind kind = FaultKind::kWorkerKill;
   int host = 0;
   int worker = 0;  // of that host's workers (worker faults)
-  int atStep = 1;  // fires once rank 0 reports this step
+  int atStep = 1;  // fires once rank 0 reports this step (one fault a step)
 };
 
 struct Plan {

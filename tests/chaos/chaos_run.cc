@@ -1,13 +1,16 @@
 #include "chaos_run.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -15,8 +18,6 @@
 #include <memory>
 #include <regex>
 #include <set>
-#include <sstream>
-#include <thread>
 
 #include "child_process.h"
 #include "host_network.h"
@@ -40,6 +41,42 @@ constexpr std::uint16_t kPort = 29400;
 constexpr int kSamples = 64;
 constexpr char kToken[] = "chaos-secret";
 
+// A descriptor that becomes readable when process `pid` ends (-1: it has
+// ended already, or the kernel has no pidfd_open).
+int pidDescriptor(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// Waits until every one of `pids` has ended or `limit` passed; the ones
+// still running.
+std::vector<pid_t> stillRunningAfter(const std::set<pid_t>& pids, std::chrono::milliseconds limit) {
+  std::vector<pollfd> ends;
+  std::map<int, pid_t> pidOf;
+  for (pid_t pid : pids) {
+    const int fd = pidDescriptor(pid);
+    if (fd < 0) continue;  // gone already
+    ends.push_back({fd, POLLIN, 0});
+    pidOf[fd] = pid;
+  }
+  const auto deadline = Clock::now() + limit;
+  while (!ends.empty()) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0 || ::poll(ends.data(), ends.size(), static_cast<int>(left.count())) <= 0)
+      break;
+    std::erase_if(ends, [](const pollfd& p) {
+      if (p.revents == 0) return false;
+      ::close(p.fd);
+      return true;
+    });
+    for (auto& p : ends) p.revents = 0;
+  }
+  std::vector<pid_t> running;
+  for (const auto& p : ends) {
+    running.push_back(pidOf[p.fd]);
+    ::close(p.fd);
+  }
+  return running;
+}
+
 // One process the harness started (an agent, or the daemon), and what it
 // printed and was sent.
 struct Process {
@@ -54,6 +91,22 @@ struct Process {
   int code = 0;
   int death = 0;
   bool restartWhenEnded = false;
+  int ends = -1;  // pidDescriptor(): readable once it has ended
+
+  ~Process() {
+    if (ends >= 0) ::close(ends);
+  }
+  void started(std::unique_ptr<ChildProcess> process) {
+    child = std::move(process);
+    ends = pidDescriptor(child->pid());
+  }
+  // What a wait for it polls while it runs: its output and its end.
+  void watch(std::vector<pollfd>& fds) const {
+    if (ended) return;
+    for (int fd : {child->stdoutFd(), child->stderrFd(), ends}) {
+      if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+    }
+  }
 
   void signal(int sig) {
     signalsSent.insert(sig);
@@ -95,6 +148,16 @@ class Run {
   void startDaemon();
   void scan(Process& agent);
   void fire(const Fault& fault);
+  // The FIFO rank 0 holds at after printing `step` (chaos_train.py), and
+  // letting go of it: a regular file from then on.
+  fs::path holdAt(int step) const { return folder_ / fmt::format("hold-{}", step); }
+  void release(int step);
+  // Fires the next fault once the job holds at its step, or skips it when
+  // its host is gone for good.
+  void nextFault(Clock::time_point now);
+  // Polls the processes' output and ends until one of them or the next
+  // timed action is due.
+  void waitForNews(Clock::time_point started) const;
   void after(std::chrono::milliseconds delay, std::function<void()> action) {
     timed_.push_back({Clock::now() + delay, std::move(action)});
   }
@@ -118,9 +181,9 @@ class Run {
   std::vector<Timed> timed_;
   std::map<int, std::vector<pid_t>> workers_;  // per host, in the order they started
   std::set<pid_t> allWorkers_;
-  std::size_t fired_ = 0;
-  int stepSinceFault_ = 0;
-  Clock::time_point lastFault_{};
+  std::size_t next_ = 0;      // the plan's next fault
+  std::vector<Fault> fired_;  // the faults that fired (a skipped one did not)
+  int lastStep_ = -1;         // rank 0's latest step line since the last fault
   std::optional<Clock::time_point> endingFiredAt_;
   std::optional<std::uint64_t> checksum_;
   Clock::time_point lastEnd_{};  // when the last agent to end did
@@ -154,15 +217,14 @@ void Run::startAgent(int host) {
   auto agent = std::make_unique<Process>();
   agent->host = host;
   agent->errorFile = folder_ / fmt::format("error-host{}-{}.json", host, agents_.size());
-  agent->child = net_.start(host, agentArgs(host),
+  agent->started(net_.start(host, agentArgs(host),
                             {{"DDPRUN_TOKEN", kToken},
                              {"OMP_NUM_THREADS", "1"},
                              {"CHAOS_STEPS", std::to_string(kSteps)},
                              {"CHAOS_SAMPLES", std::to_string(kSamples)},
-                             {"CHAOS_STEP_SECONDS", "0.15"},
                              {"CHAOS_CHECKPOINT", (folder_ / "checkpoint").string()},
                              {"CHAOS_DIR", folder_.string()},
-                             {"TORCHELASTIC_ERROR_FILE", agent->errorFile.string()}});
+                             {"TORCHELASTIC_ERROR_FILE", agent->errorFile.string()}}));
   current_[host] = agents_.size();
   agents_.push_back(std::move(agent));
   log(fmt::format("agent started on host {}", host));
@@ -171,9 +233,9 @@ void Run::startAgent(int host) {
 void Run::startDaemon() {
   if (daemon_) oldDaemons_.push_back(std::move(daemon_));
   daemon_ = std::make_unique<Process>();
-  daemon_->child =
-      net_.start(0, {kDaemonBinary, "--host", "0.0.0.0", "--port", std::to_string(kPort)},
-                 {{"DDPRUN_TOKEN", kToken}});
+  daemon_->started(net_.start(0,
+                              {kDaemonBinary, "--host", "0.0.0.0", "--port", std::to_string(kPort)},
+                              {{"DDPRUN_TOKEN", kToken}}));
 }
 
 // Worker lines: "start rank R world W pid P ...", "step N world W",
@@ -194,7 +256,7 @@ void Run::scan(Process& agent) {
       workers_[agent.host].push_back(pid);
       allWorkers_.insert(pid);
     } else if (std::regex_search(line, m, step)) {
-      stepSinceFault_ = std::max(stepSinceFault_, std::stoi(m[1]));
+      lastStep_ = std::stoi(m[1]);
     } else if (std::regex_search(line, m, checksum)) {
       checksum_ = std::stoull(m[1]);
     }
@@ -264,6 +326,49 @@ void Run::fire(const Fault& f) {
   }
 }
 
+void Run::release(int step) {
+  const fs::path hold = holdAt(step);
+  // Opening a FIFO read-write never blocks and lets a reader's open go on;
+  // the regular file put in its place lets every later pass go straight on;
+  // closing gives the reader its end of file.
+  const int fd = ::open(hold.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
+  const fs::path file = hold.string() + ".open";
+  std::ofstream(file).close();
+  fs::rename(file, hold);
+  if (fd >= 0) ::close(fd);
+}
+
+void Run::nextFault(Clock::time_point now) {
+  if (next_ >= plan_.faults.size() || !timed_.empty()) return;
+  const Fault& f = plan_.faults[next_];
+  const Process& target = agentOn(f.host);
+  if (target.ended && !target.restartWhenEnded) {
+    log(fmt::format("fault skipped: {} on host {}, which is gone", kindName(f.kind), f.host));
+  } else if (lastStep_ == f.atStep) {
+    fire(f);
+    fired_.push_back(f);
+    Plan judged = plan_;
+    judged.faults = fired_;
+    classify(judged);
+    if (!judged.survivable && !endingFiredAt_) endingFiredAt_ = now;
+  } else {
+    return;
+  }
+  release(f.atStep);
+  lastStep_ = -1;
+  ++next_;
+}
+
+void Run::waitForNews(Clock::time_point started) const {
+  std::vector<pollfd> fds;
+  for (const auto& agent : agents_) agent->watch(fds);
+  if (daemon_) daemon_->watch(fds);
+  auto until = started + kRunLimit;
+  for (const auto& t : timed_) until = std::min(until, t.at);
+  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+  ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(0, wait.count())));
+}
+
 bool Run::allEnded() const {
   for (const auto& [host, index] : current_) {
     const Process& agent = *agents_[index];
@@ -286,6 +391,7 @@ RunResult Run::go() {
   RunResult result;
   const auto started = Clock::now();
   fs::create_directories(folder_);
+  for (const Fault& f : plan_.faults) ::mkfifo(holdAt(f.atStep).c_str(), 0600);
   if (plan_.job.store == Store::kDaemon) startDaemon();
   for (int h = 0; h < kHosts; ++h) startAgent(h);
   bool timedOut = false;
@@ -315,22 +421,13 @@ RunResult Run::go() {
         startAgent(h);  // as a scheduler would
       }
     }
-    if (fired_ < plan_.faults.size() && timed_.empty() &&
-        stepSinceFault_ >= plan_.faults[fired_].atStep && now - lastFault_ >= 1s &&
-        !agentOn(plan_.faults[fired_].host).ended) {
-      const Fault& f = plan_.faults[fired_];
-      fire(f);
-      if (!plan_.survivable && fired_ == plan_.endingFault) endingFiredAt_ = now;
-      ++fired_;
-      stepSinceFault_ = 0;
-      lastFault_ = now;
-    }
+    nextFault(now);
     if (allEnded() && timed_.empty()) break;
     if (now - started > kRunLimit) {
       timedOut = true;
       break;
     }
-    std::this_thread::sleep_for(20ms);
+    waitForNews(started);
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (timedOut) {
@@ -345,7 +442,7 @@ void Run::checkInvariants(RunResult& result) {
   auto& violations = result.violations;
   // A fault that did not fire (the job ended first) is no part of the verdict.
   Plan judged = plan_;
-  judged.faults.resize(fired_);
+  judged.faults = fired_;
   classify(judged);
   std::vector<int> codes;
   for (const auto& [host, index] : current_) codes.push_back(agents_[index]->code);
@@ -387,7 +484,7 @@ void Run::checkInvariants(RunResult& result) {
       violations.push_back(
           fmt::format("the job took {:.1f} s to end after {}, over the bound of {} s",
                       std::chrono::duration<double>(lastEnd_ - *endingFiredAt_).count(),
-                      kindName(plan_.faults[plan_.endingFault].kind), kEndBound.count()));
+                      kindName(judged.faults[judged.endingFault].kind), kEndBound.count()));
     }
     for (const auto& [host, index] : current_) {
       const Process& agent = *agents_[index];
@@ -412,26 +509,11 @@ void Run::checkInvariants(RunResult& result) {
     daemon_->signal(SIGTERM);
     daemon_->child->wait(10s);
   }
-  const auto deadline = Clock::now() + 10s;
-  std::vector<pid_t> alive;
-  do {
-    alive.clear();
-    for (pid_t pid : allWorkers_) {
-      if (::kill(pid, 0) == 0 || errno != ESRCH) alive.push_back(pid);
-    }
-    if (alive.empty()) break;
-    std::this_thread::sleep_for(50ms);
-  } while (Clock::now() < deadline);
-  for (pid_t pid : alive) {
+  for (pid_t pid : stillRunningAfter(allWorkers_, 10s)) {
     violations.push_back(fmt::format("worker pid {} outlived its job", pid));
   }
   for (int h = 0; h < kHosts; ++h) {
-    ChildProcess ip({"/bin/sh", "-c", "ip netns pids " + net_.namespaceName(h)});
-    ip.wait(10s);
-    std::istringstream list(ip.stdoutText());
-    std::string pid;
-    std::vector<std::string> left;
-    while (list >> pid) left.push_back(pid);
+    const auto left = net_.processesIn(h);
     if (!left.empty()) {
       violations.push_back(
           fmt::format("host {} still runs processes {} after the job", h, fmt::join(left, ", ")));

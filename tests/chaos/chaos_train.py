@@ -2,6 +2,12 @@
 # exact integer arithmetic, so the result does not depend on the world size
 # or the order of a sum, and a checkpoint every 5 steps it resumes from.
 #
+# The harness paces the job by the steps its faults fire at: after printing
+# step S, rank 0 opens CHAOS_DIR/hold-S if there is one, a FIFO that blocks
+# it (and, through the next all_reduce, every rank) until the harness has
+# fired its fault and let go (then it is a regular file: a restarted job
+# passes it at once). No step waits for time.
+#
 # Each step every rank adds up its share of the step's CHAOS_SAMPLES samples
 # (sample i goes to rank i % world), the shares are all-reduced (int64 SUM,
 # exact), and the state moves on from the total. A rank that trained in a
@@ -9,7 +15,6 @@
 # Runs under PyTorch 1.13 and the current one (Gloo).
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -18,10 +23,10 @@ MODULUS = (1 << 61) - 1
 MULTIPLIER = 6364136223846793005
 STEPS = int(os.environ["CHAOS_STEPS"])
 SAMPLES = int(os.environ.get("CHAOS_SAMPLES", "64"))
-STEP_SECONDS = float(os.environ.get("CHAOS_STEP_SECONDS", "0.1"))
 CHECKPOINT = os.environ["CHAOS_CHECKPOINT"]  # a path every host sees
+FOLDER = os.environ["CHAOS_DIR"]
 # The harness asks a worker to fail (exit 1) by creating this file.
-EXIT_FILE = os.path.join(os.environ["CHAOS_DIR"], f"exit-{os.getpid()}")
+EXIT_FILE = os.path.join(FOLDER, f"exit-{os.getpid()}")
 
 
 def sample_value(state, i, step):
@@ -62,10 +67,13 @@ while step < STEPS:
     state = (state * MULTIPLIER + int(total.item())) % MODULUS
     step += 1
     if rank == 0:
-        print(f"step {step} world {world}", flush=True)
         if step % 5 == 0 or step == STEPS:
             save(step, state)
-    time.sleep(STEP_SECONDS)
+        print(f"step {step} world {world}", flush=True)
+        hold = os.path.join(FOLDER, f"hold-{step}")
+        if os.path.exists(hold):
+            with open(hold) as gate:  # a FIFO: until the harness lets go
+                gate.read()
 dist.barrier()
 if rank == 0:
     print(f"checksum {state}", flush=True)

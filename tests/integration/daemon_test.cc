@@ -17,6 +17,7 @@
 #include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "raw_socket.h"
+#include "wait_until.h"
 
 namespace ddprun {
 namespace {
@@ -155,7 +156,7 @@ TEST(Daemon, NodesLostWhileItWasFrozenDoNotCrashIt) {
   const int before = establishedTo(daemon.port());
   nodes[1].reset();  // unread data: the kernel resets the connection
   nodes[2].reset();
-  while (establishedTo(daemon.port()) > before - 2) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(test_support::waitUntil([&] { return establishedTo(daemon.port()) <= before - 2; }));
   daemon.process().signal(SIGCONT);
   // a hears that the job failed: two of its three fixed nodes are gone.
   std::optional<rendezvous::protocol::Event> event;

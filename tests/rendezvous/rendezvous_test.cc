@@ -7,6 +7,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_server.h"
+#include "wait_until.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -71,6 +72,18 @@ class RendezvousTest : public ::testing::Test {
       if (auto event = node->waitEvent(5s)) events.push_back(*event);
     }
     return events;
+  }
+
+  // The status of rendezvous "job" once `joined` nodes wait in it (the last
+  // one read, if that takes over 10 s).
+  static protocol::RendezvousStatus statusOnceJoined(RendezvousClient& watcher,
+                                                     std::uint32_t joined) {
+    protocol::RendezvousStatus st;
+    test_support::waitUntil([&] {
+      st = watcher.status("job");
+      return st.joined >= joined;
+    });
+    return st;
   }
 
   std::unique_ptr<StoreServer> server_;
@@ -147,11 +160,7 @@ TEST_F(RendezvousTest, StatusSaysWhoHasJoinedAndWhoIsMissing) {
       std::async(std::launch::async, [&] { return a->join(request("node1", 3, 3, 1, 0), 2s); });
   auto fb =
       std::async(std::launch::async, [&] { return b->join(request("node2", 3, 3, 1, 2), 2500ms); });
-  protocol::RendezvousStatus st;
-  for (int i = 0; i < 100 && st.joined < 2; ++i) {
-    std::this_thread::sleep_for(10ms);
-    st = watcher->status("job");
-  }
+  protocol::RendezvousStatus st = statusOnceJoined(*watcher, 2);
   EXPECT_TRUE(st.exists);
   EXPECT_FALSE(st.running);
   EXPECT_EQ(st.round, 0);
@@ -190,11 +199,7 @@ TEST_F(RendezvousTest, StatusCountsDownTheLastCallAndNamesNodesNotBack) {
   std::this_thread::sleep_for(50ms);
   auto fb =
       std::async(std::launch::async, [&] { return b->join(slow(request("node2", 2, 3)), 10s); });
-  protocol::RendezvousStatus st;
-  for (int i = 0; i < 100 && st.joined < 2; ++i) {
-    std::this_thread::sleep_for(10ms);
-    st = watcher->status("job");
-  }
+  protocol::RendezvousStatus st = statusOnceJoined(*watcher, 2);
   EXPECT_EQ(st.joined, 2u);
   EXPECT_GT(st.lastCallMs, 2000);  // min joined: the last call runs
   EXPECT_LE(st.lastCallMs, 3000);
@@ -212,11 +217,7 @@ TEST_F(RendezvousTest, StatusCountsDownTheLastCallAndNamesNodesNotBack) {
   EXPECT_EQ(c->reportFailure(report).restarts, 1);
   auto fc =
       std::async(std::launch::async, [&] { return c->join(slow(request("node3", 2, 3)), 10s); });
-  st = watcher->status("job");
-  for (int i = 0; i < 100 && st.joined < 1; ++i) {
-    std::this_thread::sleep_for(10ms);
-    st = watcher->status("job");
-  }
+  st = statusOnceJoined(*watcher, 1);
   EXPECT_FALSE(st.running);
   EXPECT_EQ(st.joined, 1u);
   EXPECT_EQ(st.missingCount, 2u);
@@ -335,11 +336,7 @@ TEST_F(RendezvousTest, ANodeThatLeavesDuringTheJobIsNamedToTheOthers) {
   }
   auto fa2 = std::async(std::launch::async, [&] { return a->join(requests[0], 10s); });
   auto fb2 = std::async(std::launch::async, [&] { return b->join(requests[1], 10s); });
-  protocol::RendezvousStatus st;
-  for (int i = 0; i < 500 && st.joined < 2; ++i) {
-    std::this_thread::sleep_for(10ms);
-    st = watcher->status("job");
-  }
+  protocol::RendezvousStatus st = statusOnceJoined(*watcher, 2);
   ASSERT_EQ(st.joined, 2u);
   EXPECT_EQ(st.missing,
             (std::vector<std::string>{"node node3 at 10.0.0.3, node rank 2, lost (it left the job "
@@ -438,11 +435,7 @@ TEST_F(RendezvousTest, StatusNamesALostNodeWithItsAddressAndRank) {
   for (const auto& event : events) EXPECT_EQ(event.type, EventType::kRoundEnded);
   auto fa2 =
       std::async(std::launch::async, [&] { return a->join(request("node1", 3, 3, 1, 0), 2s); });
-  protocol::RendezvousStatus st;
-  for (int i = 0; i < 200 && st.joined < 1; ++i) {
-    std::this_thread::sleep_for(10ms);
-    st = watcher->status("job");
-  }
+  protocol::RendezvousStatus st = statusOnceJoined(*watcher, 1);
   ASSERT_EQ(st.joined, 1u);
   ASSERT_EQ(st.missingCount, 2u);
   EXPECT_TRUE(st.missing[0].starts_with("node node3 at 10.0.0.3, node rank 2, lost ("))

@@ -81,6 +81,10 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // Its stdout's and stderr's read ends, for poll() (read through the
+  // methods below).
+  int stdoutFd() const { return stdout_; }
+  int stderrFd() const { return stderr_; }
   // Writes `text` to the child's stdin (constructed with pipeStdin).
   bool writeStdin(const std::string& text) {
     return stdin_ >= 0 &&

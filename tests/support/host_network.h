@@ -146,6 +146,13 @@ class HostNetwork {
   Result runIn(int host, const std::string& shellCommand) const {
     return run(fmt::format("{} netns exec {} sh -c '{}'", ip(), namespaceName(host), shellCommand));
   }
+  // The pids of every process running inside `host` (`ip netns pids`).
+  std::vector<std::string> processesIn(int host) const {
+    std::istringstream list(run(fmt::format("{} netns pids {}", ip(), namespaceName(host))).output);
+    std::vector<std::string> pids;
+    for (std::string pid; list >> pid;) pids.push_back(pid);
+    return pids;
+  }
 
  private:
   inline static const std::string kSwitchBinary = std::string(DDPRUN_BIN_DIR) + "/netns-switch";

@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <set>
 #include <thread>
 
