@@ -13,7 +13,8 @@ namespace {
 constexpr std::array<const char*, static_cast<int>(FaultKind::kCount)> kNames = {
     "worker-kill",        "worker-exit",       "worker-pause",     "worker-stop",
     "agent-kill-restart", "agent-pause-short", "agent-pause-long", "agent-term",
-    "store-host-kill",    "partition-heal",    "partition-cut",    "daemon-kill-restart"};
+    "store-host-kill",    "partition-heal",    "partition-cut",    "daemon-kill-restart",
+    "disk-full"};
 
 // Uniform in [0, n): the same on every standard library (the distributions
 // are not specified bit for bit).
@@ -65,6 +66,7 @@ void classify(Plan& plan) {
       case FaultKind::kWorkerKill:
       case FaultKind::kWorkerExit:
       case FaultKind::kWorkerStop:
+      case FaultKind::kDiskFull:  // the restart's files cannot be written; training goes on
         if (++restarts > kMaxRestarts) end(i);
         break;
       case FaultKind::kWorkerPause:
@@ -113,7 +115,16 @@ Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only) {
   plan.job.store = static_cast<Store>(below(random, 3));
   plan.job.elastic = below(random, 2) == 1;
   plan.job.watchdog = below(random, 2) == 1;
-  plan.job.oldTorch = below(random, 4) == 0;
+  const int program = below(random, 4);  // a half on the current PyTorch
+  plan.job.program = program == 0   ? Program::kPython113
+                     : program == 1 ? Program::kCpp
+                                    : Program::kPython;
+  // A run of one kind (--kind, --each-kind): the seed picks the program, so
+  // consecutive seeds cover all three.
+  if (only) plan.job.program = static_cast<Program>(seed % 3);
+#ifndef DDPRUN_CHAOS_CPP_WORKER  // a build without LibTorch has no chaos-train
+  if (plan.job.program == Program::kCpp) plan.job.program = Program::kPython;
+#endif
   if (only) plan.job = jobFor(*only, plan.job);
   if (plan.job.store == Store::kStatic) plan.job.elastic = false;
   const int count = only ? 1 : 1 + below(random, 3);
@@ -151,15 +162,18 @@ std::string describe(const Plan& plan) {
   const char* store = plan.job.store == Store::kStatic  ? "static, store on node rank 0's agent"
                       : plan.job.store == Store::kAgent ? "c10d, store on host 0's agent"
                                                         : "c10d, store on ddprun-rendezvous";
-  std::string text =
-      fmt::format("seed {}: {}{}{}, PyTorch {}; faults:", plan.seed, store,
-                  plan.job.elastic ? ", elastic 2:3" : ", 3 nodes",
-                  plan.job.watchdog ? ", watchdog" : "", plan.job.oldTorch ? "1.13" : "current");
+  std::string text = fmt::format("seed {}: {}{}{}, {}; faults:", plan.seed, store,
+                                 plan.job.elastic ? ", elastic 2:3" : ", 3 nodes",
+                                 plan.job.watchdog ? ", watchdog" : "",
+                                 plan.job.program == Program::kPython113 ? "PyTorch 1.13"
+                                 : plan.job.program == Program::kCpp     ? "C++ (ddprun::worker)"
+                                                                         : "PyTorch current");
   for (const auto& f : plan.faults) {
-    text += fmt::format(
-        " {} host {}{} at step {};", kindName(f.kind), f.host,
-        f.kind <= FaultKind::kWorkerStop ? fmt::format(" worker {}", f.worker) : std::string(),
-        f.atStep);
+    text += fmt::format(" {} host {}{} at step {};", kindName(f.kind), f.host,
+                        f.kind <= FaultKind::kWorkerStop || f.kind == FaultKind::kDiskFull
+                            ? fmt::format(" worker {}", f.worker)
+                            : std::string(),
+                        f.atStep);
   }
   if (plan.survivable) {
     text += " -> completes";

@@ -43,17 +43,24 @@ enum class FaultKind {
   kPartitionHeal,      // a host cut off for 0.5 s
   kPartitionCut,       // a host cut off for good
   kDaemonKillRestart,  // SIGKILL of ddprun-rendezvous, started again on its port
+  kDiskFull,           // a host's --log_dir disk fills up, then one of its workers exits 1
   kCount
 };
 
 const char* kindName(FaultKind kind);
 std::optional<FaultKind> kindNamed(const std::string& name);
 
+enum class Program {
+  kPython,     // chaos_train.py on the project's current PyTorch
+  kPython113,  // chaos_train.py on Debian's PyTorch 1.13
+  kCpp,        // chaos-train: the same training on ddprun::worker (LibTorch)
+};
+
 struct Job {
   Store store = Store::kAgent;
   bool elastic = false;   // --nnodes=2:3 (else 3 nodes)
   bool watchdog = false;  // --watchdog_timeout=3
-  bool oldTorch = false;  // Debian's PyTorch 1.13 (else the project's current one)
+  Program program = Program::kPython;
 };
 
 struct Fault {
@@ -76,7 +83,8 @@ struct Plan {
 };
 
 // The run of `seed`; with `only`, its faults are of that kind (and the job
-// one where it applies).
+// one where it applies), its program the seed's modulo 3 (consecutive
+// seeds cover the three).
 Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only = std::nullopt);
 
 // Sets survivable, mayDrop and endingFault from the job and the faults (a

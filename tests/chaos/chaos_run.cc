@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -35,6 +38,7 @@ using Clock = std::chrono::steady_clock;
 const std::string kDdprun = std::string(DDPRUN_BIN_DIR) + "/ddprun";
 const std::string kDaemonBinary = std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous";
 const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/chaos/chaos_train.py";
+const std::string kCppWorker = std::string(DDPRUN_BIN_DIR) + "/chaos-train";
 const std::string kCurrentPython = std::string(DDPRUN_VENV_BIN) + "/python";
 const std::string kDebianPython = "/usr/bin/python3";
 constexpr std::uint16_t kPort = 29400;
@@ -130,6 +134,38 @@ struct Process {
   }
 };
 
+// The disk under a host's --log_dir: a small tmpfs mounted for a run with a
+// disk-full fault there, filled by the fault, unmounted when the run ends.
+class LogDisk {
+ public:
+  static constexpr std::size_t kBytes = 2 << 20;
+
+  explicit LogDisk(fs::path dir) : dir_(std::move(dir)) {
+    fs::create_directories(dir_);
+    const std::string options = fmt::format("size={},mode=0755", kBytes);
+    if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, options.c_str()) != 0) {
+      throw std::runtime_error(
+          fmt::format("cannot mount a tmpfs on {}: {}", dir_.string(), std::strerror(errno)));
+    }
+  }
+  ~LogDisk() { ::umount2(dir_.c_str(), MNT_DETACH); }
+  LogDisk(const LogDisk&) = delete;
+  LogDisk& operator=(const LogDisk&) = delete;
+
+  // Writes one file until the disk has no space left.
+  void fill() const {
+    const int fd = ::open((dir_ / "fill").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    const std::string block(64 << 10, 'x');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    ::close(fd);
+  }
+
+ private:
+  fs::path dir_;
+};
+
 struct Timed {
   Clock::time_point at;
   std::function<void()> action;
@@ -151,6 +187,7 @@ class Run {
   // The FIFO rank 0 holds at after printing `step` (chaos_train.py), and
   // letting go of it: a regular file from then on.
   fs::path holdAt(int step) const { return folder_ / fmt::format("hold-{}", step); }
+  fs::path logDir(int host) const { return folder_ / fmt::format("logs-host{}", host); }
   void release(int step);
   // Fires the next fault once the job holds at its step, or skips it when
   // its host is gone for good.
@@ -179,7 +216,8 @@ class Run {
   std::unique_ptr<Process> daemon_;
   std::vector<std::unique_ptr<Process>> oldDaemons_;
   std::vector<Timed> timed_;
-  std::map<int, std::vector<pid_t>> workers_;  // per host, in the order they started
+  std::map<int, std::unique_ptr<LogDisk>> logDisks_;  // hosts with a disk-full fault
+  std::map<int, std::vector<pid_t>> workers_;         // per host, in the order they started
   std::set<pid_t> allWorkers_;
   std::size_t next_ = 0;      // the plan's next fault
   std::vector<Fault> fired_;  // the faults that fired (a skipped one did not)
@@ -191,9 +229,13 @@ class Run {
 
 std::vector<std::string> Run::agentArgs(int host) const {
   const Job& job = plan_.job;
-  std::vector<std::string> argv = {kDdprun, fmt::format("--nproc_per_node={}", kWorkersPerHost),
-                                   "--log_prefix=", fmt::format("--max_restarts={}", kMaxRestarts),
-                                   "--local_addr=" + net_.address(host)};
+  std::vector<std::string> argv = {kDdprun,
+                                   fmt::format("--nproc_per_node={}", kWorkersPerHost),
+                                   "--log_prefix=",
+                                   fmt::format("--max_restarts={}", kMaxRestarts),
+                                   "--local_addr=" + net_.address(host),
+                                   "--log_dir=" + logDir(host).string(),
+                                   "--tee=3"};
   std::string conf =
       "keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=20,last_call_timeout=1,"
       "close_timeout=5";
@@ -209,7 +251,17 @@ std::vector<std::string> Run::agentArgs(int host) const {
   }
   argv.push_back("--rdzv_conf=" + conf);
   if (job.watchdog) argv.push_back("--watchdog_timeout=3");
-  argv.insert(argv.end(), {job.oldTorch ? kDebianPython : kCurrentPython, kScript});
+  switch (job.program) {
+    case Program::kPython:
+      argv.insert(argv.end(), {kCurrentPython, kScript});
+      break;
+    case Program::kPython113:
+      argv.insert(argv.end(), {kDebianPython, kScript});
+      break;
+    case Program::kCpp:
+      argv.push_back(kCppWorker);
+      break;
+  }
   return argv;
 }
 
@@ -279,6 +331,10 @@ void Run::fire(const Fault& f) {
       if (worker) ::kill(*worker, SIGKILL);
       break;
     case FaultKind::kWorkerExit:
+      if (worker) std::ofstream(folder_ / fmt::format("exit-{}", *worker)).put('1');
+      break;
+    case FaultKind::kDiskFull:
+      logDisks_.at(f.host)->fill();
       if (worker) std::ofstream(folder_ / fmt::format("exit-{}", *worker)).put('1');
       break;
     case FaultKind::kWorkerPause:
@@ -391,7 +447,12 @@ RunResult Run::go() {
   RunResult result;
   const auto started = Clock::now();
   fs::create_directories(folder_);
-  for (const Fault& f : plan_.faults) ::mkfifo(holdAt(f.atStep).c_str(), 0600);
+  for (const Fault& f : plan_.faults) {
+    ::mkfifo(holdAt(f.atStep).c_str(), 0600);
+    if (f.kind == FaultKind::kDiskFull && !logDisks_.contains(f.host)) {
+      logDisks_[f.host] = std::make_unique<LogDisk>(logDir(f.host));
+    }
+  }
   if (plan_.job.store == Store::kDaemon) startDaemon();
   for (int h = 0; h < kHosts; ++h) startAgent(h);
   bool timedOut = false;
@@ -430,6 +491,8 @@ RunResult Run::go() {
     waitForNews(started);
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  for (const auto& agent : agents_)
+    log(fmt::format("host {} stderr:\n{}", agent->host, agent->err));
   if (timedOut) {
     result.violations.push_back(fmt::format("the job did not end within {} s", kRunLimit.count()));
     killEverything();

@@ -5,6 +5,7 @@
 //   ddprun-chaos --seed 1 --runs 500    seeds 1 to 500
 //   ddprun-chaos --seed 1 --each-kind   one run of each fault kind (CI)
 //   ddprun-chaos --seed 3 --kind agent-term --verbose
+//   ddprun-chaos --seed 1 --runs 500 --plans   what those runs would do
 //
 // Each run prints one line (its plan, outcome, time and violations); the
 // last line is "runs=N violations=V". Exit 0 when V is 0, 1 otherwise, 2 for
@@ -31,7 +32,7 @@ using ddprun::chaos::FaultKind;
 int usage(const std::string& problem) {
   std::cerr << "ddprun-chaos: " << problem
             << "\nusage: ddprun-chaos --seed N [--runs K | --each-kind | --kind NAME] [--folder "
-               "DIR] [--verbose]\n";
+               "DIR] [--verbose] [--plans]\n";
   return 2;
 }
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   int runs = 1;
   bool eachKind = false;
   bool verbose = false;
+  bool plansOnly = false;
   std::optional<FaultKind> only;
   fs::path folder = fs::temp_directory_path() / fmt::format("ddprun-chaos-{}", ::getpid());
   for (int i = 1; i < argc; ++i) {
@@ -67,6 +69,8 @@ int main(int argc, char** argv) {
         folder = value();
       } else if (arg == "--verbose") {
         verbose = true;
+      } else if (arg == "--plans") {
+        plansOnly = true;
       } else {
         return usage("unknown argument '" + arg + "'");
       }
@@ -76,17 +80,23 @@ int main(int argc, char** argv) {
   }
   if (!seedGiven) return usage("--seed is required (it makes a run reproducible)");
   if (runs < 1) return usage("--runs must be at least 1");
+  const int total = eachKind ? static_cast<int>(FaultKind::kCount) : runs;
+  const auto planOf = [&](int i) {
+    const auto kind = eachKind ? std::optional<FaultKind>(static_cast<FaultKind>(i)) : only;
+    return ddprun::chaos::drawPlan(seed + static_cast<std::uint64_t>(i), kind);
+  };
+  if (plansOnly) {
+    for (int i = 0; i < total; ++i) std::cout << ddprun::chaos::describe(planOf(i)) << "\n";
+    return 0;
+  }
   if (const auto why = ddprun::test_support::HostNetwork::unavailable()) {
     std::cerr << "ddprun-chaos: cannot make hosts on this machine: " << *why << "\n";
     return 77;  // ctest's "skipped", as the network tests skip
   }
-  const int total = eachKind ? static_cast<int>(FaultKind::kCount) : runs;
   int violations = 0;
   for (int i = 0; i < total; ++i) {
-    const std::uint64_t runSeed = seed + static_cast<std::uint64_t>(i);
-    const auto kind = eachKind ? std::optional<FaultKind>(static_cast<FaultKind>(i)) : only;
-    const auto plan = ddprun::chaos::drawPlan(runSeed, kind);
-    const fs::path runFolder = folder / fmt::format("seed-{}", runSeed);
+    const auto plan = planOf(i);
+    const fs::path runFolder = folder / fmt::format("seed-{}", plan.seed);
     fs::remove_all(runFolder);
     const auto result = ddprun::chaos::runPlan(plan, runFolder, verbose);
     std::cout << fmt::format("{} => {} in {:.1f} s{}", ddprun::chaos::describe(plan),

@@ -62,6 +62,50 @@ main()
   EXPECT_NE(r.err.find("rank       : 1"), std::string::npos);
 }
 
+TEST(PythonWorkers, AFullLogDiskMovesTheProgressHookAndTheErrorFileSaysWhy) {
+  // --log_dir is a 64 KiB tmpfs, full before ddprun starts, in a mount
+  // namespace of the run's own (gone with it).
+  if (test_support::runCommand({"/usr/bin/unshare", "-m", "/bin/true"}, {}, 10s).code != 0) {
+    GTEST_SKIP() << "this machine cannot make a mount namespace (needs root)";
+  }
+  const fs::path full = scratch() / "full";
+  fs::create_directories(full);
+  const auto script = writeScript(scratch(), "hook.py", R"(
+import os, sys, sitecustomize
+print("hook", os.path.dirname(sitecustomize.__file__), flush=True)
+sys.exit(3 if os.environ["RANK"] == "1" else 0)
+)");
+  const std::string inner = fmt::format(
+      "set -e; mount -t tmpfs -o size=64k tmpfs {0}; dd if=/dev/zero of={0}/fill bs=4k "
+      "2>/dev/null || true; set +e; TORCHELASTIC_ERROR_FILE={0}/error.json {1} "
+      "--nproc_per_node=2 --log_prefix= --log_dir={0}/logs {2} {3}; code=$?; "
+      "echo left: $(ls {0}); exit $code",
+      full.string(), test_support::kDdprun, testPython(), script.string());
+  const auto r = test_support::runCommand(
+      {"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c", inner}, {}, 120s);
+  ASSERT_EQ(r.code, 3) << r.out << r.err;
+  // The workers ran the hook from a private temporary directory, removed
+  // when ddprun exited.
+  const auto hooks = linesWith(r.out, "hook ");
+  ASSERT_EQ(hooks.size(), 2u) << r.out << r.err;
+  const fs::path hookDir = hooks[0];
+  EXPECT_TRUE(hookDir.filename().string().starts_with("ddprun-hook-")) << hookDir;
+  EXPECT_FALSE(fs::exists(hookDir)) << hookDir;
+  EXPECT_NE(r.err.find("/progress_hook: No space left on device; it is in " + hookDir.string() +
+                       " instead."),
+            std::string::npos)
+      << hookDir << "\n"
+      << r.err;
+  // The report is on stderr; its file could not be written, says why, and
+  // leaves no temporary behind.
+  EXPECT_NE(r.err.find("FAILED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Cannot write the error file " + (full / "error.json").string() +
+                       " (TORCHELASTIC_ERROR_FILE): No space left on device."),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("left: fill logs\n"), std::string::npos) << r.out;
+}
+
 TEST(PythonWorkers, FailsOnceThenSucceedsAfterARestart) {
   // PyTorch 2.x uses the agent store without a per-attempt key prefix:
   // attempt 1 must not see attempt 0's Gloo addresses (torchrun 2.6 hangs

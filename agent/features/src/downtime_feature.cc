@@ -1,13 +1,15 @@
 #include "ddprun/agent/features/downtime_feature.h"
 
+#include <stdlib.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 
 #include "ddprun/common/env.h"
-#include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
+#include "ddprun/common/text_file.h"
 #include "progress_hook_source.h"
 
 namespace ddprun::agent {
@@ -23,16 +25,22 @@ std::string epochMillis(std::chrono::system_clock::time_point t) {
       std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
 }
 
-// Writes the Python progress hook as `dir`/sitecustomize.py; ddprun::Error
-// when it cannot.
-void writeProgressHook(const std::filesystem::path& dir) {
+// Writes the Python progress hook as `dir`/sitecustomize.py; "" when it
+// did, else why not.
+std::string writeProgressHook(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  std::ofstream out(dir / "sitecustomize.py", std::ios::trunc);
-  out << kProgressHookSource;
-  if (ec || !out.flush()) {
-    throw Error(fmt::format("cannot write the progress hook to {}", dir.string()));
-  }
+  if (ec) return ec.message();
+  return replaceFile(dir / "sitecustomize.py", kProgressHookSource);
+}
+
+// A private directory for the hook when the run directory's disk is full
+// (mode 0700, removed when the node exits); empty when none can be made.
+std::filesystem::path makeFallbackHookDirectory() {
+  std::error_code ec;
+  std::string pattern = (std::filesystem::temp_directory_path(ec) / "ddprun-hook-XXXXXX").string();
+  if (ec || ::mkdtemp(pattern.data()) == nullptr) return {};
+  return pattern;
 }
 
 }  // namespace
@@ -55,19 +63,38 @@ DowntimeFeature::DowntimeFeature(boost::asio::io_context& io,
       publishTimer_(io) {
   env[env::kProgressPipe] = pipe_.path().string();
   if (pythonHook) {
-    const auto dir = runDirectory / "progress_hook";
-    try {
-      writeProgressHook(dir);
-    } catch (const std::exception& e) {
-      // A full disk: the job runs, only its Python steps go unseen.
-      DDPRUN_WARN("{}; Python workers' steps will not be seen (docs/operations.md).", e.what());
-      return;
+    auto dir = runDirectory / "progress_hook";
+    const std::string why = writeProgressHook(dir);
+    if (!why.empty()) {
+      // A full disk under --log_dir: the hook goes to a private temporary
+      // directory, else the job runs with its Python steps unseen.
+      fallbackHookDir_ = makeFallbackHookDirectory();
+      if (fallbackHookDir_.empty() || !writeProgressHook(fallbackHookDir_).empty()) {
+        DDPRUN_WARN(
+            "Cannot write the progress hook to {}: {}; Python workers' steps will not be seen "
+            "(docs/operations.md).",
+            dir.string(), why);
+        removeFallbackHookDir();
+        return;
+      }
+      DDPRUN_WARN("Cannot write the progress hook to {}: {}; it is in {} instead.", dir.string(),
+                  why, fallbackHookDir_.string());
+      dir = fallbackHookDir_;
     }
     const auto path = env.find("PYTHONPATH");
     env["PYTHONPATH"] = path == env.end() || path->second.empty()
                             ? dir.string()
                             : dir.string() + ":" + path->second;
   }
+}
+
+DowntimeFeature::~DowntimeFeature() { removeFallbackHookDir(); }
+
+void DowntimeFeature::removeFallbackHookDir() {
+  if (fallbackHookDir_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(fallbackHookDir_, ignored);
+  fallbackHookDir_.clear();
 }
 
 void DowntimeFeature::drop(const std::string& reason) {

@@ -1,7 +1,5 @@
 #include "ddprun/agent/features/launcher_error_file.h"
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -9,6 +7,7 @@
 #include <sstream>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/common/text_file.h"
 
 namespace ddprun::agent {
 
@@ -52,21 +51,10 @@ bool writeLauncherErrorFile(const fs::path& path, const WorkerFailure* rootCause
           {"errorCode", exitCode},
           {"extraInfo", {{"py_callstack", callstack}, {"timestamp", std::to_string(now)}}}}}};
   }
-  const fs::path temporary = path.string() + ".ddprun-tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << content.dump() << "\n";
-    if (!out) {
-      DDPRUN_WARN("Cannot write the error file {} (TORCHELASTIC_ERROR_FILE).", path.string());
-      return false;
-    }
-  }
-  std::error_code ec;
-  fs::rename(temporary, path, ec);
-  if (ec) {
+  const std::string why = replaceFile(path, content.dump() + "\n");
+  if (!why.empty()) {
     DDPRUN_WARN("Cannot write the error file {} (TORCHELASTIC_ERROR_FILE): {}.", path.string(),
-                ec.message());
-    fs::remove(temporary, ec);
+                why);
     return false;
   }
   return true;

@@ -50,7 +50,8 @@ class DowntimeFeature : public LifecycleHook {
 
   // Creates the progress pipe in `runDirectory` and names it in `env` (the
   // workers' base environment); with `pythonHook`, writes the Python hook
-  // (progress_hook/sitecustomize.py there) and puts it first on env's
+  // (progress_hook/sitecustomize.py there; where that disk is full, in a
+  // private temporary directory removed at exit) and puts it first on env's
   // PYTHONPATH. `localWorkers`: this node's workers per attempt.
   // `progressed` is told each attempt's first progress. Throws
   // ddprun::Error when the pipe cannot be made.
@@ -58,6 +59,9 @@ class DowntimeFeature : public LifecycleHook {
                   std::map<std::string, std::string>& env, bool pythonHook, int localWorkers,
                   RunningWorkers& workers, EventLogFeature& events,
                   std::function<void()> progressed);
+  ~DowntimeFeature() override;
+  DowntimeFeature(const DowntimeFeature&) = delete;
+  DowntimeFeature& operator=(const DowntimeFeature&) = delete;
 
   // Inputs from the other rooms (the root connects them).
   void worker(const WorkerEvent& event);
@@ -93,12 +97,14 @@ class DowntimeFeature : public LifecycleHook {
   void publish();
   void publishPeriodically();
   void drop(const std::string& reason);
+  void removeFallbackHookDir();
 
   const int localWorkers_;
   RunningWorkers& workers_;
   EventLogFeature& events_;
   std::function<void()> progressed_;
   std::function<void()> programImports_;
+  std::filesystem::path fallbackHookDir_;  // the hook's, when the run directory's disk is full
   IncidentTimeline timeline_;
   LinePipe pipe_;
   boost::asio::steady_timer assumeTraining_;
