@@ -14,7 +14,7 @@ constexpr std::array<const char*, static_cast<int>(FaultKind::kCount)> kNames = 
     "worker-kill",        "worker-exit",       "worker-pause",     "worker-stop",
     "agent-kill-restart", "agent-pause-short", "agent-pause-long", "agent-term",
     "store-host-kill",    "partition-heal",    "partition-cut",    "daemon-kill-restart",
-    "disk-full"};
+    "disk-full",          "etcd-member-kill"};
 
 // Uniform in [0, n): the same on every standard library (the distributions
 // are not specified bit for bit).
@@ -25,9 +25,11 @@ bool applies(FaultKind kind, const Job& job) {
     case FaultKind::kWorkerStop:
       return job.watchdog;
     case FaultKind::kStoreHostKill:
-      return job.store != Store::kDaemon;
+      return job.store == Store::kStatic || job.store == Store::kAgent;
     case FaultKind::kDaemonKillRestart:
       return job.store == Store::kDaemon;
+    case FaultKind::kEtcdMemberKill:
+      return job.store == Store::kEtcd;
     default:
       return true;
   }
@@ -36,14 +38,23 @@ bool applies(FaultKind kind, const Job& job) {
 // The job a fault of `kind` needs (a seeded one otherwise).
 Job jobFor(FaultKind kind, Job job) {
   if (kind == FaultKind::kWorkerStop) job.watchdog = true;
-  if (kind == FaultKind::kStoreHostKill && job.store == Store::kDaemon) job.store = Store::kAgent;
+  if (kind == FaultKind::kStoreHostKill && job.store != Store::kStatic) job.store = Store::kAgent;
   if (kind == FaultKind::kDaemonKillRestart) job.store = Store::kDaemon;
+  if (kind == FaultKind::kEtcdMemberKill) job.store = Store::kEtcd;
   if (job.store == Store::kStatic) job.elastic = false;
   return job;
 }
 
-// The host whose agent serves the store (-1: a daemon does).
-int storeAgentHost(const Job& job) { return job.store == Store::kDaemon ? -1 : 0; }
+// The host whose agent serves the store (-1: a daemon or etcd does).
+int storeAgentHost(const Job& job) {
+  return job.store == Store::kDaemon || job.store == Store::kEtcd ? -1 : 0;
+}
+
+// Faults that take an etcd member away for good (a partition cuts its
+// host's member off): one a run keeps etcd's quorum (2 of 3).
+bool takesAnEtcdMember(FaultKind kind) {
+  return kind == FaultKind::kEtcdMemberKill || kind == FaultKind::kPartitionCut;
+}
 
 }  // namespace
 
@@ -80,7 +91,8 @@ void classify(Plan& plan) {
       case FaultKind::kAgentTerm:
       case FaultKind::kPartitionCut:
         // The daemon runs on host 0 too: cut off, it is the store's loss.
-        if (storeHost || (f.kind == FaultKind::kPartitionCut && f.host == 0)) {
+        if (storeHost || (f.kind == FaultKind::kPartitionCut && f.host == 0 &&
+                          plan.job.store == Store::kDaemon)) {
           end(i);
         } else if (static_cast<int>(dropped.size()) < spareNodes) {
           dropped.insert(f.host);
@@ -92,6 +104,8 @@ void classify(Plan& plan) {
       case FaultKind::kStoreHostKill:
       case FaultKind::kDaemonKillRestart:
         end(i);
+        break;
+      case FaultKind::kEtcdMemberKill:  // 2 of 3 members keep the quorum
         break;
       case FaultKind::kCount:
         break;
@@ -112,7 +126,7 @@ Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only) {
   std::mt19937_64 random(seed);
   Plan plan;
   plan.seed = seed;
-  plan.job.store = static_cast<Store>(below(random, 3));
+  plan.job.store = static_cast<Store>(below(random, 4));
   plan.job.elastic = below(random, 2) == 1;
   plan.job.watchdog = below(random, 2) == 1;
   const int program = below(random, 4);  // a half on the current PyTorch
@@ -139,7 +153,10 @@ Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only) {
     do {
       f.kind =
           only ? *only : static_cast<FaultKind>(below(random, static_cast<int>(FaultKind::kCount)));
-    } while (!applies(f.kind, plan.job));
+    } while (!applies(f.kind, plan.job) ||
+             (plan.job.store == Store::kEtcd && takesAnEtcdMember(f.kind) && !only &&
+              std::any_of(plan.faults.begin(), plan.faults.end(),
+                          [](const Fault& e) { return takesAnEtcdMember(e.kind); })));
     do {
       f.host = below(random, kHosts);
     } while (gone.contains(f.host));
@@ -159,9 +176,10 @@ Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only) {
 }
 
 std::string describe(const Plan& plan) {
-  const char* store = plan.job.store == Store::kStatic  ? "static, store on node rank 0's agent"
-                      : plan.job.store == Store::kAgent ? "c10d, store on host 0's agent"
-                                                        : "c10d, store on ddprun-rendezvous";
+  const char* store = plan.job.store == Store::kStatic   ? "static, store on node rank 0's agent"
+                      : plan.job.store == Store::kAgent  ? "c10d, store on host 0's agent"
+                      : plan.job.store == Store::kDaemon ? "c10d, store on ddprun-rendezvous"
+                                                         : "etcd, a member on each host";
   std::string text = fmt::format("seed {}: {}{}{}, {}; faults:", plan.seed, store,
                                  plan.job.elastic ? ", elastic 2:3" : ", 3 nodes",
                                  plan.job.watchdog ? ", watchdog" : "",

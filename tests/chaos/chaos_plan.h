@@ -28,6 +28,7 @@ enum class Store {
   kStatic,  // --master_addr: node rank 0's agent serves the store
   kAgent,   // c10d, host 0's agent serves the store (is_host)
   kDaemon,  // c10d, a standalone ddprun-rendezvous on host 0
+  kEtcd,    // etcd, one member on each host (the workers' store: group rank 0's agent)
 };
 
 enum class FaultKind {
@@ -44,6 +45,7 @@ enum class FaultKind {
   kPartitionCut,       // a host cut off for good
   kDaemonKillRestart,  // SIGKILL of ddprun-rendezvous, started again on its port
   kDiskFull,           // a host's --log_dir disk fills up, then one of its workers exits 1
+  kEtcdMemberKill,     // SIGKILL of the etcd member on a host (etcd jobs; one a run)
   kCount
 };
 

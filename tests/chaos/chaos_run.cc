@@ -23,6 +23,7 @@
 #include <set>
 
 #include "child_process.h"
+#include "etcd_cluster.h"
 #include "host_network.h"
 
 namespace ddprun::chaos {
@@ -182,6 +183,7 @@ class Run {
   std::vector<std::string> agentArgs(int host) const;
   void startAgent(int host);
   void startDaemon();
+  void startEtcd();
   void scan(Process& agent);
   void fire(const Fault& fault);
   // The FIFO rank 0 holds at after printing `step` (chaos_train.py), and
@@ -214,6 +216,7 @@ class Run {
   std::vector<std::unique_ptr<Process>> agents_;  // every one started, in order
   std::map<int, std::size_t> current_;            // host -> its agent now
   std::unique_ptr<Process> daemon_;
+  std::unique_ptr<test_support::EtcdCluster> etcd_;  // etcd jobs: member h on host h
   std::vector<std::unique_ptr<Process>> oldDaemons_;
   std::vector<Timed> timed_;
   std::map<int, std::unique_ptr<LogDisk>> logDisks_;  // hosts with a disk-full fault
@@ -243,6 +246,9 @@ std::vector<std::string> Run::agentArgs(int host) const {
     argv.insert(argv.end(),
                 {"--nnodes=3", fmt::format("--node_rank={}", host),
                  "--master_addr=" + net_.address(0), fmt::format("--master_port={}", kPort)});
+  } else if (job.store == Store::kEtcd) {
+    argv.insert(argv.end(), {job.elastic ? "--nnodes=2:3" : "--nnodes=3", "--rdzv_backend=etcd",
+                             "--rdzv_endpoint=" + etcd_->endpoints(), "--rdzv_id=chaos"});
   } else {
     if (job.store == Store::kAgent) conf += host == 0 ? ",is_host=1" : ",is_host=0";
     if (job.store == Store::kDaemon) conf += ",is_host=0";
@@ -290,6 +296,14 @@ void Run::startDaemon() {
                               {{"DDPRUN_TOKEN", kToken}}));
 }
 
+void Run::startEtcd() {
+  test_support::EtcdHosts hosts;
+  for (int h = 0; h < kHosts; ++h) hosts.addresses.push_back(net_.address(h));
+  hosts.inHost = [this](int h, std::vector<std::string> argv) { return net_.inHost(h, argv); };
+  etcd_ = std::make_unique<test_support::EtcdCluster>(kHosts, std::nullopt,
+                                                      test_support::EtcdTiming{}, hosts);
+}
+
 // Worker lines: "start rank R world W pid P ...", "step N world W",
 // "checksum X".
 void Run::scan(Process& agent) {
@@ -332,6 +346,9 @@ void Run::fire(const Fault& f) {
       break;
     case FaultKind::kWorkerExit:
       if (worker) std::ofstream(folder_ / fmt::format("exit-{}", *worker)).put('1');
+      break;
+    case FaultKind::kEtcdMemberKill:
+      etcd_->kill(f.host);
       break;
     case FaultKind::kDiskFull:
       logDisks_.at(f.host)->fill();
@@ -454,6 +471,7 @@ RunResult Run::go() {
     }
   }
   if (plan_.job.store == Store::kDaemon) startDaemon();
+  if (plan_.job.store == Store::kEtcd) startEtcd();
   for (int h = 0; h < kHosts; ++h) startAgent(h);
   bool timedOut = false;
   while (true) {
@@ -567,11 +585,13 @@ void Run::checkInvariants(RunResult& result) {
       }
     }
   }
-  // Nothing left running: the daemon is stopped first (the harness's own).
+  // Nothing left running: the daemon and etcd are stopped first (the
+  // harness's own).
   if (daemon_ && !daemon_->ended) {
     daemon_->signal(SIGTERM);
     daemon_->child->wait(10s);
   }
+  etcd_.reset();
   for (pid_t pid : stillRunningAfter(allWorkers_, 10s)) {
     violations.push_back(fmt::format("worker pid {} outlived its job", pid));
   }

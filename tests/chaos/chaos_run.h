@@ -1,6 +1,9 @@
 // ChaosRun: runs one ChaosPlan on hosts made of network namespaces
-// (tests/support/host_network.h): three ddprun agents, 2 Python workers
-// each (tests/chaos/chaos_train.py), the plan's faults at their steps; then
+// (tests/support/host_network.h): three ddprun agents, 2 workers each
+// (tests/chaos/chaos_train.py, or chaos_train.cc on ddprun::worker), with
+// ddprun-rendezvous or an etcd member per host where the plan's store needs
+// them, each agent's --log_dir on a tmpfs where a disk-full fault needs
+// one, and the plan's faults at their steps; then
 // checks the invariants and returns every violation, one line each:
 //   - a survivable plan completes: rank 0 prints the undisturbed checksum,
 //     and every agent exits 0 (those of hosts allowed to drop out may exit
