@@ -8,7 +8,9 @@
 //   - a survivable plan completes: rank 0 prints the undisturbed checksum,
 //     and every agent exits 0 (those of hosts allowed to drop out may exit
 //     with any code);
-//   - any other plan ends: every agent exits within kEndBound of the fault
+//   - any other plan ends (or completes as a survivable one would: its
+//     workers may finish before the fault ends the job): every agent exits
+//     within kEndBound of the fault
 //     that ends it, at least one with a non-zero code, and each agent the
 //     harness did not signal that exits non-zero says why on stderr
 //     ("ddprun: error:" or a FAILED report) and in its error file
