@@ -189,11 +189,12 @@ class EtcdRendezvousTest : public ::testing::Test {
   }
   // A 3-node job inside a Slurm job step (its variables in each node's
   // environment; node rank = SLURM_NODEID) with 3 s leases, whose workers
-  // wait: one node's ddprun (the coordinator's, or another's) is
-  // SIGKILLed; once its lease expires the two others end the job at once,
-  // exit 1 and name it, its address and node rank in their output and
-  // error files (TORCHELASTIC_ERROR_FILE).
-  void loseANodeOfASlurmStep(bool killCoordinator) {
+  // wait: one node's ddprun (the coordinator's, or another's) is sent
+  // `signal`; once its lease expires (SIGKILL) or it has left (SIGTERM: it
+  // says so with its exit code) the two others end the job at once, exit 1
+  // and name it, its address, node rank and why in their output and error
+  // files (TORCHELASTIC_ERROR_FILE).
+  void loseANodeOfASlurmStep(bool killCoordinator, int signal = SIGKILL) {
     const std::vector<std::string> o =
         options("3", {"--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=3"});
     const auto errorFile = [&](int rank) { return dir_ / fmt::format("error-{}.json", rank); };
@@ -207,17 +208,19 @@ class EtcdRendezvousTest : public ::testing::Test {
     ASSERT_GE(coordinator, 0);
     const int lost = killCoordinator ? coordinator : (coordinator + 1) % 3;
     const auto killed = std::chrono::steady_clock::now();
-    nodes[lost].process->signal(SIGKILL);
-    ASSERT_EQ(nodes[lost].finish(), 128 + SIGKILL);
-    const std::string named =
-        fmt::format(", node rank {}, lost (stopped renewing its etcd lease)", lost);
+    nodes[lost].process->signal(signal);
+    ASSERT_EQ(nodes[lost].finish(), 128 + signal);
+    const std::string named = fmt::format(
+        ", node rank {}, lost ({})", lost,
+        signal == SIGKILL ? "stopped renewing its etcd lease"
+                          : "it left the job (its ddprun exits with code 143, SIGTERM)");
     for (int rank = 0; rank < 3; ++rank) {
       if (rank == lost) continue;
       // Bounded at 120 s, a fifth of the join timeout the job waited for.
       ASSERT_EQ(nodes[rank].finish(120s), 1) << nodes[rank].err;
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - killed;
-      std::cout << fmt::format("[ measured ] node rank {} exited {:.1f} s after the SIGKILL\n",
-                               rank, took.count());
+      std::cout << fmt::format("[ measured ] node rank {} exited {:.1f} s after the signal\n", rank,
+                               took.count());
       for (const std::string& text : {nodes[rank].err, test_support::readText(errorFile(rank))}) {
         EXPECT_NE(text.find("the job lost a node: node "), std::string::npos) << text;
         EXPECT_NE(text.find(named), std::string::npos) << text;
@@ -660,6 +663,28 @@ TEST_F(EtcdRendezvousTest, InASlurmStepALostNodeEndsTheJobAtOnce) { loseANodeOfA
 
 // The same when the node lost coordinates: its successor finds the loss
 // when it takes over.
+TEST_F(EtcdRendezvousTest, InASlurmStepANodeStoppedBySigtermIsNamedAndEndsTheJobAtOnce) {
+  loseANodeOfASlurmStep(false, SIGTERM);
+}
+
+TEST_F(EtcdRendezvousTest, ANodeThatLeavesOnSigtermIsNamedAndTheOthersGoOn) {
+  std::vector<Node> nodes = startThreeWaitingNodes();
+  if (HasFailure()) return;
+  nodes[2].process->signal(SIGTERM);
+  ASSERT_EQ(nodes[2].finish(), 128 + SIGTERM) << nodes[2].err;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(nodes[i].waitFor("started group=", 4, 30s)) << nodes[i].err;
+  }
+  std::ofstream(dir_ / "go").put('1');
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(nodes[i].finish(), 0) << nodes[i].err;
+    EXPECT_NE(nodes[i].out.find("finished world=4"), std::string::npos) << nodes[i].out;
+    EXPECT_NE(nodes[i].err.find("lost (it left the job (its ddprun exits with code 143, SIGTERM))"),
+              std::string::npos)
+        << nodes[i].err;
+  }
+}
+
 TEST_F(EtcdRendezvousTest, InASlurmStepALostCoordinatorEndsTheJobAtOnce) {
   loseANodeOfASlurmStep(true);
 }

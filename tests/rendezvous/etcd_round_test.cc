@@ -39,6 +39,17 @@ std::map<std::string, LostNode> lost(const std::string& id, const std::string& a
   return {{id, LostNode{address, nodeRank, kLease}}};
 }
 
+TEST(EtcdRound, ANodeThatLeftWithACodeIsLostAndOneThatFinishedIsNot) {
+  EXPECT_EQ(leftExitCode(leftValue(3, 143)), 143);
+  EXPECT_EQ(leftExitCode("3"), 0);  // an older ddprun's value: the round only
+  EXPECT_EQ(leftExitCode("3 x"), 0);
+  const std::map<std::string, std::int64_t> left = {{"done", 0}, {"stopped", 143}};
+  EXPECT_EQ(lostReason(left, "done"), std::nullopt);
+  EXPECT_EQ(lostReason(left, "stopped"),
+            "it left the job (its ddprun exits with code 143, SIGTERM)");
+  EXPECT_EQ(lostReason(left, "silent"), kLeaseLapsed);
+}
+
 TEST(EtcdRound, TheFirstJoinFixesTheSetOfNodes) {
   EXPECT_EQ(running(3, 3, 3).fixedNodes, 3u);
   EXPECT_EQ(running(3, 3, 0).fixedNodes, 0u);

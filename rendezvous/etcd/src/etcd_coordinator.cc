@@ -48,7 +48,7 @@ struct CoordinatorView {
     std::int64_t modRevision = 0;
   };
   std::map<std::string, Joining> joining;
-  std::set<std::string> left;
+  std::map<std::string, std::int64_t> left;  // node -> the exit code it left with
   // The newest round record seen: round/<r>.
   std::int64_t recordRound = 0;
   std::vector<NodeInfo> record;
@@ -82,9 +82,8 @@ struct CoordinatorView {
   }
 
   void noteLost(const std::string& id) {
-    if (running() && endReason.empty() && participants.contains(id) && !left.contains(id)) {
-      endReason = policy::lostText(id, kLeaseLapsed);
-    }
+    if (!running() || !endReason.empty() || !participants.contains(id)) return;
+    if (const auto why = lostReason(left, id)) endReason = policy::lostText(id, *why);
   }
 
   // A waiting node with a lost node's id or node rank (a fixed set's).
@@ -106,11 +105,13 @@ struct CoordinatorView {
   // A member of a fixed set gone without a leave: it never returns.
   void noteLostMember(const std::string& id) {
     if (!state || state->fixedNodes == 0 || state->phase == Phase::kClosed) return;
-    if (left.contains(id) || state->lost.contains(id) || lostNow.contains(id)) return;
+    if (state->lost.contains(id) || lostNow.contains(id)) return;
     if (!participants.contains(id) && !joining.contains(id)) return;
+    const auto why = lostReason(left, id);
+    if (!why) return;
     const auto node = known.find(id);
     lostNow[id] = {node == known.end() ? "" : node->second.address,
-                   node == known.end() ? -1 : node->second.requestedRank, kLeaseLapsed};
+                   node == known.end() ? -1 : node->second.requestedRank, *why};
   }
 
   void recount() {
@@ -210,7 +211,7 @@ struct CoordinatorView {
       if (deleted) {
         left.erase(*gone);
       } else {
-        left.insert(*gone);
+        left[*gone] = leftExitCode(kv.value);
       }
     } else if (auto round = member("round/")) {
       if (deleted) return false;

@@ -663,7 +663,10 @@ void EtcdRendezvous::leave(const protocol::NodeReport& report) {
     if (state_) state = *state_;
     revision = stateRevision_;
   }
-  if (state) client_.put(keys.left(report.nodeId), std::to_string(report.round), state->jobLease);
+  if (state) {
+    client_.put(keys.left(report.nodeId), etcd::leftValue(report.round, report.exitCode),
+                state->jobLease);
+  }
   client_.revokeLease(lease_);  // its alive, joining and rank keys go
   // The last node out removes the rendezvous, so the id can be used again:
   // every node of the round has left and none waits.
@@ -691,7 +694,7 @@ protocol::RendezvousStatus EtcdRendezvous::statusOf(const std::string& rdzvId, b
   std::optional<RoundState> state;
   std::map<std::string, etcd::NodeInfo> joining;
   std::set<std::string> alive;
-  std::set<std::string> left;
+  std::map<std::string, std::int64_t> left;  // node -> the exit code it left with
   std::vector<etcd::NodeInfo> participants;
   if (!full) {
     std::lock_guard lock(mutex_);
@@ -705,7 +708,7 @@ protocol::RendezvousStatus EtcdRendezvous::statusOf(const std::string& rdzvId, b
       } else if (rest.starts_with("alive/")) {
         alive.insert(rest.substr(6));
       } else if (rest.starts_with("left/")) {
-        left.insert(rest.substr(5));
+        left[rest.substr(5)] = etcd::leftExitCode(kv.value);
       } else if (rest.starts_with("joining/")) {
         if (auto node = etcd::nodeFromJson(kv.value)) joining[rest.substr(8)] = *node;
       }
@@ -744,8 +747,9 @@ protocol::RendezvousStatus EtcdRendezvous::statusOf(const std::string& rdzvId, b
       const etcd::NodeInfo& n = participants[rank];
       if (joining.contains(n.id) && alive.contains(n.id)) continue;
       if (!alive.contains(n.id)) {
-        if (!left.contains(n.id))
-          lost.try_emplace(n.id, n.address, n.requestedRank, etcd::kLeaseLapsed);
+        if (const auto why = etcd::lostReason(left, n.id)) {
+          lost.try_emplace(n.id, n.address, n.requestedRank, *why);
+        }
       } else {
         notBack.push_back({etcd::memberOf(n), static_cast<std::uint32_t>(rank)});
       }

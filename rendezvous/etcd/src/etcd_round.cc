@@ -1,8 +1,10 @@
 #include "etcd_round.h"
 
-#include <algorithm>
-
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
 
 #include "ddprun/rendezvous/round_policy.h"
 #include "ddprun/rendezvous/round_text.h"
@@ -300,6 +302,27 @@ std::optional<protocol::Assignment> assignmentOf(const RoundState& s, const Assi
   a.masterAddr = s.masterAddr;
   a.masterPort = s.masterPort;
   return a;
+}
+
+std::string leftValue(std::int64_t round, std::int64_t exitCode) {
+  return fmt::format("{} {}", round, exitCode);
+}
+
+std::int64_t leftExitCode(const std::string& value) {
+  const auto space = value.find(' ');
+  if (space == std::string::npos) return 0;
+  std::int64_t code = 0;
+  const char* first = value.data() + space + 1;
+  const char* last = value.data() + value.size();
+  return std::from_chars(first, last, code).ec == std::errc() ? code : 0;
+}
+
+std::optional<std::string> lostReason(const std::map<std::string, std::int64_t>& left,
+                                      const std::string& node) {
+  const auto it = left.find(node);
+  if (it == left.end()) return kLeaseLapsed;
+  if (it->second == 0) return std::nullopt;
+  return protocol::leftJobText(it->second);
 }
 
 }  // namespace ddprun::rendezvous::etcd

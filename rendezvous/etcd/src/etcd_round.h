@@ -9,7 +9,9 @@
 //   round/<r>          round r's nodes by group rank, written once
 //   assign/<node>      the node's place in the round, written once a round
 //   failure/<r>/<node> a failing node's address and failure time
-//   left/<node>        the node finished
+//   left/<node>        the node left: "<round> <exit code>" (its ddprun's
+//                      code; not 0: it left while the others may train,
+//                      and is a lost node named with leftJobText)
 // and, on each node's own lease (gone when the node stops renewing it):
 //   alive/<node>       the node is there; the create revisions order the
 //                      nodes: the oldest is the coordinator
@@ -183,5 +185,17 @@ std::optional<protocol::Assignment> assignmentOf(const RoundState& state,
 
 // The reason etcd gives for a node lost (the policy's LostNode::reason).
 inline constexpr const char* kLeaseLapsed = "stopped renewing its etcd lease";
+
+// A left/<node> key's value, and the exit code in one (0 when it has none:
+// a value of an older ddprun, only the round).
+std::string leftValue(std::int64_t round, std::int64_t exitCode);
+std::int64_t leftExitCode(const std::string& value);
+
+// Why `node`, whose alive key went, is lost, given the exit codes the nodes
+// that wrote a left key left with: it left with a non-zero code, or it
+// stopped renewing its lease (no left key). nullopt: it left with 0, its
+// workers done, so it is not lost.
+std::optional<std::string> lostReason(const std::map<std::string, std::int64_t>& left,
+                                      const std::string& node);
 
 }  // namespace ddprun::rendezvous::etcd
