@@ -136,14 +136,17 @@ struct Process {
 };
 
 // The disk under a host's --log_dir: a small tmpfs mounted for a run with a
-// disk-full fault there, filled by the fault, unmounted when the run ends.
+// disk-full fault there, filled by the fault (its bytes, then its inodes, as
+// a full ext4 disk refuses new directories too), unmounted when the run
+// ends.
 class LogDisk {
  public:
   static constexpr std::size_t kBytes = 2 << 20;
+  static constexpr int kInodes = 512;
 
   explicit LogDisk(fs::path dir) : dir_(std::move(dir)) {
     fs::create_directories(dir_);
-    const std::string options = fmt::format("size={},mode=0755", kBytes);
+    const std::string options = fmt::format("size={},nr_inodes={},mode=0755", kBytes, kInodes);
     if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, options.c_str()) != 0) {
       throw std::runtime_error(
           fmt::format("cannot mount a tmpfs on {}: {}", dir_.string(), std::strerror(errno)));
@@ -153,14 +156,22 @@ class LogDisk {
   LogDisk(const LogDisk&) = delete;
   LogDisk& operator=(const LogDisk&) = delete;
 
-  // Writes one file until the disk has no space left.
+  // Writes one file until the disk has no space left, then makes empty
+  // ones until it has no inode left.
   void fill() const {
     const int fd = ::open((dir_ / "fill").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return;
-    const std::string block(64 << 10, 'x');
-    while (::write(fd, block.data(), block.size()) > 0) {
+    if (fd >= 0) {
+      const std::string block(64 << 10, 'x');
+      while (::write(fd, block.data(), block.size()) > 0) {
+      }
+      ::close(fd);
     }
-    ::close(fd);
+    for (int i = 0; i < kInodes; ++i) {
+      const int empty = ::open((dir_ / fmt::format("fill-{}", i)).c_str(),
+                               O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (empty < 0) break;
+      ::close(empty);
+    }
   }
 
  private:
@@ -282,6 +293,8 @@ void Run::startAgent(int host) {
                              {"CHAOS_SAMPLES", std::to_string(kSamples)},
                              {"CHAOS_CHECKPOINT", (folder_ / "checkpoint").string()},
                              {"CHAOS_DIR", folder_.string()},
+                             // Where a full log disk's files go instead: in the run's folder.
+                             {"TMPDIR", (folder_ / "tmp").string()},
                              {"TORCHELASTIC_ERROR_FILE", agent->errorFile.string()}}));
   current_[host] = agents_.size();
   agents_.push_back(std::move(agent));
@@ -463,7 +476,7 @@ void Run::killEverything() {
 RunResult Run::go() {
   RunResult result;
   const auto started = Clock::now();
-  fs::create_directories(folder_);
+  fs::create_directories(folder_ / "tmp");
   for (const Fault& f : plan_.faults) {
     ::mkfifo(holdAt(f.atStep).c_str(), 0600);
     if (f.kind == FaultKind::kDiskFull && !logDisks_.contains(f.host)) {

@@ -26,6 +26,7 @@ using test_support::freePort;
 using test_support::kDdprun;
 using test_support::launchDir;
 using test_support::linesWith;
+using test_support::runCommand;
 using test_support::runDdprun;
 using test_support::scratch;
 using test_support::sh;
@@ -219,6 +220,42 @@ TEST(TorchrunLogs, AFullDiskIsOneWarningAndTheConsoleGoesOn) {
                     std::sregex_iterator()),
       1)
       << limitedRun.out;
+}
+
+TEST(TorchrunLogs, ADiskWithoutInodesMovesTheRestartsLogsAndTheJobGoesOn) {
+  // --log_dir is a tmpfs of 40 inodes in a mount namespace of the run's own;
+  // rank 1 of attempt 0 uses them all (as a full ext4 disk refuses new
+  // directories) and fails: the restart cannot create attempt_1 there.
+  if (runCommand({"/usr/bin/unshare", "-m", "/bin/true"}, {}, 10s).code != 0) {
+    GTEST_SKIP() << "this machine cannot make a mount namespace (needs root)";
+  }
+  const fs::path full = scratch() / "full";
+  const fs::path tmp = scratch() / "tmp";
+  fs::create_directories(full);
+  fs::create_directories(tmp);
+  const std::string worker = fmt::format(
+      "echo restart $TORCHELASTIC_RESTART_COUNT; if [ $TORCHELASTIC_RESTART_COUNT = 0 ] && "
+      "[ $RANK = 1 ]; then i=0; while touch {0}/fill-$i 2>/dev/null; do i=$((i+1)); done; "
+      "exit 1; fi",
+      full.string());
+  const std::string inner = fmt::format(
+      "set -e; mount -t tmpfs -o size=1m,nr_inodes=40 tmpfs {0}; set +e; TMPDIR={1} exec {2} "
+      "--nproc_per_node=2 --max_restarts=1 --tee=3 --log_prefix= --log_dir={0}/logs /bin/sh -c "
+      "'{3}'",
+      full.string(), tmp.string(), kDdprun, worker);
+  const auto r = runCommand(
+      {"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c", inner}, {}, 60s);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(linesWith(r.out, "restart 1").size(), 2u) << r.out;
+  const std::regex moved(
+      "Cannot create the log directory \\S+/attempt_1: No space left on device; this launch's "
+      "later logs and error files go to (\\S+) instead\\.");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, moved)) << r.err;
+  const fs::path instead = m[1].str();
+  EXPECT_EQ(instead.parent_path(), tmp);
+  EXPECT_EQ(readFile(instead / "attempt_1/0/stdout.log"), "restart 1\n");
+  EXPECT_EQ(readFile(instead / "attempt_1/1/stdout.log"), "restart 1\n");
 }
 
 TEST(TorchrunLogs, AStalledConsoleDoesNotDelaySigterm) {

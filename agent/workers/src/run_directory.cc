@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ddprun/common/error.h"
+#include "ddprun/common/logging.h"
 
 namespace ddprun::agent {
 
@@ -54,24 +55,40 @@ RunDirectory::~RunDirectory() {
   }
 }
 
-fs::path RunDirectory::attemptDir(int attempt) const {
-  const fs::path dir = root_ / fmt::format("attempt_{}", attempt);
+fs::path RunDirectory::created(const fs::path& relative) const {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    throw Error(fmt::format("cannot create the log directory {}: {}", dir.string(), ec.message()));
+  const fs::path wanted = root_ / relative;
+  fs::create_directories(wanted, ec);
+  if (!ec) return wanted;
+  if (fallbackRoot_.empty()) {
+    std::error_code ignored;
+    try {
+      fallbackRoot_ = makeUniqueDirectory(fs::temp_directory_path(ignored), "ddprun-logs-");
+    } catch (const Error&) {
+      throw Error(
+          fmt::format("cannot create the log directory {}: {}", wanted.string(), ec.message()));
+    }
+    DDPRUN_WARN(
+        "Cannot create the log directory {}: {}; this launch's later logs and error files go to "
+        "{} instead.",
+        wanted.string(), ec.message(), fallbackRoot_.string());
   }
-  return dir;
+  const fs::path instead = fallbackRoot_ / relative;
+  std::error_code again;
+  fs::create_directories(instead, again);
+  if (again) {
+    throw Error(fmt::format("cannot create the log directory {}: {}, nor {}: {}", wanted.string(),
+                            ec.message(), instead.string(), again.message()));
+  }
+  return instead;
+}
+
+fs::path RunDirectory::attemptDir(int attempt) const {
+  return created(fmt::format("attempt_{}", attempt));
 }
 
 fs::path RunDirectory::workerDir(int attempt, int localRank) const {
-  const fs::path dir = attemptDir(attempt) / std::to_string(localRank);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    throw Error(fmt::format("cannot create the log directory {}: {}", dir.string(), ec.message()));
-  }
-  return dir;
+  return created(fs::path(fmt::format("attempt_{}", attempt)) / std::to_string(localRank));
 }
 
 }  // namespace ddprun::agent

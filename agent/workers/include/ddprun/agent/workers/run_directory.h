@@ -10,6 +10,12 @@
 // Without --log_dir the temporary base is removed at exit unless `keep`
 // (redirects or tee wrote files there, which the user must be able to read).
 //
+// A full disk must not end a job that could train on: when an attempt's or
+// a worker's directory cannot be created under the launch's directory (no
+// space, no inodes), it is made under a private temporary directory
+// instead (mkdtemp, "ddprun-logs-", kept at exit: it holds logs), with one
+// warning that says where; only when that fails too is it an error.
+//
 // Thread-safety: the agent's loop thread only.
 #pragma once
 
@@ -44,8 +50,13 @@ class RunDirectory {
   bool temporary() const { return !removeAtExit_.empty(); }
 
  private:
+  // `relative` (to root_) created, or under the fallback root when it
+  // cannot be; throws ddprun::Error when neither can.
+  std::filesystem::path created(const std::filesystem::path& relative) const;
+
   std::filesystem::path root_;
-  std::filesystem::path removeAtExit_;  // empty: kept
+  std::filesystem::path removeAtExit_;          // empty: kept
+  mutable std::filesystem::path fallbackRoot_;  // made when root_'s disk first fails
 };
 
 }  // namespace ddprun::agent
