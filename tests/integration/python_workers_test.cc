@@ -70,11 +70,22 @@ TEST(PythonWorkers, AFullLogDiskMovesTheProgressHookAndTheErrorFileSaysWhy) {
   }
   const fs::path full = scratch() / "full";
   fs::create_directories(full);
-  const auto script = writeScript(scratch(), "hook.py", R"(
-import os, sys, sitecustomize
+  // Rank 1 fails once rank 0 has printed (ddprun stops the survivors of a
+  // failure).
+  const fs::path printed = scratch() / "rank0-printed";
+  fs::remove(printed);
+  const auto script = writeScript(scratch(), "hook.py",
+                                  fmt::format(R"(
+import os, sys, time, sitecustomize
 print("hook", os.path.dirname(sitecustomize.__file__), flush=True)
-sys.exit(3 if os.environ["RANK"] == "1" else 0)
-)");
+if os.environ["RANK"] == "0":
+    open("{0}", "w").close()
+    sys.exit(0)
+while not os.path.exists("{0}"):
+    time.sleep(0.01)
+sys.exit(3)
+)",
+                                              printed.string()));
   const std::string inner = fmt::format(
       "set -e; mount -t tmpfs -o size=64k tmpfs {0}; dd if=/dev/zero of={0}/fill bs=4k "
       "2>/dev/null || true; set +e; TORCHELASTIC_ERROR_FILE={0}/error.json {1} "

@@ -1,7 +1,5 @@
 #include "ddprun/agent/features/downtime_feature.h"
 
-#include <stdlib.h>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +8,7 @@
 #include "ddprun/common/env.h"
 #include "ddprun/common/logging.h"
 #include "ddprun/common/text_file.h"
+#include "ddprun/common/unique_directory.h"
 #include "progress_hook_source.h"
 
 namespace ddprun::agent {
@@ -35,12 +34,13 @@ std::string writeProgressHook(const std::filesystem::path& dir) {
 }
 
 // A private directory for the hook when the run directory's disk is full
-// (mode 0700, removed when the node exits); empty when none can be made.
+// (removed when the node exits); empty when none can be made.
 std::filesystem::path makeFallbackHookDirectory() {
-  std::error_code ec;
-  std::string pattern = (std::filesystem::temp_directory_path(ec) / "ddprun-hook-XXXXXX").string();
-  if (ec || ::mkdtemp(pattern.data()) == nullptr) return {};
-  return pattern;
+  try {
+    return makeTemporaryDirectory("ddprun-hook-");
+  } catch (const std::exception&) {
+    return {};
+  }
 }
 
 }  // namespace

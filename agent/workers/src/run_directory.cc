@@ -1,34 +1,14 @@
 #include "ddprun/agent/workers/run_directory.h"
 
-#include <stdlib.h>
-
 #include <fmt/format.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
+#include "ddprun/common/unique_directory.h"
 
 namespace ddprun::agent {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-// A new directory named `prefix` + 6 random characters (mode 0700).
-fs::path makeUniqueDirectory(const fs::path& parent, const std::string& prefix) {
-  std::string pattern = (parent / (prefix + "XXXXXX")).string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    throw Error(
-        fmt::format("cannot create a directory like {}: {}; {}", pattern, std::strerror(errno),
-                    errno == EACCES || errno == EROFS ? "give a writable --log_dir (or set TMPDIR)"
-                                                      : "check the disk and the path"));
-  }
-  return pattern;
-}
-
-}  // namespace
 
 RunDirectory::RunDirectory(const std::optional<fs::path>& logDir, const std::string& runId,
                            bool keep) {
@@ -42,7 +22,7 @@ RunDirectory::RunDirectory(const std::optional<fs::path>& logDir, const std::str
                               base.string(), ec.message()));
     }
   } else {
-    base = makeUniqueDirectory(fs::temp_directory_path(ec), "ddprun_");
+    base = makeTemporaryDirectory("ddprun_");
     if (!keep) removeAtExit_ = base;
   }
   root_ = makeUniqueDirectory(base, runId + "_");
@@ -61,9 +41,8 @@ fs::path RunDirectory::created(const fs::path& relative) const {
   fs::create_directories(wanted, ec);
   if (!ec) return wanted;
   if (fallbackRoot_.empty()) {
-    std::error_code ignored;
     try {
-      fallbackRoot_ = makeUniqueDirectory(fs::temp_directory_path(ignored), "ddprun-logs-");
+      fallbackRoot_ = makeTemporaryDirectory("ddprun-logs-");
     } catch (const Error&) {
       throw Error(
           fmt::format("cannot create the log directory {}: {}", wanted.string(), ec.message()));
