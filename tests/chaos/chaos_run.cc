@@ -215,6 +215,9 @@ class Run {
   Process& agentOn(int host) { return *agents_[current_.at(host)]; }
   bool allEnded() const;
   void checkInvariants(RunResult& result);
+  // A failed run's evidence in its folder: each agent's output, and a copy
+  // of each tmpfs log directory (unmounted when the run ends).
+  void keepEvidence() const;
   void killEverything();
   void log(const std::string& line) const {
     if (verbose_) std::cerr << "chaos: " << line << std::endl;
@@ -529,7 +532,22 @@ RunResult Run::go() {
     killEverything();
   }
   checkInvariants(result);
+  if (!result.violations.empty()) keepEvidence();
   return result;
+}
+
+void Run::keepEvidence() const {
+  for (std::size_t i = 0; i < agents_.size(); ++i) {
+    const Process& agent = *agents_[i];
+    const std::string stem = fmt::format("agent-host{}-{}", agent.host, i);
+    std::ofstream(folder_ / (stem + ".out")) << agent.out;
+    std::ofstream(folder_ / (stem + ".err")) << agent.err;
+  }
+  for (const auto& [host, disk] : logDisks_) {
+    std::error_code ignored;
+    fs::copy(logDir(host), folder_ / fmt::format("logs-host{}-copy", host),
+             fs::copy_options::recursive, ignored);
+  }
 }
 
 void Run::checkInvariants(RunResult& result) {

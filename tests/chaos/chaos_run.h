@@ -43,7 +43,8 @@ struct RunResult {
 };
 
 // `folder`: the run's checkpoint, error files and logs (kept for a failed
-// run). `verbose`: the agents' output goes to stderr as it comes.
+// run, with each agent's output, agent-host<h>-<i>.{out,err}, and a copy of
+// each tmpfs log directory). `verbose`: the agents' output goes to stderr as it comes.
 RunResult runPlan(const Plan& plan, const std::filesystem::path& folder, bool verbose);
 
 }  // namespace ddprun::chaos
