@@ -3,6 +3,7 @@
 // under Debian's python3-torch 1.13.1 and, as TorchCurrent.*, with
 // DDPRUN_TEST_PYTHON set to scripts/python (the project's environment with
 // the current PyTorch, requirements/torch-current.txt).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -71,18 +72,18 @@ TEST(PythonWorkers, AFullLogDiskMovesTheProgressHookAndTheErrorFileSaysWhy) {
   const fs::path full = scratch() / "full";
   fs::create_directories(full);
   // Rank 1 fails once rank 0 has printed (ddprun stops the survivors of a
-  // failure).
+  // failure): they meet at a FIFO, whose opens wait for each other.
   const fs::path printed = scratch() / "rank0-printed";
   fs::remove(printed);
+  ASSERT_EQ(::mkfifo(printed.c_str(), 0600), 0);
   const auto script = writeScript(scratch(), "hook.py",
                                   fmt::format(R"(
-import os, sys, time, sitecustomize
+import os, sys, sitecustomize
 print("hook", os.path.dirname(sitecustomize.__file__), flush=True)
 if os.environ["RANK"] == "0":
     open("{0}", "w").close()
     sys.exit(0)
-while not os.path.exists("{0}"):
-    time.sleep(0.01)
+open("{0}").read()
 sys.exit(3)
 )",
                                               printed.string()));
