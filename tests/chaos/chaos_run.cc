@@ -197,6 +197,8 @@ class Run {
   void startEtcd();
   void scan(Process& agent);
   void fire(const Fault& fault);
+  // Asks worker `pid` to exit 1 (chaos_train's exit file).
+  void askToFail(pid_t pid) const { std::ofstream(folder_ / fmt::format("exit-{}", pid)).put('1'); }
   // The FIFO rank 0 holds at after printing `step` (chaos_train.py), and
   // letting go of it: a regular file from then on.
   fs::path holdAt(int step) const { return folder_ / fmt::format("hold-{}", step); }
@@ -361,14 +363,14 @@ void Run::fire(const Fault& f) {
       if (worker) ::kill(*worker, SIGKILL);
       break;
     case FaultKind::kWorkerExit:
-      if (worker) std::ofstream(folder_ / fmt::format("exit-{}", *worker)).put('1');
+      if (worker) askToFail(*worker);
       break;
     case FaultKind::kEtcdMemberKill:
       etcd_->kill(f.host);
       break;
     case FaultKind::kDiskFull:
       logDisks_.at(f.host)->fill();
-      if (worker) std::ofstream(folder_ / fmt::format("exit-{}", *worker)).put('1');
+      if (worker) askToFail(*worker);
       break;
     case FaultKind::kWorkerPause:
       if (worker) {
