@@ -95,5 +95,36 @@ TEST(ExitStatus, ShellConvention) {
   EXPECT_FALSE((ExitStatus{0, 15, true}).success());
 }
 
+// The words Gloo, NCCL and the store client use when the other end went
+// away make a failure a knock-on; a signal, a plain error or a worker that
+// ddprun stopped never is one.
+TEST(WorkerFailure, AKnockOnFailureLostAPeer) {
+  WorkerFailure f;
+  f.status = ExitStatus{1, 0, false};
+  f.stderrTail = {
+      "chaos-train: rank 2 of 6: all_reduce(int64[1] on cpu, sum) failed: "
+      "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.10.0.2]:428"};
+  EXPECT_TRUE(lostAPeer(f));
+  f.stderrTail = {"Traceback (most recent call last):",
+                  "torch.distributed.DistBackendError: "
+                  "NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there was "
+                  "a network error, NCCL version 2.21.5"};
+  EXPECT_TRUE(lostAPeer(f));
+  f.stderrTail = {};
+  f.error = WorkerError{
+      "RuntimeError: [pair.cc:589] Read error [10.0.0.1]:1: Connection reset "
+      "by peer",
+      "", 0};
+  EXPECT_TRUE(lostAPeer(f));
+  f.cause = "the hang watchdog";  // ddprun stopped it: its own failure
+  EXPECT_FALSE(lostAPeer(f));
+  f.cause.clear();
+  f.status = ExitStatus{0, 9, true};
+  EXPECT_FALSE(lostAPeer(f));
+  f.status = ExitStatus{1, 0, false};
+  f.error = WorkerError{"ValueError: loss is NaN", "", 0};
+  EXPECT_FALSE(lostAPeer(f));
+}
+
 }  // namespace
 }  // namespace ddprun::agent

@@ -202,6 +202,10 @@ class Run {
   // The FIFO rank 0 holds at after printing `step` (chaos_train.py), and
   // letting go of it: a regular file from then on.
   fs::path holdAt(int step) const { return folder_ / fmt::format("hold-{}", step); }
+  // The file rank 0 creates as it holds at `step`. Not its console line,
+  // which a paused agent passes on late: a stale round's "step 10" after
+  // the new round's "step 32".
+  fs::path heldAt(int step) const { return folder_ / fmt::format("at-{}", step); }
   fs::path logDir(int host) const { return folder_ / fmt::format("logs-host{}", host); }
   void release(int step);
   // Fires the next fault once the job holds at its step, or skips it when
@@ -240,7 +244,6 @@ class Run {
   std::set<pid_t> allWorkers_;
   std::size_t next_ = 0;      // the plan's next fault
   std::vector<Fault> fired_;  // the faults that fired (a skipped one did not)
-  int lastStep_ = -1;         // rank 0's latest step line since the last fault
   std::optional<Clock::time_point> endingFiredAt_;
   std::optional<std::uint64_t> checksum_;
   Clock::time_point lastEnd_{};  // when the last agent to end did
@@ -322,11 +325,10 @@ void Run::startEtcd() {
                                                       test_support::EtcdTiming{}, hosts);
 }
 
-// Worker lines: "start rank R world W pid P ...", "step N world W",
-// "checksum X".
+// Worker lines: "start rank R world W pid P ...", "checksum X" (and "step
+// N world W", which only the verbose log shows).
 void Run::scan(Process& agent) {
   static const std::regex start(R"(^start rank \d+ world \d+ pid (\d+))");
-  static const std::regex step(R"(^step (\d+) world \d+)");
   static const std::regex checksum(R"(^checksum (\d+))");
   for (;;) {
     const auto end = agent.out.find('\n', agent.scanned);
@@ -339,8 +341,6 @@ void Run::scan(Process& agent) {
       const pid_t pid = std::stoi(m[1]);
       workers_[agent.host].push_back(pid);
       allWorkers_.insert(pid);
-    } else if (std::regex_search(line, m, step)) {
-      lastStep_ = std::stoi(m[1]);
     } else if (std::regex_search(line, m, checksum)) {
       checksum_ = std::stoull(m[1]);
     }
@@ -435,7 +435,7 @@ void Run::nextFault(Clock::time_point now) {
   const Process& target = agentOn(f.host);
   if (target.ended && !target.restartWhenEnded) {
     log(fmt::format("fault skipped: {} on host {}, which is gone", kindName(f.kind), f.host));
-  } else if (lastStep_ == f.atStep) {
+  } else if (fs::exists(heldAt(f.atStep))) {
     fire(f);
     fired_.push_back(f);
     Plan judged = plan_;
@@ -446,7 +446,6 @@ void Run::nextFault(Clock::time_point now) {
     return;
   }
   release(f.atStep);
-  lastStep_ = -1;
   ++next_;
 }
 
@@ -456,6 +455,8 @@ void Run::waitForNews(Clock::time_point started) const {
   if (daemon_) daemon_->watch(fds);
   auto until = started + kRunLimit;
   for (const auto& t : timed_) until = std::min(until, t.at);
+  // A fault waits for its file (heldAt), which wakes nothing: look again soon.
+  if (next_ < plan_.faults.size()) until = std::min(until, Clock::now() + 50ms);
   const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
   ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(0, wait.count())));
 }

@@ -97,6 +97,7 @@ int train() {
       std::cout << "step " << at.step << " world " << world << std::endl;
       const fs::path hold = folder / ("hold-" + std::to_string(at.step));
       if (fs::exists(hold)) {
+        std::ofstream(folder / ("at-" + std::to_string(at.step))).close();
         std::ifstream gate(hold);  // a FIFO: until the harness lets go
         std::string rest;
         std::getline(gate, rest, '\0');

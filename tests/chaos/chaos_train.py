@@ -6,7 +6,10 @@
 # step S, rank 0 opens CHAOS_DIR/hold-S if there is one, a FIFO that blocks
 # it (and, through the next all_reduce, every rank) until the harness has
 # fired its fault and let go (then it is a regular file: a restarted job
-# passes it at once). No step waits for time.
+# passes it at once). It first creates CHAOS_DIR/at-S, which tells the
+# harness the job holds there (the console line may come late: a paused
+# agent passes its workers' lines on only when it runs again). No step
+# waits for time.
 #
 # Each step every rank adds up its share of the step's CHAOS_SAMPLES samples
 # (sample i goes to rank i % world), the shares are all-reduced (int64 SUM,
@@ -72,6 +75,7 @@ while step < STEPS:
         print(f"step {step} world {world}", flush=True)
         hold = os.path.join(FOLDER, f"hold-{step}")
         if os.path.exists(hold):
+            open(os.path.join(FOLDER, f"at-{step}"), "w").close()
             with open(hold) as gate:  # a FIFO: until the harness lets go
                 gate.read()
 dist.barrier()

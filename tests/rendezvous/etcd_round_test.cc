@@ -205,5 +205,18 @@ TEST(EtcdRound, TheStateRoundTripsThroughJson) {
   EXPECT_FALSE(stateFromJson(R"({"round": 1})"));  // no settings
 }
 
+// A failure key says whether the failure lost a peer; one an older node
+// wrote (without it) did not.
+TEST(EtcdRound, AFailureRecordSaysWhetherItLostAPeer) {
+  const auto read = failureFromJson(toJson(FailureRecord{"10.0.0.2", 1234, true}));
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->address, "10.0.0.2");
+  EXPECT_EQ(read->failedAtMs, 1234);
+  EXPECT_TRUE(read->lostAPeer);
+  const auto older = failureFromJson(R"({"address": "10.0.0.3", "failed_at_ms": 99})");
+  ASSERT_TRUE(older);
+  EXPECT_FALSE(older->lostAPeer);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous::etcd

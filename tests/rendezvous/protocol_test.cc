@@ -42,6 +42,7 @@ std::vector<Request> everyRequest() {
   all.push_back(Leave{node});
   NodeReport givingUp = node;
   givingUp.giveUp = true;
+  givingUp.lostAPeer = true;
   all.push_back(ReportFailure{givingUp});
   all.push_back(RendezvousStatusQuery{"job"});
   all.push_back(QueuePush{.key = "q", .value = "item"});
@@ -92,11 +93,12 @@ TEST(Protocol, EveryTruncationIsDetected) {
     std::string bytes;
     encodeRequest(bytes, 1, request);
     auto [header, body] = frameOf(bytes);
-    // LEAVE's and REPORT_FAILURE's last byte is version 7's give_up: a
-    // body without it is a version 5/6 client's (AnOlderReportFailureDecodes).
-    const bool trailingFlag = header.code == static_cast<std::uint8_t>(Op::kLeave) ||
-                              header.code == static_cast<std::uint8_t>(Op::kReportFailure);
-    for (std::size_t cut = 0; cut < body.size() - (trailingFlag ? 1 : 0); ++cut) {
+    // LEAVE's and REPORT_FAILURE's last bytes are version 7's give_up and
+    // version 8's lost_a_peer: a body without them is an older client's
+    // (AnOlderReportFailureDecodesWithoutTheLaterFlags).
+    const bool trailingFlags = header.code == static_cast<std::uint8_t>(Op::kLeave) ||
+                               header.code == static_cast<std::uint8_t>(Op::kReportFailure);
+    for (std::size_t cut = 0; cut < body.size() - (trailingFlags ? 2 : 0); ++cut) {
       SCOPED_TRACE(std::string(opName(opOf(request))) + " cut at " + std::to_string(cut));
       // The frame parser waits for the missing bytes...
       FrameHeader partial;
@@ -112,16 +114,21 @@ TEST(Protocol, EveryTruncationIsDetected) {
   }
 }
 
-TEST(Protocol, AnOlderReportFailureDecodesWithoutGiveUp) {
-  NodeReport report{"job", "node-a", 4, 3, 137, "rank 5 was killed by SIGKILL"};
+TEST(Protocol, AnOlderReportFailureDecodesWithoutTheLaterFlags) {
+  NodeReport report{"job", "node-a", 4, 3, 1, "rank 5 exited with code 1"};
   report.giveUp = true;
+  report.lostAPeer = true;
   std::string bytes;
   encodeRequest(bytes, 1, ReportFailure{report});
   auto [header, body] = frameOf(bytes);
-  ASSERT_EQ(body.back(), '\x01');
+  ASSERT_EQ(body.substr(body.size() - 2), std::string("\x01\x01"));
   Request decoded;
-  // A version 6 agent's body ends before the flag.
+  // A version 7 agent's body ends before lost_a_peer...
   ASSERT_TRUE(decodeRequest(header.code, body.substr(0, body.size() - 1), Limits{}, decoded).ok());
+  report.lostAPeer = false;
+  EXPECT_EQ(decoded, Request(ReportFailure{report}));
+  // ...and a version 6 agent's before give_up too.
+  ASSERT_TRUE(decodeRequest(header.code, body.substr(0, body.size() - 2), Limits{}, decoded).ok());
   report.giveUp = false;
   EXPECT_EQ(decoded, Request(ReportFailure{report}));
 }
@@ -462,7 +469,9 @@ TEST(Protocol, EncodingsAreByteForByteStable) {
   // fixed_nodes (0x7552664c67d1c743). Version 6: HELLO's version, and the
   // new ops QUEUE_PUSH, QUEUE_POP (and its reply), QUEUE_LEN, LIST_KEYS,
   // BARRIER, SHARED_WAIT and CANCEL, appended to the tables above.
-  EXPECT_EQ(digest, 0xf0706412c6720fc3ULL) << std::hex << digest;
+  // Version 7 (0xf0706412c6720fc3): LEAVE's and REPORT_FAILURE's give_up.
+  // Version 8: their lost_a_peer after it.
+  EXPECT_EQ(digest, 0x04f8061905eebdd7ULL) << std::hex << digest;
 }
 
 TEST(Protocol, TimeoutConversionClamps) {

@@ -194,6 +194,40 @@ TEST(RoundPolicy, TheEarliestFailureIsBlamed) {
   EXPECT_EQ(blame({{"node9", "10.0.0.2", 100}, {"node8", "10.0.0.2", 100}})->node, "node8");
 }
 
+// A failure that lost a peer is a knock-on: never blamed, however early.
+// If every failure of a round lost a peer (a node was lost), nobody is.
+TEST(RoundPolicy, AFailureThatLostAPeerIsNeverBlamed) {
+  EXPECT_EQ(blame({{"node1", "10.0.0.1", 100, true}, {"node3", "10.0.0.3", 140}})->node, "node3");
+  EXPECT_FALSE(blame({{"node1", "10.0.0.1", 100, true}, {"node3", "10.0.0.3", 90, true}}));
+}
+
+// A chaos run's three rounds (seed 154, C++ workers whose knock-on failures
+// come within milliseconds): a worker of host 2 is killed; host 1's agent
+// is killed (hosts 2 and 3 lose a peer); host 3's worker exits 1 after
+// host 2's knock-on failure was reported. Host 2 was left out for all
+// three; only the first was its own.
+TEST(RoundPolicy, KnockOnFailuresNeverAddUpToAnExclusion) {
+  const ManualClock clock;
+  const Settings s = excluding(2, 3);
+  std::map<std::string, HostRecord> hosts;
+  const std::set<std::string> round = {"10.0.0.1", "10.0.0.2", "10.0.0.3"};
+  const std::vector<Member> waiting = {member("node1"), member("node2"), member("node3")};
+  Attribution a =
+      attributeFailures(s, hosts, round, {{"node2", "10.0.0.2", 1000}}, waiting, clock.nowMs);
+  EXPECT_EQ(a.blamed, "10.0.0.2");
+  a = attributeFailures(s, hosts, round,
+                        {{"node2", "10.0.0.2", 2000, true}, {"node3", "10.0.0.3", 2001, true}},
+                        waiting, clock.nowMs);
+  EXPECT_EQ(a.blamed, "");
+  EXPECT_EQ(hosts.at("10.0.0.2").streak, 1);
+  a = attributeFailures(s, hosts, round,
+                        {{"node2", "10.0.0.2", 3000, true}, {"node3", "10.0.0.3", 3040}}, waiting,
+                        clock.nowMs);
+  EXPECT_EQ(a.blamed, "10.0.0.3");
+  EXPECT_FALSE(a.exclusion);
+  EXPECT_EQ(hosts, (std::map<std::string, HostRecord>{{"10.0.0.3", {1, 0, "node3"}}}));
+}
+
 // The blamed host's streak grows; the round's other hosts start again from
 // 0 (and, with nothing to remember, are dropped); hosts not in the round
 // keep theirs.

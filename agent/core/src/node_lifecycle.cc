@@ -384,7 +384,8 @@ void NodeLifecycle::onFailure(const GroupOutcome& outcome) {
   }
   moveTo(S::kDeciding);
   deciding_ = std::make_unique<GroupOutcome>(outcome);
-  const FailureNotice notice{attempt_.assignment.round, exitCode, root.time, report, giveUp};
+  const FailureNotice notice{
+      attempt_.assignment.round, exitCode, root.time, report, giveUp, lostAPeer(root)};
   ports_.rounds.reportFailure(notice, [this, report, exitCode](FailureAnswer answer) {
     onDecision(std::move(answer), *deciding_, report, exitCode);
   });

@@ -2,6 +2,10 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <iterator>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "ddprun/common/signal_names.h"
@@ -26,6 +30,29 @@ std::string describeExit(const WorkerFailure& f) {
   }
   return fmt::format("worker rank {} (local rank {}, pid {}) exited with code {}", f.rank,
                      f.localRank, f.pid, f.status.code);
+}
+
+std::string failureText(const WorkerFailure& failure) {
+  std::string text;
+  if (failure.error) text = failure.error->message + "\n" + failure.error->traceback + "\n";
+  for (const auto& line : failure.stderrTail) text += line + "\n";
+  return text;
+}
+
+bool lostAPeer(const WorkerFailure& failure) {
+  if (failure.status.signaled || failure.status.code == 0 || !failure.cause.empty()) return false;
+  // What Gloo, NCCL and the TCPStore client say when the other end is gone.
+  static constexpr std::string_view kPeerGone[] = {
+      "Connection closed by peer",
+      "Connection reset by peer",
+      "Broken pipe",
+      "remote process exited or there was a network error",
+      "ncclRemoteError",
+      "NCCL communicator was aborted",
+  };
+  const std::string text = failureText(failure);
+  return std::any_of(std::begin(kPeerGone), std::end(kPeerGone),
+                     [&](std::string_view s) { return text.find(s) != std::string::npos; });
 }
 
 void FailureHistory::add(int attempt, const WorkerFailure& f) {

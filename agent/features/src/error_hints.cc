@@ -6,17 +6,6 @@
 
 namespace ddprun::agent {
 
-namespace {
-
-std::string failureText(const WorkerFailure& failure) {
-  std::string text;
-  if (failure.error) text = failure.error->message + "\n" + failure.error->traceback + "\n";
-  for (const auto& line : failure.stderrTail) text += line + "\n";
-  return text;
-}
-
-}  // namespace
-
 std::string errorHint(const WorkerFailure& failure) {
   const std::string text = failureText(failure);
   if (text.find("EADDRINUSE") != std::string::npos ||

@@ -369,6 +369,7 @@ void NodeRendezvous::asyncReportFailure(const FailureNotice& failure,
       std::chrono::duration_cast<std::chrono::milliseconds>(failure.failedAt.time_since_epoch())
           .count();
   r.giveUp = failure.giveUp;
+  r.lostAPeer = failure.lostAPeer;
   asio::post(worker_, [this, r, done = std::move(done)] {
     FailureAnswer answer;
     try {

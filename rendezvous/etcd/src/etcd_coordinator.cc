@@ -520,7 +520,8 @@ EtcdCoordinator::Action EtcdCoordinator::decide(Clock::time_point& wakeAt) {
   }
   if (s.round > 0 && s.attributedRound < s.round) {
     for (const auto& n : v.record) in.roundHosts.insert(n.address);
-    for (const auto& [node, f] : v.failures) in.failures.push_back({node, f.address, f.failedAtMs});
+    for (const auto& [node, f] : v.failures)
+      in.failures.push_back({node, f.address, f.failedAtMs, f.lostAPeer});
   }
   const policy::Formation f = policy::formRound(in, now);
   v.minReachedAtMs = f.minReachedAtMs;

@@ -602,7 +602,8 @@ protocol::RestartDecision EtcdRendezvous::reportFailure(const protocol::NodeRepo
   // reads these when the next round forms).
   if (jobLease != 0) {
     client_.put(keys.failure(report.round, report.nodeId),
-                etcd::toJson(etcd::FailureRecord{address, report.failedAtMs}), jobLease);
+                etcd::toJson(etcd::FailureRecord{address, report.failedAtMs, report.lostAPeer}),
+                jobLease);
   }
   for (;;) {
     std::optional<RoundState> state;

@@ -185,13 +185,14 @@ std::optional<AssignRecord> assignFromJson(const std::string& text) {
 }
 
 std::string toJson(const FailureRecord& f) {
-  return json{{"address", f.address}, {"failed_at_ms", f.failedAtMs}}.dump();
+  return json{{"address", f.address}, {"failed_at_ms", f.failedAtMs}, {"lost_a_peer", f.lostAPeer}}
+      .dump();
 }
 
 std::optional<FailureRecord> failureFromJson(const std::string& text) {
   return parsed<FailureRecord>(text, [](const json& j) {
     return FailureRecord{j.at("address").get<std::string>(),
-                         j.at("failed_at_ms").get<std::int64_t>()};
+                         j.at("failed_at_ms").get<std::int64_t>(), j.value("lost_a_peer", false)};
   });
 }
 

@@ -117,6 +117,7 @@ struct AssignRecord {
 struct FailureRecord {
   std::string address;
   std::int64_t failedAtMs = 0;
+  bool lostAPeer = false;  // a knock-on failure (absent in older records: false)
 };
 
 std::string toJson(const NodeInfo& node);

@@ -90,6 +90,7 @@ FailureOutcome spendRestart(const Settings& s, std::int64_t restarts, const std:
 std::optional<Failure> blame(const std::vector<Failure>& failures) {
   std::optional<Failure> blamed;
   for (const auto& f : failures) {
+    if (f.lostAPeer) continue;
     if (!blamed || std::tie(f.failedAtMs, f.address, f.node) <
                        std::tie(blamed->failedAtMs, blamed->address, blamed->node)) {
       blamed = f;

@@ -449,7 +449,8 @@ Status RendezvousManager::reportFailure(Peer& peer, const protocol::NodeReport& 
   if (r == nullptr) return status;
   if (const auto node = r->participants.find(report.nodeId);
       node != r->participants.end() && report.round == r->round) {
-    r->roundFailures.push_back({report.nodeId, node->second.address, report.failedAtMs});
+    r->roundFailures.push_back(
+        {report.nodeId, node->second.address, report.failedAtMs, report.lostAPeer});
   }
   if (report.round == r->round && r->running && !r->closed &&
       r->participants.contains(report.nodeId)) {

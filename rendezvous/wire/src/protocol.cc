@@ -408,12 +408,13 @@ bool fields(auto& io, OneOf<Assignment> auto& a) {
 
 // LEAVE: the NodeReport -> (empty)
 // REPORT_FAILURE: the NodeReport -> i64 restarts used, u8 restart allowed
-// (version 7 adds u8 give_up at the end; a version 5/6 body ends before it)
+// (version 7 adds u8 give_up at the end, version 8 u8 lost_a_peer after it;
+// an older body ends before them)
 bool fields(auto& io, OneOf<Leave, ReportFailure> auto& m) {
   auto& n = m.node;
   return io.name(n.rdzvId) && io.name(n.nodeId) && io.i64(n.round) && io.i64(n.maxRestarts) &&
          io.i64(n.exitCode) && io.value(n.report) && io.i64(n.failedAtMs) &&
-         io.trailingFlag(n.giveUp);
+         io.trailingFlag(n.giveUp) && io.trailingFlag(n.lostAPeer);
 }
 bool fields(auto& io, OneOf<RestartDecision> auto& r) {
   return io.i64(r.restarts) && io.flag(r.restartAllowed);

@@ -21,8 +21,10 @@
 //    one of its nodes, spends one restart of the job's budget and ends the
 //    round; with none left the job fails. Membership changes spend nothing.
 //  - blame: when the next round forms, the ended round's earliest failure
-//    (ties: the lower address, then node id) is its host's; that host's
-//    streak grows, the round's other hosts start again from 0.
+//    (ties: the lower address, then node id) that did not lose a peer is
+//    its host's; that host's streak grows, the round's other hosts start
+//    again from 0. A round whose failures all lost a peer (the knock-on of
+//    a lost node) is blamed on no one and changes no streak.
 //  - exclusion (elastic jobs with maxNodeFailures > 0): a host whose streak
 //    reaches maxNodeFailures is left out for nodeCooldownMs if MIN nodes
 //    are waiting without it; it is readmitted when the cooldown ends.
@@ -100,7 +102,10 @@ FailureOutcome spendRestart(const Settings& settings, std::int64_t restarts,
 // --- blame, streaks and host exclusion ------------------------------------------
 
 // The failure the ended round is blamed on: the earliest (ties: the lower
-// address, then the lower node id); nullopt when none was reported.
+// address, then the lower node id) of those that did not lose a peer;
+// nullopt when none such was reported. Times alone cannot tell a cause from
+// its knock-ons: a worker whose peer died fails within milliseconds, and
+// the failing nodes' agents see and report their exits in any order.
 std::optional<Failure> blame(const std::vector<Failure>& failures);
 
 struct Exclusion {

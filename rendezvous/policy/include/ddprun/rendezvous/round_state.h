@@ -73,6 +73,7 @@ struct Failure {
   std::string node;
   std::string address;
   std::int64_t failedAtMs = 0;  // the failing node's clock
+  bool lostAPeer = false;       // its workers failed because a peer went away
   bool operator==(const Failure&) const = default;
 };
 

@@ -27,7 +27,7 @@ namespace ddprun::rendezvous::protocol {
 // SHARED_WAIT and CANCEL, for the node relay; a version 5 client is still
 // served (it never sends them). Version 7: REPORT_FAILURE ends with u8
 // give_up (a crash loop fails the job); a version 5/6 body ends before it.
-inline constexpr std::uint16_t kVersion = 7;
+inline constexpr std::uint16_t kVersion = 8;
 inline constexpr std::uint16_t kMinVersion = 5;
 // A timeout field of this value means "wait without limit".
 inline constexpr std::uint32_t kNoTimeout = 0xFFFFFFFFu;
@@ -416,6 +416,10 @@ struct NodeReport {
   // --max_no_progress_restarts in a row: the job fails now with `exitCode`,
   // whatever its restart budget.
   bool giveUp = false;
+  // REPORT_FAILURE (version 8): the root cause failed because a peer went
+  // away (a knock-on of another node's failure): the round's blame never
+  // goes to this node's host.
+  bool lostAPeer = false;
   bool operator==(const NodeReport&) const = default;
 };
 struct Leave {

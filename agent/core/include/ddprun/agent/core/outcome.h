@@ -57,6 +57,17 @@ struct WorkerFailure {
 // "worker rank 3 (local rank 3, pid 4121) exited with code 7"
 std::string describeExit(const WorkerFailure& failure);
 
+// What the worker said as it failed: its error file's message and
+// traceback, then its last stderr lines.
+std::string failureText(const WorkerFailure& failure);
+
+// Whether the worker failed because a peer went away: it exited (not by a
+// signal, not stopped by ddprun) saying a connection of its collectives or
+// store closed (Gloo's "Connection closed by peer", a reset, a broken pipe,
+// NCCL's remote error or abort). Such a failure is the knock-on of another
+// node's, so the job never blames this node's host for it.
+bool lostAPeer(const WorkerFailure& failure);
+
 // The earlier failed attempts of a job, bounded however many there were:
 // the first and the last, and how often each cause (rank and exit) came.
 class FailureHistory {

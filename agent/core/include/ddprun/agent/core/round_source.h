@@ -48,6 +48,8 @@ struct FailureNotice {
   // A crash loop (--max_no_progress_restarts): the job stops now,
   // whatever restarts are left.
   bool giveUp = false;
+  // The root cause lost a peer (lostAPeer): a knock-on, never blamed.
+  bool lostAPeer = false;
 };
 
 // What a failure report got back: the decision, or why there is none.
