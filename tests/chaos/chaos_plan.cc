@@ -20,12 +20,23 @@ constexpr std::array<const char*, static_cast<int>(FaultKind::kCount)> kNames = 
 // are not specified bit for bit).
 int below(std::mt19937_64& random, int n) { return static_cast<int>(random() % n); }
 
+}  // namespace
+
+bool appliesToSlurm(FaultKind kind) {
+  return kind != FaultKind::kAgentKillRestart && kind != FaultKind::kDaemonKillRestart &&
+         kind != FaultKind::kEtcdMemberKill && kind != FaultKind::kDiskFull;
+}
+
+namespace {
+
 bool applies(FaultKind kind, const Job& job) {
+  if (job.store == Store::kSlurm && !appliesToSlurm(kind)) return false;
   switch (kind) {
     case FaultKind::kWorkerStop:
       return job.watchdog;
     case FaultKind::kStoreHostKill:
-      return job.store == Store::kStatic || job.store == Store::kAgent;
+      return job.store == Store::kStatic || job.store == Store::kAgent ||
+             job.store == Store::kSlurm;
     case FaultKind::kDaemonKillRestart:
       return job.store == Store::kDaemon;
     case FaultKind::kEtcdMemberKill:
@@ -38,10 +49,13 @@ bool applies(FaultKind kind, const Job& job) {
 // The job a fault of `kind` needs (a seeded one otherwise).
 Job jobFor(FaultKind kind, Job job) {
   if (kind == FaultKind::kWorkerStop) job.watchdog = true;
-  if (kind == FaultKind::kStoreHostKill && job.store != Store::kStatic) job.store = Store::kAgent;
+  if (kind == FaultKind::kStoreHostKill && job.store != Store::kStatic &&
+      job.store != Store::kSlurm) {
+    job.store = Store::kAgent;
+  }
   if (kind == FaultKind::kDaemonKillRestart) job.store = Store::kDaemon;
   if (kind == FaultKind::kEtcdMemberKill) job.store = Store::kEtcd;
-  if (job.store == Store::kStatic) job.elastic = false;
+  if (job.store == Store::kStatic || job.store == Store::kSlurm) job.elastic = false;
   return job;
 }
 
@@ -122,7 +136,7 @@ std::optional<FaultKind> kindNamed(const std::string& name) {
   return std::nullopt;
 }
 
-Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only) {
+Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only, bool slurm) {
   std::mt19937_64 random(seed);
   Plan plan;
   plan.seed = seed;
@@ -139,8 +153,9 @@ Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only) {
 #ifndef DDPRUN_CHAOS_CPP_WORKER  // a build without LibTorch has no chaos-train
   if (plan.job.program == Program::kCpp) plan.job.program = Program::kPython;
 #endif
+  if (slurm) plan.job.store = Store::kSlurm;
   if (only) plan.job = jobFor(*only, plan.job);
-  if (plan.job.store == Store::kStatic) plan.job.elastic = false;
+  if (plan.job.store == Store::kStatic || plan.job.store == Store::kSlurm) plan.job.elastic = false;
   const int count = only ? 1 : 1 + below(random, 3);
   std::vector<int> steps;
   for (int i = 0; i < count; ++i) steps.push_back(3 + below(random, kSteps - 10));
@@ -179,6 +194,7 @@ std::string describe(const Plan& plan) {
   const char* store = plan.job.store == Store::kStatic   ? "static, store on node rank 0's agent"
                       : plan.job.store == Store::kAgent  ? "c10d, store on host 0's agent"
                       : plan.job.store == Store::kDaemon ? "c10d, store on ddprun-rendezvous"
+                      : plan.job.store == Store::kSlurm  ? "Slurm step, store on node 0's agent"
                                                          : "etcd, a member on each host";
   std::string text = fmt::format("seed {}: {}{}{}, {}; faults:", plan.seed, store,
                                  plan.job.elastic ? ", elastic 2:3" : ", 3 nodes",

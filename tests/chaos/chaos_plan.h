@@ -29,6 +29,7 @@ enum class Store {
   kAgent,   // c10d, host 0's agent serves the store (is_host)
   kDaemon,  // c10d, a standalone ddprun-rendezvous on host 0
   kEtcd,    // etcd, one member on each host (the workers' store: group rank 0's agent)
+  kSlurm,   // a Slurm job step (srun, the short form): node 0's agent serves the store
 };
 
 enum class FaultKind {
@@ -86,8 +87,14 @@ struct Plan {
 
 // The run of `seed`; with `only`, its faults are of that kind (and the job
 // one where it applies), its program the seed's modulo 3 (consecutive
-// seeds cover the three).
-Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only = std::nullopt);
+// seeds cover the three). With `slurm`, the job is a Slurm job step's
+// (Store::kSlurm) and its faults only those that apply to one.
+Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only = std::nullopt, bool slurm = false);
+
+// Whether a fault of `kind` can happen to a Slurm job step: not a restart
+// of an agent (a step's task never restarts), nor a daemon's or etcd's, nor
+// (not built yet) a full disk in a node's own mount namespace.
+bool appliesToSlurm(FaultKind kind);
 
 // Sets survivable, mayDrop and endingFault from the job and the faults (a
 // run whose job finished before its last faults judges those that fired).

@@ -19,12 +19,16 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <set>
+#include <thread>
 
+#include "chaos_process.h"
 #include "child_process.h"
 #include "etcd_cluster.h"
 #include "host_network.h"
+#include "slurm_cluster.h"
 
 namespace ddprun::chaos {
 
@@ -32,8 +36,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using test_support::ChildProcess;
 using test_support::HostNetwork;
+using test_support::SlurmCluster;
 using Clock = std::chrono::steady_clock;
 
 const std::string kDdprun = std::string(DDPRUN_BIN_DIR) + "/ddprun";
@@ -46,94 +50,20 @@ constexpr std::uint16_t kPort = 29400;
 constexpr int kSamples = 64;
 constexpr char kToken[] = "chaos-secret";
 
-// A descriptor that becomes readable when process `pid` ends (-1: it has
-// ended already, or the kernel has no pidfd_open).
-int pidDescriptor(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+// Where a Slurm node's number goes in a word of its task's command line.
+constexpr char kNodeMark[] = "{node}";
 
-// Waits until every one of `pids` has ended or `limit` passed; the ones
-// still running.
-std::vector<pid_t> stillRunningAfter(const std::set<pid_t>& pids, std::chrono::milliseconds limit) {
-  std::vector<pollfd> ends;
-  std::map<int, pid_t> pidOf;
-  for (pid_t pid : pids) {
-    const int fd = pidDescriptor(pid);
-    if (fd < 0) continue;  // gone already
-    ends.push_back({fd, POLLIN, 0});
-    pidOf[fd] = pid;
+// `text` as one single-quoted shell word, kNodeMark as "$SLURM_NODEID".
+std::string shellWord(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  const std::string mark = kNodeMark;
+  for (auto at = quoted.find(mark); at != std::string::npos; at = quoted.find(mark, at)) {
+    quoted.replace(at, mark.size(), "'\"$SLURM_NODEID\"'");
   }
-  const auto deadline = Clock::now() + limit;
-  while (!ends.empty()) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0 || ::poll(ends.data(), ends.size(), static_cast<int>(left.count())) <= 0)
-      break;
-    std::erase_if(ends, [](const pollfd& p) {
-      if (p.revents == 0) return false;
-      ::close(p.fd);
-      return true;
-    });
-    for (auto& p : ends) p.revents = 0;
-  }
-  std::vector<pid_t> running;
-  for (const auto& p : ends) {
-    running.push_back(pidOf[p.fd]);
-    ::close(p.fd);
-  }
-  return running;
+  return quoted;
 }
-
-// One process the harness started (an agent, or the daemon), and what it
-// printed and was sent.
-struct Process {
-  int host = 0;
-  std::unique_ptr<ChildProcess> child;
-  std::string out;
-  std::string err;
-  std::size_t scanned = 0;  // of `out`, lines already parsed
-  std::set<int> signalsSent;
-  fs::path errorFile;
-  bool ended = false;
-  int code = 0;
-  int death = 0;
-  bool restartWhenEnded = false;
-  int ends = -1;  // pidDescriptor(): readable once it has ended
-
-  ~Process() {
-    if (ends >= 0) ::close(ends);
-  }
-  void started(std::unique_ptr<ChildProcess> process) {
-    child = std::move(process);
-    ends = pidDescriptor(child->pid());
-  }
-  // What a wait for it polls while it runs: its output and its end.
-  void watch(std::vector<pollfd>& fds) const {
-    if (ended) return;
-    for (int fd : {child->stdoutFd(), child->stderrFd(), ends}) {
-      if (fd >= 0) fds.push_back({fd, POLLIN, 0});
-    }
-  }
-
-  void signal(int sig) {
-    signalsSent.insert(sig);
-    child->signal(sig);
-  }
-  void drain() {
-    out += child->drainStdout();
-    err += child->drainStderr();
-  }
-  bool poll() {
-    if (ended) return false;
-    drain();
-    const auto status = child->wait(0ms);
-    if (!status) return false;
-    out += child->stdoutText();
-    err += child->stderrText();
-    ended = true;
-    code = *status;
-    death = child->deathSignal();
-    return true;
-  }
-};
 
 // The disk under a host's --log_dir: a small tmpfs mounted for a run with a
 // disk-full fault there, filled by the fault (its bytes, then its inodes, as
@@ -185,14 +115,28 @@ struct Timed {
 
 class Run {
  public:
-  Run(const Plan& plan, fs::path folder, bool verbose)
-      : plan_(plan), folder_(std::move(folder)), verbose_(verbose), net_({.hosts = kHosts}) {}
+  Run(const Plan& plan, fs::path folder, bool verbose, SlurmCluster* slurm)
+      : plan_(plan), folder_(std::move(folder)), verbose_(verbose), slurm_(slurm) {
+    if (!slurm_) ownNet_.emplace(HostNetwork::Options{.hosts = kHosts});
+  }
 
   RunResult go();
 
  private:
-  std::vector<std::string> agentArgs(int host) const;
+  HostNetwork& net() { return slurm_ ? slurm_->network() : *ownNet_; }
+  const HostNetwork& net() const { return slurm_ ? slurm_->network() : *ownNet_; }
+  // An agent's command line; on a Slurm node (no host), its words hold
+  // kNodeMark where the node's number goes.
+  std::vector<std::string> agentArgs(std::optional<int> host) const;
+  // The workers' variables (chaos_train's), the agents' token.
+  std::map<std::string, std::string> jobEnvironment() const;
   void startAgent(int host);
+  // Submits the job whose step starts an agent on each of the cluster's
+  // nodes, each under `ddprun-chaos --supervise`.
+  void startSlurmJob();
+  // Whether Slurm has ended the job (checked at most once a second); the
+  // agents it ended before their supervisor could tell are killedBySlurm().
+  void checkSlurmJob(Clock::time_point now);
   void startDaemon();
   void startEtcd();
   void scan(Process& agent);
@@ -232,12 +176,15 @@ class Run {
   const Plan& plan_;
   fs::path folder_;
   bool verbose_;
-  HostNetwork net_;
+  SlurmCluster* slurm_;                // a Slurm job step's run: its nodes are the hosts
+  std::optional<HostNetwork> ownNet_;  // else: hosts of the run's own
+  int slurmJob_ = -1;
+  Clock::time_point slurmCheckedAt_{};
   std::vector<std::unique_ptr<Process>> agents_;  // every one started, in order
   std::map<int, std::size_t> current_;            // host -> its agent now
-  std::unique_ptr<Process> daemon_;
+  std::unique_ptr<StartedProcess> daemon_;
   std::unique_ptr<test_support::EtcdCluster> etcd_;  // etcd jobs: member h on host h
-  std::vector<std::unique_ptr<Process>> oldDaemons_;
+  std::vector<std::unique_ptr<StartedProcess>> oldDaemons_;
   std::vector<Timed> timed_;
   std::map<int, std::unique_ptr<LogDisk>> logDisks_;  // hosts with a disk-full fault
   std::map<int, std::vector<pid_t>> workers_;         // per host, in the order they started
@@ -249,22 +196,25 @@ class Run {
   Clock::time_point lastEnd_{};  // when the last agent to end did
 };
 
-std::vector<std::string> Run::agentArgs(int host) const {
+std::vector<std::string> Run::agentArgs(std::optional<int> host) const {
   const Job& job = plan_.job;
-  std::vector<std::string> argv = {kDdprun,
-                                   fmt::format("--nproc_per_node={}", kWorkersPerHost),
-                                   "--log_prefix=",
-                                   fmt::format("--max_restarts={}", kMaxRestarts),
-                                   "--local_addr=" + net_.address(host),
-                                   "--log_dir=" + logDir(host).string(),
-                                   "--tee=3"};
+  std::vector<std::string> argv = {
+      slurm_ ? slurm_->jobBinary(kDdprun) : kDdprun,
+      fmt::format("--nproc_per_node={}", kWorkersPerHost),
+      "--log_prefix=",
+      fmt::format("--max_restarts={}", kMaxRestarts),
+      "--log_dir=" + (host ? logDir(*host).string() : (folder_ / "logs-host").string() + kNodeMark),
+      "--tee=3"};
+  if (host) argv.push_back("--local_addr=" + net().address(*host));
   std::string conf =
       "keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=20,last_call_timeout=1,"
       "close_timeout=5";
-  if (job.store == Store::kStatic) {
+  if (job.store == Store::kSlurm) {
+    // The short form: the nodes, node rank and store from SLURM_*.
+  } else if (job.store == Store::kStatic) {
     argv.insert(argv.end(),
-                {"--nnodes=3", fmt::format("--node_rank={}", host),
-                 "--master_addr=" + net_.address(0), fmt::format("--master_port={}", kPort)});
+                {"--nnodes=3", fmt::format("--node_rank={}", *host),
+                 "--master_addr=" + net().address(0), fmt::format("--master_port={}", kPort)});
   } else if (job.store == Store::kEtcd) {
     argv.insert(argv.end(), {job.elastic ? "--nnodes=2:3" : "--nnodes=3", "--rdzv_backend=etcd",
                              "--rdzv_endpoint=" + etcd_->endpoints(), "--rdzv_id=chaos"});
@@ -272,55 +222,110 @@ std::vector<std::string> Run::agentArgs(int host) const {
     if (job.store == Store::kAgent) conf += host == 0 ? ",is_host=1" : ",is_host=0";
     if (job.store == Store::kDaemon) conf += ",is_host=0";
     argv.insert(argv.end(), {job.elastic ? "--nnodes=2:3" : "--nnodes=3", "--rdzv_backend=c10d",
-                             "--rdzv_endpoint=" + net_.endpoint(0, kPort), "--rdzv_id=chaos"});
+                             "--rdzv_endpoint=" + net().endpoint(0, kPort), "--rdzv_id=chaos"});
   }
   argv.push_back("--rdzv_conf=" + conf);
   if (job.watchdog) argv.push_back("--watchdog_timeout=3");
+  // A Slurm job's user runs a copy of the script, and binaries it can reach.
+  const std::string script = slurm_ ? (folder_ / "chaos_train.py").string() : kScript;
   switch (job.program) {
     case Program::kPython:
-      argv.insert(argv.end(), {kCurrentPython, kScript});
+      argv.insert(argv.end(), {kCurrentPython, script});
       break;
     case Program::kPython113:
-      argv.insert(argv.end(), {kDebianPython, kScript});
+      argv.insert(argv.end(), {kDebianPython, script});
       break;
     case Program::kCpp:
-      argv.push_back(kCppWorker);
+      argv.push_back(slurm_ ? slurm_->jobBinary(kCppWorker) : kCppWorker);
       break;
   }
   return argv;
 }
 
+std::map<std::string, std::string> Run::jobEnvironment() const {
+  return {{"DDPRUN_TOKEN", kToken},
+          {"OMP_NUM_THREADS", "1"},
+          {"CHAOS_STEPS", std::to_string(kSteps)},
+          {"CHAOS_SAMPLES", std::to_string(kSamples)},
+          {"CHAOS_CHECKPOINT", (folder_ / "checkpoint").string()},
+          {"CHAOS_DIR", folder_.string()},
+          // Where a full log disk's files go instead: in the run's folder.
+          {"TMPDIR", (folder_ / "tmp").string()}};
+}
+
 void Run::startAgent(int host) {
-  auto agent = std::make_unique<Process>();
+  const fs::path errorFile = folder_ / fmt::format("error-host{}-{}.json", host, agents_.size());
+  auto environment = jobEnvironment();
+  environment["TORCHELASTIC_ERROR_FILE"] = errorFile.string();
+  auto agent = std::make_unique<StartedProcess>(net().start(host, agentArgs(host), environment));
   agent->host = host;
-  agent->errorFile = folder_ / fmt::format("error-host{}-{}.json", host, agents_.size());
-  agent->started(net_.start(host, agentArgs(host),
-                            {{"DDPRUN_TOKEN", kToken},
-                             {"OMP_NUM_THREADS", "1"},
-                             {"CHAOS_STEPS", std::to_string(kSteps)},
-                             {"CHAOS_SAMPLES", std::to_string(kSamples)},
-                             {"CHAOS_CHECKPOINT", (folder_ / "checkpoint").string()},
-                             {"CHAOS_DIR", folder_.string()},
-                             // Where a full log disk's files go instead: in the run's folder.
-                             {"TMPDIR", (folder_ / "tmp").string()},
-                             {"TORCHELASTIC_ERROR_FILE", agent->errorFile.string()}}));
+  agent->errorFile = errorFile;
   current_[host] = agents_.size();
   agents_.push_back(std::move(agent));
   log(fmt::format("agent started on host {}", host));
 }
 
+void Run::startSlurmJob() {
+  fs::copy_file(kScript, folder_ / "chaos_train.py", fs::copy_options::overwrite_existing);
+  if (plan_.job.program == Program::kPython) {
+    if (const std::string cannot = slurm_->letUserRunPython(kCurrentPython); !cannot.empty()) {
+      throw std::runtime_error(cannot);
+    }
+  }
+  std::string script = "#!/bin/sh\n";
+  for (const auto& [name, value] : jobEnvironment()) {
+    script += fmt::format("export {}={}\n", name, shellWord(value));
+  }
+  // One task a node, each an agent under the supervisor: its output, pid
+  // and end in agent-host<node>.*; its error file error-host<node>.json.
+  std::vector<std::string> task = {slurm_->jobBinary(fs::read_symlink("/proc/self/exe").string()),
+                                   "--supervise", (folder_ / "agent-host").string() + kNodeMark,
+                                   "--"};
+  for (auto& word : agentArgs(std::nullopt)) task.push_back(std::move(word));
+  std::string command =
+      fmt::format("export TORCHELASTIC_ERROR_FILE={}; exec",
+                  shellWord((folder_ / "error-host").string() + kNodeMark + ".json"));
+  for (const auto& word : task) command += " " + shellWord(word);
+  script += fmt::format("exec srun --ntasks-per-node=1 sh -c {}\n", shellWord(command));
+  slurmJob_ = slurm_->submit(script, {fmt::format("-N{}", kHosts), "--time=10"}, folder_);
+  for (int h = 0; h < kHosts; ++h) {
+    auto agent = std::make_unique<SupervisedProcess>(folder_ / fmt::format("agent-host{}", h));
+    agent->host = h;
+    agent->errorFile = folder_ / fmt::format("error-host{}.json", h);
+    current_[h] = agents_.size();
+    agents_.push_back(std::move(agent));
+  }
+  log(fmt::format("Slurm job {} submitted", slurmJob_));
+}
+
+void Run::checkSlurmJob(Clock::time_point now) {
+  if (!slurm_ || allEnded() || now - slurmCheckedAt_ < 1s) return;
+  slurmCheckedAt_ = now;
+  const std::string state = slurm_->jobState(slurmJob_);
+  if (state == "PENDING" || state == "CONFIGURING" || state == "RUNNING" || state == "COMPLETING") {
+    return;
+  }
+  for (const auto& agent : agents_) {
+    if (agent->poll()) lastEnd_ = now;
+    if (!agent->ended) {
+      static_cast<SupervisedProcess&>(*agent).killedBySlurm();
+      lastEnd_ = now;
+      log(fmt::format("agent on host {} ended with the Slurm job ({})", agent->host, state));
+    }
+  }
+}
+
 void Run::startDaemon() {
   if (daemon_) oldDaemons_.push_back(std::move(daemon_));
-  daemon_ = std::make_unique<Process>();
-  daemon_->started(net_.start(0,
-                              {kDaemonBinary, "--host", "0.0.0.0", "--port", std::to_string(kPort)},
-                              {{"DDPRUN_TOKEN", kToken}}));
+  daemon_ = std::make_unique<StartedProcess>(
+      net().start(0, {kDaemonBinary, "--host", "0.0.0.0", "--port", std::to_string(kPort)},
+                  {{"DDPRUN_TOKEN", kToken}}));
 }
 
 void Run::startEtcd() {
   test_support::EtcdHosts hosts;
-  for (int h = 0; h < kHosts; ++h) hosts.addresses.push_back(net_.address(h));
-  hosts.inHost = [this](int h, std::vector<std::string> argv) { return net_.inHost(h, argv); };
+  for (int h = 0; h < kHosts; ++h) hosts.addresses.push_back(net().address(h));
+  hosts.inHost = [this](int h, std::vector<std::string> argv) { return net().inHost(h, argv); };
   etcd_ = std::make_unique<test_support::EtcdCluster>(kHosts, std::nullopt,
                                                       test_support::EtcdTiming{}, hosts);
 }
@@ -400,11 +405,11 @@ void Run::fire(const Fault& f) {
       agentOn(f.host).signal(SIGKILL);
       break;
     case FaultKind::kPartitionHeal:
-      net_.cut(f.host);
-      after(500ms, [this, host = f.host] { net_.restore(host); });
+      net().cut(f.host);
+      after(500ms, [this, host = f.host] { net().restore(host); });
       break;
     case FaultKind::kPartitionCut:
-      net_.cut(f.host);
+      net().cut(f.host);
       break;
     case FaultKind::kDaemonKillRestart:
       if (daemon_) {
@@ -455,8 +460,9 @@ void Run::waitForNews(Clock::time_point started) const {
   if (daemon_) daemon_->watch(fds);
   auto until = started + kRunLimit;
   for (const auto& t : timed_) until = std::min(until, t.at);
-  // A fault waits for its file (heldAt), which wakes nothing: look again soon.
-  if (next_ < plan_.faults.size()) until = std::min(until, Clock::now() + 50ms);
+  // A fault waits for its file (heldAt), and a Slurm job's agents write
+  // files: neither wakes a poll, so look again soon.
+  if (next_ < plan_.faults.size() || slurm_) until = std::min(until, Clock::now() + 50ms);
   const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
   ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(0, wait.count())));
 }
@@ -476,22 +482,37 @@ void Run::killEverything() {
       agent->signal(SIGKILL);
     }
   }
-  for (int h = 0; h < kHosts; ++h) net_.crash(h);
+  if (slurm_) {
+    slurm_->cancel(slurmJob_);  // its nodes' daemons stay: the next run's
+  } else {
+    for (int h = 0; h < kHosts; ++h) net().crash(h);
+  }
 }
 
 RunResult Run::go() {
   RunResult result;
   const auto started = Clock::now();
   fs::create_directories(folder_ / "tmp");
+  if (slurm_) {
+    // The job's workers run as the cluster's user: they write here.
+    for (const auto& dir : {folder_, folder_ / "tmp"}) fs::permissions(dir, fs::perms::all);
+  }
   for (const Fault& f : plan_.faults) {
     ::mkfifo(holdAt(f.atStep).c_str(), 0600);
+    if (slurm_)
+      fs::permissions(holdAt(f.atStep), fs::perms::owner_read | fs::perms::owner_write |
+                                            fs::perms::group_read | fs::perms::others_read);
     if (f.kind == FaultKind::kDiskFull && !logDisks_.contains(f.host)) {
       logDisks_[f.host] = std::make_unique<LogDisk>(logDir(f.host));
     }
   }
   if (plan_.job.store == Store::kDaemon) startDaemon();
   if (plan_.job.store == Store::kEtcd) startEtcd();
-  for (int h = 0; h < kHosts; ++h) startAgent(h);
+  if (slurm_) {
+    startSlurmJob();
+  } else {
+    for (int h = 0; h < kHosts; ++h) startAgent(h);
+  }
   bool timedOut = false;
   while (true) {
     const auto now = Clock::now();
@@ -520,6 +541,7 @@ RunResult Run::go() {
       }
     }
     nextFault(now);
+    checkSlurmJob(now);
     if (allEnded() && timed_.empty()) break;
     if (now - started > kRunLimit) {
       timedOut = true;
@@ -533,6 +555,15 @@ RunResult Run::go() {
   if (timedOut) {
     result.violations.push_back(fmt::format("the job did not end within {} s", kRunLimit.count()));
     killEverything();
+  }
+  if (slurm_) {
+    // A cut node's step must end too; the next run needs every node.
+    for (int h = 0; h < kHosts; ++h) net().restore(h);
+    const auto job = slurm_->waitForJob(slurmJob_, 60s);
+    if (!job.finished) {
+      result.violations.push_back(fmt::format(
+          "Slurm job {} was still {} 60 s after its agents ended", slurmJob_, job.state));
+    }
   }
   checkInvariants(result);
   if (!result.violations.empty()) keepEvidence();
@@ -630,14 +661,26 @@ void Run::checkInvariants(RunResult& result) {
   // harness's own).
   if (daemon_ && !daemon_->ended) {
     daemon_->signal(SIGTERM);
-    daemon_->child->wait(10s);
+    daemon_->waitEnd(10s);
   }
   etcd_.reset();
   for (pid_t pid : stillRunningAfter(allWorkers_, 10s)) {
     violations.push_back(fmt::format("worker pid {} outlived its job", pid));
   }
+  if (slurm_) {
+    // Slurm's daemons stay; no process of the job's user may.
+    for (const auto deadline = Clock::now() + 10s; Clock::now() < deadline;) {
+      if (slurm_->userProcesses().empty()) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    if (const auto left = slurm_->userProcesses(); !left.empty()) {
+      violations.push_back(
+          fmt::format("the job's processes {} outlived it", fmt::join(left, ", ")));
+    }
+    return;
+  }
   for (int h = 0; h < kHosts; ++h) {
-    const auto left = net_.processesIn(h);
+    const auto left = net().processesIn(h);
     if (!left.empty()) {
       violations.push_back(
           fmt::format("host {} still runs processes {} after the job", h, fmt::join(left, ", ")));
@@ -647,8 +690,9 @@ void Run::checkInvariants(RunResult& result) {
 
 }  // namespace
 
-RunResult runPlan(const Plan& plan, const fs::path& folder, bool verbose) {
-  Run run(plan, folder, verbose);
+RunResult runPlan(const Plan& plan, const fs::path& folder, bool verbose,
+                  test_support::SlurmCluster* slurm) {
+  Run run(plan, folder, verbose, slurm);
   return run.go();
 }
 

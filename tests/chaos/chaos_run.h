@@ -3,7 +3,11 @@
 // (tests/chaos/chaos_train.py, or chaos_train.cc on ddprun::worker), with
 // ddprun-rendezvous or an etcd member per host where the plan's store needs
 // them, each agent's --log_dir on a tmpfs where a disk-full fault needs
-// one, and the plan's faults at their steps; then
+// one, and the plan's faults at their steps. A Slurm job step's plan
+// (Store::kSlurm) runs on the nodes of a SlurmCluster instead: one sbatch
+// job whose `srun` starts an agent on each node, as its user, under
+// `ddprun-chaos --supervise` (chaos_process.h), whose files tell the
+// harness each agent's pid, output and end. Then it
 // checks the invariants and returns every violation, one line each:
 //   - a survivable plan completes: rank 0 prints the undisturbed checksum,
 //     and every agent exits 0 (those of hosts allowed to drop out may exit
@@ -17,8 +21,9 @@
 //     (TORCHELASTIC_ERROR_FILE);
 //   - no ddprun (nor ddprun-rendezvous) dies of a signal the harness did not
 //     send it;
-//   - nothing is left running: no process in any host once the agents end,
-//     no worker of any attempt;
+//   - nothing is left running: no process in any host once the agents end
+//     (on a Slurm cluster: no process of the job's user once Slurm ended
+//     the job), no worker of any attempt;
 //   - no run outlives kRunLimit.
 //
 // Thread-safety: one thread drives it.
@@ -30,6 +35,10 @@
 #include <vector>
 
 #include "chaos_plan.h"
+
+namespace ddprun::test_support {
+class SlurmCluster;
+}
 
 namespace ddprun::chaos {
 
@@ -45,6 +54,8 @@ struct RunResult {
 // `folder`: the run's checkpoint, error files and logs (kept for a failed
 // run, with each agent's output, agent-host<h>-<i>.{out,err}, and a copy of
 // each tmpfs log directory). `verbose`: the agents' output goes to stderr as it comes.
-RunResult runPlan(const Plan& plan, const std::filesystem::path& folder, bool verbose);
+// `slurm`: the cluster a Store::kSlurm plan runs on (kept from run to run).
+RunResult runPlan(const Plan& plan, const std::filesystem::path& folder, bool verbose,
+                  test_support::SlurmCluster* slurm = nullptr);
 
 }  // namespace ddprun::chaos

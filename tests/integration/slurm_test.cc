@@ -121,7 +121,6 @@ class Slurm : public ::testing::Test {
   static void TearDownTestSuite() {
     delete cluster_;
     cluster_ = nullptr;
-    pythonsReady_.clear();  // the next cluster's nodes are new namespaces
   }
 
   void SetUp() override {
@@ -199,64 +198,6 @@ class Slurm : public ::testing::Test {
   }
   void stopWorkers() const { std::ofstream(folder_ / "STOP") << "1"; }
 
-  // Makes `python` runnable by kUser, with torch importable, on every node;
-  // "" when it is, else why not. The project's environment is a venv whose
-  // interpreter may lie under a folder other users cannot enter (pyenv's
-  // /root/.pyenv/versions/..., /root being 0700): then, on each node and
-  // only inside that node's mount namespace (the machine's folders keep
-  // their modes, as the cluster's /etc/hosts), the first such folder is
-  // covered with a tmpfs everyone may enter, holding only the entry on the
-  // way to the interpreter, bound from the real one. Done once per python.
-  static std::string letUserRunPython(const std::string& python) {
-    if (pythonsReady_.contains(python)) return "";
-    const std::string user = SlurmCluster::kUser;
-    // Finds torch without importing it (an import costs seconds).
-    const std::string check = fmt::format(
-        "runuser -u {} -- {} -c 'import importlib.util as u; assert u.find_spec(\"torch\")'", user,
-        shellQuote(python));
-    std::error_code ec;
-    const fs::path real = fs::canonical(python, ec);
-    if (ec) return fmt::format("{}: {}", python, ec.message());
-    for (int host = 0; host < cluster_->nodes(); ++host) {
-      if (cluster_->runOnNode(host, check).code == 0) continue;
-      // The first folder on the way to the interpreter kUser cannot enter.
-      fs::path blocked;
-      fs::path next;
-      fs::path walked = "/";
-      for (const auto& part : real.parent_path().relative_path()) {
-        const fs::path path = walked / part;
-        if (!blocked.empty()) {
-          next = path;
-          break;
-        }
-        const auto enter = cluster_->runOnNode(
-            host, fmt::format("runuser -u {} -- test -x {}", user, shellQuote(path.string())));
-        if (enter.code != 0) blocked = path;
-        walked = path;
-      }
-      if (blocked.empty() || next.empty()) {
-        return fmt::format("{} cannot run {} on {}: {}", user, python, SlurmCluster::nodeName(host),
-                           cluster_->runOnNode(host, check).output);
-      }
-      const fs::path stage = cluster_->stateFolder() / fmt::format("python-stage-{}", host);
-      fs::create_directories(stage);
-      const auto mounted = cluster_->runOnNode(
-          host, fmt::format("set -e; mount --bind {0} {1}; mount -t tmpfs -o mode=0755 "
-                            "ddprun-slurm-test {2}; mkdir {0}; mount --move {1} {0}",
-                            shellQuote(next.string()), shellQuote(stage.string()),
-                            shellQuote(blocked.string())));
-      const auto checked = cluster_->runOnNode(host, check);
-      if (mounted.code != 0 || checked.code != 0) {
-        return fmt::format("{} cannot enter {} on {}, and covering it failed: {}{}", user,
-                           blocked.string(), SlurmCluster::nodeName(host), mounted.output,
-                           checked.output);
-      }
-      std::cout << fmt::format("[ cluster  ] {}: {} covered for {} to reach {}\n",
-                               SlurmCluster::nodeName(host), blocked.string(), user, next.string());
-    }
-    pythonsReady_.insert(python);
-    return "";
-  }
   // One line per signal `name` the worker on `host` with `localRank` got.
   std::size_t signalsOf(const std::string& host, int localRank, const std::string& name) const {
     return countLines(readFile(folder_ / "signals" / fmt::format("{}-{}", host, localRank)), name);
@@ -282,7 +223,6 @@ class Slurm : public ::testing::Test {
 
   inline static SlurmCluster* cluster_ = nullptr;
   inline static std::string error_;
-  inline static std::set<std::string> pythonsReady_;
   fs::path folder_;
   std::string ddprun_;
   std::string trainMlp_;
@@ -532,7 +472,7 @@ TEST_F(Slurm, PythonDdpUnderBothPyTorches) {
       {kDebianPython, R"(torch 1\.13\.)"}, {kVenvPython, R"(torch [2-9]\.)"}};
   for (const auto& [python, version] : pythons) {
     SCOPED_TRACE(python);
-    const std::string cannot = letUserRunPython(python);
+    const std::string cannot = cluster_->letUserRunPython(python);
     ASSERT_EQ(cannot, "") << "(scripts/setup makes the environments)";
     const std::string batch = fmt::format(
         "#!/bin/sh\n"
@@ -579,7 +519,7 @@ TEST_F(Slurm, PythonDdpUnderBothPyTorches) {
 // (examples/nequip/tiny.yaml with devices=1, num_nodes=2): both ranks, one
 // per node, train in one process group, which halves the steps per epoch.
 TEST_F(Slurm, NequipTrainsOnTwoNodes) {
-  const std::string cannot = letUserRunPython(kVenvPython);
+  const std::string cannot = cluster_->letUserRunPython(kVenvPython);
   ASSERT_EQ(cannot, "") << "(scripts/setup makes the environment)";
   const fs::path config = folder_ / "tiny.yaml";
   fs::copy_file(fs::path(DDPRUN_SOURCE_DIR) / "examples/nequip/tiny.yaml", config,

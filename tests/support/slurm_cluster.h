@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -257,6 +258,62 @@ class SlurmCluster {
     return client(fmt::format("runuser -l {} -c {}", kUser, quote(shellCommand)));
   }
 
+  // Makes `python` runnable by kUser, with torch importable, on every node;
+  // "" when it is, else why not. The project's environment is a venv whose
+  // interpreter may lie under a folder other users cannot enter (pyenv's
+  // /root/.pyenv/versions/..., /root being 0700): then, on each node and
+  // only inside that node's mount namespace (the machine's folders keep
+  // their modes, as the cluster's /etc/hosts), the first such folder is
+  // covered with a tmpfs everyone may enter, holding only the entry on the
+  // way to the interpreter, bound from the real one. Done once per python.
+  std::string letUserRunPython(const std::string& python) {
+    if (pythonsReady_.contains(python)) return "";
+    const std::string user = kUser;
+    // Finds torch without importing it (an import costs seconds).
+    const std::string check = fmt::format(
+        "runuser -u {} -- {} -c 'import importlib.util as u; assert u.find_spec(\"torch\")'", user,
+        quote(python));
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(python, ec);
+    if (ec) return fmt::format("{}: {}", python, ec.message());
+    for (int host = 0; host < nodes(); ++host) {
+      if (runOnNode(host, check).code == 0) continue;
+      // The first folder on the way to the interpreter kUser cannot enter.
+      std::filesystem::path blocked;
+      std::filesystem::path next;
+      std::filesystem::path walked = "/";
+      for (const auto& part : real.parent_path().relative_path()) {
+        const std::filesystem::path path = walked / part;
+        if (!blocked.empty()) {
+          next = path;
+          break;
+        }
+        const auto enter =
+            runOnNode(host, fmt::format("runuser -u {} -- test -x {}", user, quote(path.string())));
+        if (enter.code != 0) blocked = path;
+        walked = path;
+      }
+      if (blocked.empty() || next.empty()) {
+        return fmt::format("{} cannot run {} on {}: {}", user, python, nodeName(host),
+                           runOnNode(host, check).output);
+      }
+      const std::filesystem::path stage = state_ / fmt::format("python-stage-{}", host);
+      std::filesystem::create_directories(stage);
+      const auto mounted = runOnNode(
+          host, fmt::format("set -e; mount --bind {0} {1}; mount -t tmpfs -o mode=0755 "
+                            "ddprun-slurm-test {2}; mkdir {0}; mount --move {1} {0}",
+                            quote(next.string()), quote(stage.string()), quote(blocked.string())));
+      const auto checked = runOnNode(host, check);
+      if (mounted.code != 0 || checked.code != 0) {
+        return fmt::format("{} cannot enter {} on {}, and covering it failed: {}{}", user,
+                           blocked.string(), nodeName(host), mounted.output, checked.output);
+      }
+      std::clog << fmt::format("[ cluster  ] {}: {} covered for {} to reach {}\n", nodeName(host),
+                               blocked.string(), user, next.string());
+    }
+    pythonsReady_.insert(python);
+    return "";
+  }
   // The pids of kUser's processes inside the cluster's namespaces (every
   // job process; none once the jobs are over).
   std::vector<pid_t> userProcesses() const {
@@ -616,6 +673,7 @@ class SlurmCluster {
   uid_t uid_ = 0;
   int submitted_ = 0;
   std::unique_ptr<HostNetwork> net_;
+  std::set<std::string> pythonsReady_;  // letUserRunPython done
   std::unique_ptr<ChildProcess> munged_;
   std::unique_ptr<ChildProcess> slurmctld_;
   std::vector<std::unique_ptr<ChildProcess>> slurmd_;
