@@ -28,6 +28,7 @@ using test_support::launchDir;
 using test_support::linesWith;
 using test_support::runCommand;
 using test_support::runDdprun;
+using test_support::RunResult;
 using test_support::scratch;
 using test_support::sh;
 namespace fs = std::filesystem;
@@ -222,29 +223,42 @@ TEST(TorchrunLogs, AFullDiskIsOneWarningAndTheConsoleGoesOn) {
       << limitedRun.out;
 }
 
+bool canMakeAMountNamespace() {
+  return runCommand({"/usr/bin/unshare", "-m", "/bin/true"}, {}, 10s).code == 0;
+}
+
+// Runs `script` with sh in a mount namespace of its own, where `disk` is a
+// tmpfs of 1 MiB and 40 inodes (a small disk to fill) and TMPDIR is `tmp`.
+RunResult runBesideASmallDisk(const fs::path& disk, const fs::path& tmp,
+                              const std::string& script) {
+  fs::create_directories(disk);
+  fs::create_directories(tmp);
+  const std::string inner = fmt::format(
+      "set -e; mount -t tmpfs -o size=1m,nr_inodes=40 tmpfs {}; set +e; export TMPDIR={}; {}",
+      disk.string(), tmp.string(), script);
+  return runCommand({"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c", inner},
+                    {}, 60s);
+}
+
 TEST(TorchrunLogs, ADiskWithoutInodesMovesTheRestartsLogsAndTheJobGoesOn) {
-  // --log_dir is a tmpfs of 40 inodes in a mount namespace of the run's own;
-  // rank 1 of attempt 0 uses them all (as a full ext4 disk refuses new
-  // directories) and fails: the restart cannot create attempt_1 there.
-  if (runCommand({"/usr/bin/unshare", "-m", "/bin/true"}, {}, 10s).code != 0) {
+  // --log_dir is a small disk; rank 1 of attempt 0 uses all its inodes (as a
+  // full ext4 disk refuses new directories) and fails: the restart cannot
+  // create attempt_1 there.
+  if (!canMakeAMountNamespace()) {
     GTEST_SKIP() << "this machine cannot make a mount namespace (needs root)";
   }
   const fs::path full = scratch() / "full";
   const fs::path tmp = scratch() / "tmp";
-  fs::create_directories(full);
-  fs::create_directories(tmp);
   const std::string worker = fmt::format(
       "echo restart $TORCHELASTIC_RESTART_COUNT; if [ $TORCHELASTIC_RESTART_COUNT = 0 ] && "
       "[ $RANK = 1 ]; then i=0; while touch {0}/fill-$i 2>/dev/null; do i=$((i+1)); done; "
       "exit 1; fi",
       full.string());
-  const std::string inner = fmt::format(
-      "set -e; mount -t tmpfs -o size=1m,nr_inodes=40 tmpfs {0}; set +e; TMPDIR={1} exec {2} "
-      "--nproc_per_node=2 --max_restarts=1 --tee=3 --log_prefix= --log_dir={0}/logs /bin/sh -c "
-      "'{3}'",
-      full.string(), tmp.string(), kDdprun, worker);
-  const auto r = runCommand(
-      {"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c", inner}, {}, 60s);
+  const auto r = runBesideASmallDisk(
+      full, tmp,
+      fmt::format("exec {} --nproc_per_node=2 --max_restarts=1 --tee=3 --log_prefix= "
+                  "--log_dir={}/logs /bin/sh -c '{}'",
+                  kDdprun, full.string(), worker));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(linesWith(r.out, "restart 1").size(), 2u) << r.out;
   const std::regex moved(
@@ -256,6 +270,35 @@ TEST(TorchrunLogs, ADiskWithoutInodesMovesTheRestartsLogsAndTheJobGoesOn) {
   EXPECT_EQ(instead.parent_path(), tmp);
   EXPECT_EQ(readFile(instead / "attempt_1/0/stdout.log"), "restart 1\n");
   EXPECT_EQ(readFile(instead / "attempt_1/1/stdout.log"), "restart 1\n");
+}
+
+TEST(TorchrunLogs, ALaunchOnAFullLogDiskPutsItsLogsUnderTmpdirAndItsWorkersRun) {
+  // --log_dir lies on a small disk whose bytes and inodes are all used
+  // before ddprun starts, as on a node where a scheduler starts an agent
+  // again after the log disk filled up.
+  if (!canMakeAMountNamespace()) {
+    GTEST_SKIP() << "this machine cannot make a mount namespace (needs root)";
+  }
+  const fs::path full = scratch() / "full";
+  const fs::path tmp = scratch() / "tmp";
+  const auto r = runBesideASmallDisk(
+      full, tmp,
+      fmt::format("mkdir {0}/logs; dd if=/dev/zero of={0}/fill bs=64k 2>/dev/null; i=0; "
+                  "while touch {0}/fill-$i 2>/dev/null; do i=$((i+1)); done; exec {1} "
+                  "--nproc_per_node=2 --tee=3 --log_prefix= --log_dir={0}/logs /bin/sh -c "
+                  "'echo rank $RANK'",
+                  full.string(), kDdprun));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(linesWith(r.out, "rank ").size(), 2u) << r.out;
+  const std::regex moved(
+      "Cannot create this launch's log directory in \\S+/logs: No space left on device; its logs "
+      "and error files go to (\\S+) instead\\.");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, moved)) << r.err;
+  const fs::path instead = m[1].str();
+  EXPECT_EQ(instead.parent_path().parent_path(), tmp);
+  EXPECT_EQ(readFile(instead / "attempt_0/0/stdout.log"), "rank 0\n");
+  EXPECT_EQ(readFile(instead / "attempt_0/1/stdout.log"), "rank 1\n");
 }
 
 TEST(TorchrunLogs, AStalledConsoleDoesNotDelaySigterm) {

@@ -17,7 +17,7 @@ RunDirectory::RunDirectory(const std::optional<fs::path>& logDir, const std::str
   if (logDir) {
     base = *logDir;
     fs::create_directories(base, ec);
-    if (ec) {
+    if (ec && !diskFull(ec)) {
       throw Error(fmt::format("cannot create the log directory {}: {}; give a writable --log_dir",
                               base.string(), ec.message()));
     }
@@ -25,7 +25,19 @@ RunDirectory::RunDirectory(const std::optional<fs::path>& logDir, const std::str
     base = makeTemporaryDirectory("ddprun_");
     if (!keep) removeAtExit_ = base;
   }
-  root_ = makeUniqueDirectory(base, runId + "_");
+  if (!ec) root_ = makeUniqueDirectory(base, runId + "_", ec);
+  if (ec && diskFull(ec)) {
+    // A full log disk must not keep this node out of its job (an agent a
+    // scheduler starts again on it, a requeued job): as for a restart's
+    // files, the launch's go to a directory of its own under TMPDIR.
+    root_ = makeUniqueDirectory(makeTemporaryDirectory("ddprun-logs-"), runId + "_");
+    DDPRUN_WARN(
+        "Cannot create this launch's log directory in {}: {}; its logs and error files go to {} "
+        "instead.",
+        base.string(), ec.message(), root_.string());
+  } else if (ec) {
+    root_ = makeUniqueDirectory(base, runId + "_");  // throws, saying what to do
+  }
 }
 
 RunDirectory::~RunDirectory() {

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace ddprun {
 
@@ -14,6 +15,12 @@ namespace ddprun {
 // saying what to do, when it cannot be.
 std::filesystem::path makeUniqueDirectory(const std::filesystem::path& parent,
                                           const std::string& prefix);
+// The same, or an empty path with `error` set.
+std::filesystem::path makeUniqueDirectory(const std::filesystem::path& parent,
+                                          const std::string& prefix, std::error_code& error);
+
+// Whether `error` says the disk is full: no space, no inodes, or over quota.
+bool diskFull(const std::error_code& error);
 
 // The same under the temporary directory (TMPDIR, else /tmp).
 std::filesystem::path makeTemporaryDirectory(const std::string& prefix);

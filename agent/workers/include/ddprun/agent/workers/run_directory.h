@@ -14,7 +14,10 @@
 // a worker's directory cannot be created under the launch's directory (no
 // space, no inodes), it is made under a private temporary directory
 // instead (mkdtemp, "ddprun-logs-", kept at exit: it holds logs), with one
-// warning that says where; only when that fails too is it an error.
+// warning that says where; only when that fails too is it an error. The
+// same goes for the launch's own directory when --log_dir's disk is full
+// (no space, no inodes, over quota) as ddprun starts; any other reason it
+// cannot be made (a path ddprun may not write) is an error.
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once
