@@ -24,7 +24,7 @@ int below(std::mt19937_64& random, int n) { return static_cast<int>(random() % n
 
 bool appliesToSlurm(FaultKind kind) {
   return kind != FaultKind::kAgentKillRestart && kind != FaultKind::kDaemonKillRestart &&
-         kind != FaultKind::kEtcdMemberKill && kind != FaultKind::kDiskFull;
+         kind != FaultKind::kEtcdMemberKill;
 }
 
 namespace {

@@ -92,8 +92,7 @@ struct Plan {
 Plan drawPlan(std::uint64_t seed, std::optional<FaultKind> only = std::nullopt, bool slurm = false);
 
 // Whether a fault of `kind` can happen to a Slurm job step: not a restart
-// of an agent (a step's task never restarts), nor a daemon's or etcd's, nor
-// (not built yet) a full disk in a node's own mount namespace.
+// of an agent (a step's task never restarts), nor a daemon's or etcd's.
 bool appliesToSlurm(FaultKind kind);
 
 // Sets survivable, mayDrop and endingFault from the job and the faults (a

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -65,47 +64,47 @@ std::string shellWord(const std::string& text) {
   return quoted;
 }
 
+// Runs a shell command as root where a host's agent sees the files (its
+// mount namespace); its exit code.
+using HostShell = std::function<int(const std::string&)>;
+
 // The disk under a host's --log_dir: a small tmpfs mounted for a run with a
 // disk-full fault there, filled by the fault (its bytes, then its inodes, as
 // a full ext4 disk refuses new directories too), unmounted when the run
-// ends.
+// ends. Mounted through `shell`: a Slurm node's mount namespace is its own.
 class LogDisk {
  public:
   static constexpr std::size_t kBytes = 2 << 20;
   static constexpr int kInodes = 512;
 
-  explicit LogDisk(fs::path dir) : dir_(std::move(dir)) {
-    fs::create_directories(dir_);
-    const std::string options = fmt::format("size={},nr_inodes={},mode=0755", kBytes, kInodes);
-    if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, options.c_str()) != 0) {
-      throw std::runtime_error(
-          fmt::format("cannot mount a tmpfs on {}: {}", dir_.string(), std::strerror(errno)));
-    }
+  LogDisk(fs::path dir, HostShell shell) : dir_(std::move(dir)), shell_(std::move(shell)) {
+    // Sticky and writable by all, as /tmp: a Slurm job's agents run as its user.
+    const std::string mount = fmt::format(
+        "mkdir -p {0} && mount -t tmpfs -o size={1},nr_inodes={2},mode=1777 "
+        "chaos-log-disk {0}",
+        shellWord(dir_.string()), kBytes, kInodes);
+    if (shell_(mount) != 0) throw std::runtime_error("cannot mount a tmpfs: " + mount);
   }
-  ~LogDisk() { ::umount2(dir_.c_str(), MNT_DETACH); }
+  ~LogDisk() { shell_(fmt::format("umount -l {}", shellWord(dir_.string()))); }
   LogDisk(const LogDisk&) = delete;
   LogDisk& operator=(const LogDisk&) = delete;
 
   // Writes one file until the disk has no space left, then makes empty
   // ones until it has no inode left.
   void fill() const {
-    const int fd = ::open((dir_ / "fill").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      const std::string block(64 << 10, 'x');
-      while (::write(fd, block.data(), block.size()) > 0) {
-      }
-      ::close(fd);
-    }
-    for (int i = 0; i < kInodes; ++i) {
-      const int empty = ::open((dir_ / fmt::format("fill-{}", i)).c_str(),
-                               O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (empty < 0) break;
-      ::close(empty);
-    }
+    shell_(fmt::format(
+        "cd {} && dd if=/dev/zero of=fill bs=64k 2>/dev/null; seq 0 {} | sed 's/^/fill-/' | "
+        "xargs touch 2>/dev/null; true",
+        shellWord(dir_.string()), kInodes - 1));
+  }
+  // A copy of what the disk holds (evidence of a failed run).
+  void copyTo(const fs::path& to) const {
+    shell_(fmt::format("cp -r {} {}", shellWord(dir_.string()), shellWord(to.string())));
   }
 
  private:
   fs::path dir_;
+  HostShell shell_;
 };
 
 struct Timed {
@@ -151,6 +150,9 @@ class Run {
   // the new round's "step 32".
   fs::path heldAt(int step) const { return folder_ / fmt::format("at-{}", step); }
   fs::path logDir(int host) const { return folder_ / fmt::format("logs-host{}", host); }
+  // Where a mount reaches host `host`'s agents: a Slurm node's own mount
+  // namespace, else this process's (which a host's processes see).
+  HostShell hostShell(int host) const;
   void release(int step);
   // Fires the next fault once the job holds at its step, or skips it when
   // its host is gone for good.
@@ -195,6 +197,18 @@ class Run {
   std::optional<std::uint64_t> checksum_;
   Clock::time_point lastEnd_{};  // when the last agent to end did
 };
+
+HostShell Run::hostShell(int host) const {
+  if (slurm_) {
+    return [slurm = slurm_, host](const std::string& command) {
+      return slurm->runOnNode(host, command).code;
+    };
+  }
+  return [](const std::string& command) {
+    test_support::ChildProcess shell({"/bin/sh", "-c", command});
+    return shell.wait(30s).value_or(-1);
+  };
+}
 
 std::vector<std::string> Run::agentArgs(std::optional<int> host) const {
   const Job& job = plan_.job;
@@ -503,7 +517,7 @@ RunResult Run::go() {
       fs::permissions(holdAt(f.atStep), fs::perms::owner_read | fs::perms::owner_write |
                                             fs::perms::group_read | fs::perms::others_read);
     if (f.kind == FaultKind::kDiskFull && !logDisks_.contains(f.host)) {
-      logDisks_[f.host] = std::make_unique<LogDisk>(logDir(f.host));
+      logDisks_[f.host] = std::make_unique<LogDisk>(logDir(f.host), hostShell(f.host));
     }
   }
   if (plan_.job.store == Store::kDaemon) startDaemon();
@@ -578,9 +592,7 @@ void Run::keepEvidence() const {
     std::ofstream(folder_ / (stem + ".err")) << agent.err;
   }
   for (const auto& [host, disk] : logDisks_) {
-    std::error_code ignored;
-    fs::copy(logDir(host), folder_ / fmt::format("logs-host{}-copy", host),
-             fs::copy_options::recursive, ignored);
+    disk->copyTo(folder_ / fmt::format("logs-host{}-copy", host));
   }
 }
 

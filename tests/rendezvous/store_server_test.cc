@@ -4,7 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -81,6 +87,51 @@ TEST_F(StoreServerTest, EveryOperation) {
   EXPECT_FALSE(c->deleteKey("log"));
   EXPECT_EQ(c->numKeys(), 4);
   c->ping();
+}
+
+// The server's end of the connection whose client end is `clientFd` (the
+// server runs in this process): the socket whose peer is the client.
+int serverEndOf(int clientFd) {
+  sockaddr_in client{};
+  socklen_t length = sizeof(client);
+  if (::getsockname(clientFd, reinterpret_cast<sockaddr*>(&client), &length) != 0) return -1;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    sockaddr_in peer{};
+    length = sizeof(peer);
+    if (fd != clientFd && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0 &&
+        peer.sin_family == AF_INET && peer.sin_port == client.sin_port &&
+        peer.sin_addr.s_addr == client.sin_addr.s_addr) {
+      return fd;
+    }
+  }
+  return -1;
+}
+
+int intOption(int fd, int level, int name) {
+  int value = -1;
+  socklen_t length = sizeof(value);
+  ::getsockopt(fd, level, name, &value, &length);
+  return value;
+}
+
+TEST_F(StoreServerTest, EveryConnectionHasKeepAliveNoNagleAndCloseOnExec) {
+  StoreServerOptions options;
+  options.keepAliveIdle = 7s;
+  options.keepAliveInterval = 2s;
+  options.keepAliveCount = 4;
+  startServer(options);
+  RawSocket raw("127.0.0.1", server_->port());
+  ASSERT_TRUE(raw.handshake(kToken));  // accepted and served
+  const int fd = serverEndOf(raw.fd());
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_NODELAY), 1);
+  EXPECT_EQ(intOption(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_KEEPIDLE), 7);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_KEEPINTVL), 2);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_KEEPCNT), 4);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 15000);  // 7 s + 4 x 2 s
+  EXPECT_NE(::fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);                 // never inherited by a worker
 }
 
 TEST_F(StoreServerTest, GetBlocksUntilAnotherClientSets) {

@@ -51,6 +51,8 @@ class RawSocket {
   RawSocket(const RawSocket&) = delete;
   RawSocket& operator=(const RawSocket&) = delete;
 
+  int fd() const { return fd_; }
+
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;

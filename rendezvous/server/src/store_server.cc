@@ -19,6 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include <cerrno>
+#include <cstring>
+
 #include "awaitable.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
@@ -36,12 +39,14 @@ using asio::ip::tcp;
 
 namespace {
 
-void configureAccepted(tcp::socket& socket, const StoreServerOptions& options) {
+// Set once on the listener: every accepted connection inherits them (Linux
+// copies a listener's socket options into each connection it accepts), so
+// a connection costs one accept4 instead of seven more system calls each.
+void configureListener(tcp::acceptor& acceptor, const StoreServerOptions& options) {
   boost::system::error_code ignored;
-  socket.set_option(tcp::no_delay(true), ignored);
-  const int fd = socket.native_handle();
-  ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // never inherited by spawned workers
-  setTcpLiveness(fd, options.keepAliveIdle, options.keepAliveInterval, options.keepAliveCount);
+  acceptor.set_option(tcp::no_delay(true), ignored);
+  setTcpLiveness(acceptor.native_handle(), options.keepAliveIdle, options.keepAliveInterval,
+                 options.keepAliveCount);
 }
 
 }  // namespace
@@ -58,6 +63,9 @@ struct StoreServer::Impl {
   ~Impl() { context.rendezvous = nullptr; }
 
   asio::awaitable<void> listen();
+  // One connection from the listen backlog, admitted and served.
+  enum class AcceptResult { kTaken, kEmpty, kBackOff };
+  AcceptResult acceptOne();
   // Turns context.pauses every LoopPauses::kTick while the server runs.
   asio::awaitable<void> tick();
   void shutdown();
@@ -80,6 +88,9 @@ struct StoreServer::Impl {
 namespace {
 
 constexpr int kListenBacklog = 65535;
+
+// Connections accepted in one turn of the loop at most.
+constexpr int kAcceptBatch = 256;
 
 // The youngest connection that may be shed to make room: when too many owe
 // their handshake, a second, so that a store short of CPU while thousands
@@ -127,41 +138,88 @@ asio::awaitable<void> StoreServer::Impl::listen() {
       co_await retryTimer.async_wait(kAwait);
     }
     if (stopped) co_return;
-    auto [ec, socket] = co_await acceptor.async_accept(kAwait);
+    auto [ec] = co_await acceptor.async_wait(tcp::acceptor::wait_read, kAwait);
     if (ec) {
       if (ec == asio::error::operation_aborted || stopped) co_return;
-      if ((ec == asio::error::no_descriptors || ec.value() == ENFILE) &&
-          shedOldestUnproven(context, "out of file descriptors", kShedMinAgeOutOfDescriptors)) {
-        continue;  // a descriptor is free again: accept at once
-      }
-      // Out of descriptors with nothing to shed, or a transient error: back
-      // off a little instead of spinning on a listener that stays readable.
       context.rejectedLog.warn(
-          fmt::format("The store server could not accept a connection: {}.", ec.message()));
+          fmt::format("The store server could not wait for connections: {}.", ec.message()));
       retryTimer.expires_after(std::chrono::milliseconds(50));
       co_await retryTimer.async_wait(kAwait);
       continue;
     }
-    // One lookup: the address charged here is the one the Transport gives
-    // back when it closes.
-    boost::system::error_code ignored;
-    auto remote = socket.remote_endpoint(ignored);
-    if (ignored) remote = {};
-    const std::string address = ignored ? std::string() : remote.address().to_string();
-    if (!context.budget.admit(address)) {
-      context.counters.rejected++;
-      context.rejectedLog.warn(fmt::format(
-          "Refused a connection from {}: the server holds {} connections (limit {}), at most {} "
-          "from one address.",
-          address, context.budget.connections(), context.options.maxConnections,
-          context.options.maxConnectionsPerAddress));
-      socket.close(ignored);
-      continue;
+    // Thousands of agents connect at once: take what the backlog holds, up
+    // to a batch, in one turn of the loop (the next wait ends at once when
+    // more are there, after the handlers that are ready meanwhile).
+    for (int taken = 0;
+         taken < kAcceptBatch && !stopped && context.unproven < context.options.maxUnproven;
+         ++taken) {
+      const AcceptResult accepted = acceptOne();
+      if (accepted == AcceptResult::kEmpty) break;
+      if (accepted == AcceptResult::kBackOff) {
+        retryTimer.expires_after(std::chrono::milliseconds(50));
+        co_await retryTimer.async_wait(kAwait);
+        break;
+      }
     }
-    configureAccepted(socket, context.options);
-    auto connection = std::make_shared<Transport>(std::move(socket), remote, context);
-    asio::co_spawn(io, connection->run(), asio::detached);
   }
+}
+
+StoreServer::Impl::AcceptResult StoreServer::Impl::acceptOne() {
+  sockaddr_storage peer{};
+  socklen_t peerLength = sizeof(peer);
+  // Close-on-exec (never inherited by spawned workers) and non-blocking
+  // from the start; the TCP options come from the listener.
+  const int fd = ::accept4(acceptor.native_handle(), reinterpret_cast<sockaddr*>(&peer),
+                           &peerLength, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == EAGAIN || error == EWOULDBLOCK) return AcceptResult::kEmpty;
+    if (error == EINTR || error == ECONNABORTED || error == EPROTO) return AcceptResult::kTaken;
+    if ((error == EMFILE || error == ENFILE) &&
+        shedOldestUnproven(context, "out of file descriptors", kShedMinAgeOutOfDescriptors)) {
+      return AcceptResult::kTaken;  // a descriptor is free again: accept at once
+    }
+    // Out of descriptors with nothing to shed, or another error: back off
+    // a little instead of spinning on a listener that stays readable.
+    context.rejectedLog.warn(
+        fmt::format("The store server could not accept a connection: {}.", std::strerror(error)));
+    return AcceptResult::kBackOff;
+  }
+  tcp::endpoint remote;
+  std::string address;
+  if (peerLength <= remote.capacity() &&
+      (peer.ss_family == AF_INET || peer.ss_family == AF_INET6)) {
+    std::memcpy(remote.data(), &peer, peerLength);
+    remote.resize(peerLength);
+    address = remote.address().to_string();
+  } else {
+    remote = {};
+  }
+  // One lookup: the address charged here is the one the Transport gives
+  // back when it closes.
+  if (!context.budget.admit(address)) {
+    context.counters.rejected++;
+    context.rejectedLog.warn(fmt::format(
+        "Refused a connection from {}: the server holds {} connections (limit {}), at most {} "
+        "from one address.",
+        address, context.budget.connections(), context.options.maxConnections,
+        context.options.maxConnectionsPerAddress));
+    ::close(fd);
+    return AcceptResult::kTaken;
+  }
+  tcp::socket socket(io);
+  boost::system::error_code ec;
+  socket.assign(remote.protocol(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    context.budget.leave(address);
+    context.rejectedLog.warn(fmt::format(
+        "The store server could not take the connection of {}: {}.", address, ec.message()));
+    return AcceptResult::kTaken;
+  }
+  auto connection = std::make_shared<Transport>(std::move(socket), remote, context);
+  asio::co_spawn(io, connection->run(), asio::detached);
+  return AcceptResult::kTaken;
 }
 
 asio::awaitable<void> StoreServer::Impl::tick() {
@@ -218,6 +276,8 @@ StoreServer::StoreServer(StoreServerOptions options) {
   }
   // Asio does not set close-on-exec; a worker must not inherit the listener.
   ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
+  acceptor.non_blocking(true, ec);  // accept4 returns when the backlog is empty
+  configureListener(acceptor, opts);
   impl_->port = acceptor.local_endpoint().port();
   asio::co_spawn(impl_->io, impl_->listen(), asio::detached);
   asio::co_spawn(impl_->io, impl_->tick(), asio::detached);

@@ -64,25 +64,37 @@ asio::awaitable<void> Transport::run() {
       co_await drained_.async_wait(kAwait);
       continue;
     }
+    boost::system::error_code ec;
+    std::size_t n = 0;
     if (input_.readable().empty()) {
       // Nothing half-read: hold no input buffer while waiting for bytes (a
       // job's store may hold 100K connections, most blocked in a wait).
+      // The wait is a read into the connection's own few bytes: a waiting
+      // read costs no system call, where a wait for readability re-arms
+      // epoll each time (one epoll_ctl per request).
       input_.release();
       if (!updateCharge()) break;
-      auto [waitError] = co_await socket_.async_wait(asio::ip::tcp::socket::wait_read, kAwait);
-      if (waitError) break;
-      if (closed_ || closing_ || closeQueued_) break;
+      std::tie(ec, n) = co_await socket_.async_read_some(asio::buffer(firstBytes_), kAwait);
+      if (!ec && (closed_ || closing_ || closeQueued_)) break;
+      if (!ec) {
+        std::size_t space = 0;
+        std::memcpy(input_.writable(0, space), firstBytes_.data(), n);
+        input_.commit(n);
+        // More may be there already: read it now, without waiting.
+        if (n == firstBytes_.size()) n += readReady(ec);
+      }
+    } else {
+      // A frame is half-read: read at once; wait only when the bytes are
+      // not there yet.
+      n = readReady(ec);
+      if (!ec && n == 0) {
+        std::size_t space = 0;
+        char* tail = input_.writable(0, space);
+        std::tie(ec, n) = co_await socket_.async_read_some(asio::buffer(tail, space), kAwait);
+        if (!ec) input_.commit(n);
+      }
     }
-    std::size_t space = 0;
-    char* tail = input_.writable(0, space);
-    // The socket is readable (or a frame is half-read): read at once; wait
-    // only when the bytes are not there yet.
-    boost::system::error_code ec;
-    std::size_t n = socket_.read_some(asio::buffer(tail, space), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      std::tie(ec, n) = co_await socket_.async_read_some(asio::buffer(tail, space), kAwait);
-    }
-    if (ec) {
+    if (ec && n == 0) {
       if (!proven_ && !closed_ && ec != asio::error::eof) {
         context_.counters.rejected++;
         DDPRUN_WARN("Rejected client {}: the connection failed before the handshake ({}).", peer_,
@@ -90,7 +102,6 @@ asio::awaitable<void> Transport::run() {
       }
       break;
     }
-    input_.commit(n);
     context_.metrics.bytesReceived += n;
     lastActivity_ = std::chrono::steady_clock::now();
     if (!bytesSeen_) {
@@ -111,8 +122,22 @@ asio::awaitable<void> Transport::run() {
     }
     flush();
     if (!updateCharge()) break;
+    if (ec) break;  // it ended (or failed) after these bytes
   }
   if (!closing_) close();
+}
+
+std::size_t Transport::readReady(boost::system::error_code& ec) {
+  std::size_t space = 0;
+  char* tail = input_.writable(0, space);
+  const std::size_t n = socket_.read_some(asio::buffer(tail, space), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    ec = {};
+    return 0;
+  }
+  if (ec) return 0;
+  input_.commit(n);
+  return n;
 }
 
 bool Transport::process() {

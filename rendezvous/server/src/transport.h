@@ -19,6 +19,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -98,6 +99,10 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // was refused. Leaves session_ empty while more bytes are needed.
   bool detectDialect();
   bool process();
+  // Reads what the socket holds now into the input buffer, without
+  // waiting: the bytes read, 0 when none are there yet; `ec` is set when the
+  // peer ended the connection or it failed.
+  std::size_t readReady(boost::system::error_code& ec);
   // Closes on the loop's next turn (see flush()).
   void closeSoon();
   boost::asio::awaitable<void> watchdog();
@@ -107,6 +112,9 @@ class Transport : public std::enable_shared_from_this<Transport> {
   std::string peer_ = "unknown peer";
   std::string peerHost_;
   InputBuffer input_;
+  // What a waiting read reads into: a connection holds no input buffer
+  // while it waits (most of a large job's connections do).
+  std::array<char, 64> firstBytes_{};
   std::string output_;    // replies waiting for the next write
   std::string inFlight_;  // replies being written now
   bool writing_ = false;
