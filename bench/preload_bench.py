@@ -20,6 +20,17 @@ and ends. Times (wall clock, one machine):
            step: what the job costs the node, pages shared between its
            processes (a preloaded torch's, after the fork) counted once
 
+Where a restart's time goes (the last rank of each stage; medians):
+  launcher  the death -> the worker's script runs its first line (detect,
+            stop, rendezvous, spawn, and the interpreter's start; for a
+            forked worker, the fork)
+  import    -> torch and DDP imported
+  group     -> init_process_group returned (on NCCL: CUDA's context and
+            the communicator, set up eagerly with device_id)
+  step      -> the first step finished (DDP's broadcast, one step)
+and ddprun's own account of the same incident (its "Downtime on this node"
+line).
+
 A launcher whose attempt 1 never finishes a step (torchrun 2.6 was: its
 restarted Gloo group failed to connect, or hung) is reported as failed, with
 the time from the death to the last rank of attempt 1 having imported torch
@@ -48,6 +59,7 @@ import sys
 import tempfile
 import time
 
+from process_tree import descendants
 from torch_current import current_torch
 from worker_record import PROLOGUE
 
@@ -56,6 +68,7 @@ PY113 = "/usr/bin/python3"
 RANKS = 4
 
 WORKER = PROLOGUE + r'''
+record(f"started_{attempt}_{rank}", time.time())
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 record(f"imported_{attempt}_{rank}", time.time())
@@ -67,6 +80,7 @@ if backend == "nccl":
 else:
     device = torch.device("cpu")
     dist.init_process_group("gloo")
+record(f"inited_{attempt}_{rank}", time.time())
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)
 model = DDP(model, device_ids=[device.index] if backend == "nccl" else None)
@@ -103,23 +117,6 @@ if rank == int(os.environ["BENCH_DYING_RANK"]):
     os._exit(1)
 time.sleep(600)  # stopped by the launcher
 '''
-
-
-def descendants(root):
-    """The pids of root's descendants, from /proc."""
-    children = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(pid))
-        except OSError:
-            continue
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def run(launcher, python, preload, ddprun, backend, ranks, work):
@@ -174,16 +171,25 @@ def run(launcher, python, preload, ddprun, backend, ranks, work):
         times = [read(f"{prefix}_{r}") for r in range(ranks)]
         return None if None in times else max(times)
     first, death, pss = last("step_0"), read("death"), read("pss")
+    phases = None
+    marks = [last(f"{stage}_1") for stage in ("started", "imported", "inited", "step")]
+    if death is not None and None not in marks:
+        points = [death] + marks
+        phases = [b - a for a, b in zip(points, points[1:])]
+    downtime = [line.split("] ", 1)[-1] for line in err.splitlines()
+                if "Downtime on this node" in line]
+    downtime = downtime[-1] if downtime else None
     if first is None or death is None:
         sys.exit(f"{' '.join(cmd)}: attempt 0 did not run ({process.returncode}); it left "
                  f"{sorted(os.listdir(out))}\n{err[-3000:]}")
     again = last("step_1")
     if again is not None and process.returncode == 0:
-        return first - started, again - death, None, pss
+        return first - started, again - death, None, pss, phases, downtime
     if launcher == "ddprun":
         sys.exit(f"{' '.join(cmd)} failed ({process.returncode}):\n{err[-3000:]}")
     imported = last("imported_1")
-    return first - started, None, None if imported is None else imported - death, pss
+    return (first - started, None, None if imported is None else imported - death, pss, phases,
+            downtime)
 
 
 def main():
@@ -229,16 +235,22 @@ def main():
                   ("ddprun", python, "off", f"ddprun --preload off (PyTorch {v})"),
                   ("torchrun", python, None, f"torchrun {v}")]
     results = {c[3]: ([], [], [], []) for c in cases}
+    phases = {c[3]: [] for c in cases}
+    downtimes = {}
     work = tempfile.mkdtemp(prefix="preload-bench-")
     try:
         for i in range(args.repeat):
             print(f"run {i + 1}/{args.repeat}", file=sys.stderr, flush=True)
             order = cases if i % 2 == 0 else list(reversed(cases))
             for launcher, python, preload, name in order:
-                launch, restart, bound, pss = run(launcher, python, preload, ddprun, args.backend,
-                                                  ranks, work)
+                launch, restart, bound, pss, steps, downtime = run(
+                    launcher, python, preload, ddprun, args.backend, ranks, work)
                 results[name][0].append(launch)
                 results[name][3].append(pss)
+                if steps:
+                    phases[name].append(steps)
+                if downtime:
+                    downtimes[name] = downtime
                 if restart is not None:
                     results[name][1].append(restart)
                 elif bound is not None:
@@ -256,6 +268,15 @@ def main():
             again += (f" (failed {len(bound)}/{len(launch)}: attempt 1 never stepped; "
                       f"imports done after {ms(bound)})")
         print(f"| {name} | {ms(launch)} | {again} | {mib(pss)} | {len(launch)} |")
+    print("\n| launcher | restart: launcher -> script | import | process group | first step |")
+    print("|---|---:|---:|---:|---:|")
+    for _, _, _, name in cases:
+        if phases[name]:
+            cells = " | ".join(ms([p[i] for p in phases[name]]) for i in range(4))
+            print(f"| {name} | {cells} |")
+    for _, _, _, name in cases:
+        if name in downtimes:
+            print(f"{name}, its last run: {downtimes[name]}")
     for launcher, python, preload, name in cases:
         if launcher != "ddprun" or preload is not None:
             continue

@@ -360,8 +360,11 @@ TEST(PythonWorkers, FileTimerKillsAHungWorkerAndTheJobRestarts) {
 
 // --watchdog_timeout without any change to the script: in attempt 0 rank 1
 // sleeps forever before an all_reduce that rank 0 (after 2.5 s of compute,
-// more than two sampling periods, so the two cannot tie) waits in. The node
-// is found hung, rank 1 is blamed, the job restarts and finishes.
+// more than two sampling periods) waits in. The node is found hung, rank 1
+// is blamed, the job restarts and finishes. Should the two still tie in one
+// sample (seen in CI: a late sample on a loaded machine; rank 1's Gloo
+// thread reads what rank 0 sends), rank 1's CPU stopped first, which
+// decides (HangWatchdog.ATieInTheSameSampleGoesToTheWorkerWhoseCpuStoppedFirst).
 // Both ranks first meet through the store, polling it (I/O: neither looks
 // stopped while it waits for the other): on a loaded machine rank 1 may
 // still be in init_process_group when rank 0 is done computing. (With a

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "ddprun/agent/features/python_stack.h"
 #include "ddprun/common/proc_info.h"
@@ -79,13 +80,14 @@ void HangWatchdog::sample() {
     const Counters& c = counters.at(w.pid);
     const auto known = progress_.find(w.pid);
     if (known == progress_.end()) {
-      next[w.pid] = Progress{c, now};  // new: counts as progress
+      next[w.pid] = Progress{c, now, now};  // new: counts as progress
       continue;
     }
     Progress p = known->second;
     // Counters of a process group can fall (a child exited): any change
     // beyond the thresholds, either way, is activity.
     const auto cpuDelta = c.cpuTicks > p.last.cpuTicks ? c.cpuTicks - p.last.cpuTicks : 0;
+    if (cpuDelta >= minTicks_) p.lastCpuProgress = now;
     if (cpuDelta >= minTicks_ || c.ioBytes > p.last.ioBytes) {
       p.lastProgress = now;
       lastNodeProgress_ = now;
@@ -100,37 +102,25 @@ void HangWatchdog::sample() {
   // A worker stopped by a signal (state T: SIGSTOP, a debugger) is the
   // cause: every collective waits for it, and the ranks that block in one
   // soon after it stopped can look as early at the sampling's resolution.
-  std::map<pid_t, bool> stopped;
+  std::vector<WorkerStall> stalls;
   for (const auto& w : workers) {
     const auto stat = readProcStat(w.pid);
-    stopped[w.pid] = stat && (stat->state == 'T' || stat->state == 't');
+    const Progress& p = progress_.at(w.pid);
+    stalls.push_back({w.localRank, stat && (stat->state == 'T' || stat->state == 't'),
+                      p.lastProgress, p.lastCpuProgress});
   }
-  const bool anyStopped =
-      std::any_of(stopped.begin(), stopped.end(), [](const auto& entry) { return entry.second; });
-  const WatchedWorker* first = nullptr;
-  auto earliest = Clock::time_point::max();
-  auto secondEarliest = Clock::time_point::max();
-  for (const auto& w : workers) {
-    if (anyStopped && !stopped[w.pid]) continue;
-    const auto last = progress_.at(w.pid).lastProgress;
-    if (last < earliest) {
-      secondEarliest = earliest;
-      earliest = last;
-      first = &w;
-    } else if (last < secondEarliest) {
-      secondEarliest = last;
-    }
-  }
+  const HungWorkerChoice choice = chooseHungWorker(stalls);
+  const WatchedWorker* first = &workers[choice.index];
   fired_ = true;
   HangReport report;
   report.localRank = first->localRank;
   report.pid = first->pid;
-  report.stoppedBySignal = stopped[first->pid];
+  report.stoppedBySignal = stalls[choice.index].stoppedBySignal;
   report.quietSeconds = std::chrono::duration<double>(now - lastNodeProgress_).count();
-  report.stalledSeconds = std::chrono::duration<double>(now - earliest).count();
-  report.aheadSeconds = anyStopped || secondEarliest == Clock::time_point::max()
-                            ? -1  // the only live worker
-                            : std::chrono::duration<double>(secondEarliest - earliest).count();
+  report.stalledSeconds =
+      std::chrono::duration<double>(now - stalls[choice.index].lastProgress).count();
+  report.aheadSeconds = choice.aheadSeconds;
+  report.cpuAheadSeconds = choice.cpuAheadSeconds;
   report.details = describeStuckProcess(first->pid);
   for (const auto& w : workers) {
     if (&w == first) continue;
@@ -139,6 +129,31 @@ void HangWatchdog::sample() {
          describeWait(w.pid)});
   }
   onHang_(report);
+}
+
+HungWorkerChoice chooseHungWorker(const std::vector<WorkerStall>& workers) {
+  const bool anyStopped = std::any_of(workers.begin(), workers.end(),
+                                      [](const WorkerStall& w) { return w.stoppedBySignal; });
+  std::vector<std::size_t> candidates;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    if (!anyStopped || workers[i].stoppedBySignal) candidates.push_back(i);
+  }
+  const auto key = [&](std::size_t i) {
+    return std::tuple(workers[i].lastProgress, workers[i].lastCpuProgress, workers[i].localRank);
+  };
+  std::sort(candidates.begin(), candidates.end(),
+            [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+  HungWorkerChoice choice;
+  choice.index = candidates.front();
+  if (anyStopped || candidates.size() < 2) return choice;
+  const WorkerStall& first = workers[candidates[0]];
+  const WorkerStall& next = workers[candidates[1]];
+  const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  choice.aheadSeconds = seconds(next.lastProgress - first.lastProgress);
+  if (choice.aheadSeconds == 0) {
+    choice.cpuAheadSeconds = seconds(next.lastCpuProgress - first.lastCpuProgress);
+  }
+  return choice;
 }
 
 namespace {

@@ -29,8 +29,13 @@ void HangWatchdogFeature::onHang(const HangReport& report) {
           : fmt::format("this one stopped first ({:.1f} s ago{})", report.stalledSeconds,
                         report.aheadSeconds > 0
                             ? fmt::format(", {:.1f} s before the next", report.aheadSeconds)
-                        : report.aheadSeconds == 0 ? std::string(", with others in the same sample")
-                                                   : std::string());
+                        : report.aheadSeconds == 0
+                            ? fmt::format(", with others in the same sample{}",
+                                          report.cpuAheadSeconds > 0
+                                              ? fmt::format(", its CPU time {:.1f} s before theirs",
+                                                            report.cpuAheadSeconds)
+                                              : std::string())
+                            : std::string());
   const std::string cause = fmt::format(
       "hung: no worker of this node made progress (CPU or I/O) for {:.1f} s "
       "(--watchdog_timeout={:g}); {}; ddprun sent it SIGKILL",

@@ -16,7 +16,7 @@
 // timeout: a rank that never reaches the collective its peers wait in
 // stops first, and its peers stop as soon as they block in it. The root
 // cause is a worker stopped by a signal (state T) if there is one, else the
-// worker that stopped first (the lowest local rank among equals). A node where one worker still
+// worker that stopped first (chooseHungWorker). A node where one worker still
 // computes is never hung, so a rank-0 evaluation while the others wait at a barrier is safe.
 //
 // The counters have no change notification, so this is the one place the
@@ -63,7 +63,34 @@ struct HangReport {
     std::string where;  // "state S (sleeping), waiting in futex_do_wait"
   };
   std::vector<Peer> peers;
+  // Tied with another in its last progress, but its CPU time stopped this
+  // much earlier (the tie-break chose it); 0 when no tie-break decided.
+  double cpuAheadSeconds = 0;
 };
+
+// What the watchdog last saw of one worker, and which of them it blames.
+struct WorkerStall {
+  int localRank = 0;
+  bool stoppedBySignal = false;
+  // The last sample in which it progressed at all (CPU or I/O), and the
+  // last in which its CPU time grew.
+  std::chrono::steady_clock::time_point lastProgress;
+  std::chrono::steady_clock::time_point lastCpuProgress;
+};
+struct HungWorkerChoice {
+  std::size_t index = 0;       // into the workers given
+  double aheadSeconds = -1;    // before the next one's last progress; 0: tie; -1: alone or
+                               // stopped by a signal
+  double cpuAheadSeconds = 0;  // a tie decided by CPU: how much earlier its CPU stopped
+};
+// The worker to blame for a hung node: one stopped by a signal (state T) if
+// any, else the one whose last progress is earliest. Workers tied at the
+// sampling's resolution are told apart by their last CPU progress: a rank
+// that never reaches a collective can still receive its peers' bytes (its
+// communication thread reads what they send when they enter it), so its
+// I/O last moves in the same sample as their CPU, while its own CPU
+// stopped before. Then the lowest local rank. `workers` is not empty.
+HungWorkerChoice chooseHungWorker(const std::vector<WorkerStall>& workers);
 
 class HangWatchdog {
  public:
@@ -86,6 +113,7 @@ class HangWatchdog {
   struct Progress {
     Counters last;
     std::chrono::steady_clock::time_point lastProgress;
+    std::chrono::steady_clock::time_point lastCpuProgress;
   };
 
   void arm();
