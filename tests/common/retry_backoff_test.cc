@@ -1,5 +1,8 @@
 #include "ddprun/common/retry_backoff.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <set>
@@ -27,6 +30,33 @@ TEST(RetryBackoff, DoublesToTheCapWithJitterAndResets) {
     firstWaits.insert(client.next().count());
   }
   EXPECT_GT(firstWaits.size(), 16u);
+}
+
+// Thousands of relays started at once (forked, or in one process) must not
+// share a seed: each draws its own, and a forked child draws other seeds
+// than its parent.
+TEST(RetryBackoff, EachSeedDiffersAndAForkedChildDrawsItsOwn) {
+  std::set<std::uint64_t> seeds;
+  for (int i = 0; i < 1000; ++i) seeds.insert(jitterSeed());
+  EXPECT_EQ(seeds.size(), 1000u);
+  int pipeFds[2];
+  ASSERT_EQ(::pipe(pipeFds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::uint64_t seed = jitterSeed();
+    ::_exit(::write(pipeFds[1], &seed, sizeof seed) == sizeof seed ? 0 : 1);
+  }
+  const std::uint64_t parentSeed = jitterSeed();
+  std::uint64_t childSeed = 0;
+  ASSERT_EQ(::read(pipeFds[0], &childSeed, sizeof childSeed),
+            static_cast<ssize_t>(sizeof childSeed));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(pipeFds[0]);
+  ::close(pipeFds[1]);
+  EXPECT_NE(childSeed, parentSeed);
+  EXPECT_EQ(seeds.count(childSeed), 0u);
 }
 
 }  // namespace

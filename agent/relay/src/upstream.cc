@@ -34,7 +34,7 @@ void Upstream::start(std::function<void()> onReady) {
   onReady_ = std::move(onReady);
   connectDeadline_ = std::chrono::steady_clock::now() + options_.connectTimeout;
   if (options_.connectSpread.count() <= 0) return connect();
-  std::mt19937_64 random{std::random_device{}()};
+  std::mt19937_64 random{jitterSeed()};
   retryTimer_.expires_after(std::chrono::microseconds(static_cast<std::int64_t>(
       random() % static_cast<std::uint64_t>(options_.connectSpread.count()))));
   retryTimer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
