@@ -259,10 +259,11 @@ def run_case(name, ddprun, nproc, script, steps, reference):
         problems.append(f"still on the GPU: {on_gpu()}")
     said = [line for line in err if "hung" in line or "stopped by a signal" in line or
             "was killed by" in line or "exited with" in line or "received SIGTERM" in line or
-            "Downtime on this node" in line]
+            "Downtime on this node" in line or "reload" in line or "zygote" in line or
+            "left out" in line]
     shutil.rmtree(folder, ignore_errors=True)
     return {"name": name, "code": code, "checksum": checksum, "back": back, "problems": problems,
-            "said": said[:3] + [line for line in said[3:] if "Downtime" in line],
+            "said": said[:8] + [line for line in said[8:] if "Downtime" in line],
             "err": err[-30:]}
 
 
