@@ -86,15 +86,23 @@ class RendezvousTest : public ::testing::Test {
     return st;
   }
 
+  // Until `joined` nodes wait in rendezvous "job" (as the server sees it):
+  // how a test orders the nodes' arrivals.
+  void waitJoined(std::uint32_t joined) {
+    if (!watcher_) watcher_ = client("arrivals");
+    statusOnceJoined(*watcher_, joined);
+  }
+
   std::unique_ptr<StoreServer> server_;
+  std::unique_ptr<RendezvousClient> watcher_;
 };
 
 TEST_F(RendezvousTest, RanksFollowArrivalAndOffsetsFollowLocalWorldSizes) {
   auto a = client("a"), b = client("b"), c = client("c");
   auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 3, 3, 4), 10s); });
-  std::this_thread::sleep_for(50ms);
+  waitJoined(1);
   auto fb = std::async(std::launch::async, [&] { return b->join(request("node2", 3, 3, 2), 10s); });
-  std::this_thread::sleep_for(50ms);
+  waitJoined(2);
   const Assignment rc = c->join(request("node3", 3, 3, 8), 10s);
   const Assignment ra = fa.get(), rb = fb.get();
   EXPECT_EQ(ra.groupRank, 0u);
@@ -116,7 +124,7 @@ TEST_F(RendezvousTest, RequestedNodeRanksWin) {
   auto a = client("a"), b = client("b");
   auto fa =
       std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2, 1, 1), 10s); });
-  std::this_thread::sleep_for(50ms);
+  waitJoined(1);
   const Assignment rb = b->join(request("node2", 2, 2, 1, 0), 10s);
   EXPECT_EQ(rb.groupRank, 0u);
   EXPECT_EQ(fa.get().groupRank, 1u);
@@ -127,7 +135,7 @@ TEST_F(RendezvousTest, DuplicateNodeRankIsRefused) {
   auto a = client("a"), b = client("b");
   auto fa =
       std::async(std::launch::async, [&] { return a->join(request("node1", 2, 2, 1, 0), 2s); });
-  std::this_thread::sleep_for(50ms);
+  waitJoined(1);
   try {
     b->join(request("node2", 2, 2, 1, 0), 2s);
     FAIL();
@@ -196,7 +204,7 @@ TEST_F(RendezvousTest, StatusCountsDownTheLastCallAndNamesNodesNotBack) {
   };
   auto fa =
       std::async(std::launch::async, [&] { return a->join(slow(request("node1", 2, 3)), 10s); });
-  std::this_thread::sleep_for(50ms);
+  statusOnceJoined(*watcher, 1);
   auto fb =
       std::async(std::launch::async, [&] { return b->join(slow(request("node2", 2, 3)), 10s); });
   protocol::RendezvousStatus st = statusOnceJoined(*watcher, 2);
@@ -234,7 +242,7 @@ TEST_F(RendezvousTest, StatusCountsDownTheLastCallAndNamesNodesNotBack) {
 TEST_F(RendezvousTest, LateJoinerEndsTheRoundAndSurvivorsKeepTheirOrder) {
   auto a = client("a"), b = client("b"), c = client("c");
   auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 3), 10s); });
-  std::this_thread::sleep_for(50ms);
+  waitJoined(1);
   b->join(request("node2", 2, 3), 10s);
   EXPECT_EQ(fa.get().round, 1);
   // A third node arrives while round 1 runs.
@@ -261,7 +269,7 @@ TEST_F(RendezvousTest, LostNodeEndsTheRoundForTheOthers) {
   auto a = client("a"), b = client("b"), c = client("c");
   auto fa = std::async(std::launch::async, [&] { return a->join(request("node1", 2, 3), 10s); });
   auto fb = std::async(std::launch::async, [&] { return b->join(request("node2", 2, 3), 10s); });
-  std::this_thread::sleep_for(50ms);
+  waitJoined(2);
   c->join(request("node3", 2, 3), 10s);
   fa.get();
   fb.get();
