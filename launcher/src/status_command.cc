@@ -228,9 +228,7 @@ int runStatusCommand(int argc, char** argv) {
     for (const auto& m : st.members) nodeIds.push_back(m.nodeId);
     relays = backend->nodeCounters(NodeCounters::kRelay, o.rdzvId, nodeIds);
     downtimes = backend->nodeCounters(NodeCounters::kDowntime, o.rdzvId, nodeIds);
-    if (auto* etcd = dynamic_cast<rendezvous::EtcdRendezvous*>(backend.get()); etcd && st.exists) {
-      expiresIn = etcd->jobExpiresIn(o.rdzvId);
-    }
+    if (st.exists) expiresIn = backend->jobExpiresIn(o.rdzvId);
   } catch (const ConfigError& e) {
     std::cerr << "ddprun status: error: " << e.what() << "\n";
     return 2;

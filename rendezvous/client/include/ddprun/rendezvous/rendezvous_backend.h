@@ -58,6 +58,11 @@ class RendezvousBackend {
   virtual std::vector<std::string> nodeCounters(protocol::NodeCounters kind,
                                                 const std::string& rdzvId,
                                                 const std::vector<std::string>& nodeIds) = 0;
+  // How long the keys of rendezvous `rdzvId` outlive its nodes from now,
+  // where they expire on their own (etcd: the job lease's remaining TTL);
+  // nullopt where they do not (the store's end with the store) or when
+  // there is none. For `ddprun status`.
+  virtual std::optional<std::chrono::seconds> jobExpiresIn(const std::string& rdzvId) = 0;
   // The address of this host that the rendezvous reaches it at: where its
   // connection leaves from ("" before the first join).
   virtual std::string localAddress() = 0;

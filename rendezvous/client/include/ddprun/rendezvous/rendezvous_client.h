@@ -53,6 +53,10 @@ class RendezvousClient final : public RendezvousBackend {
   }
   std::vector<std::string> nodeCounters(protocol::NodeCounters kind, const std::string& rdzvId,
                                         const std::vector<std::string>& nodeIds) override;
+  // The store's keys go with the store: they never expire on their own.
+  std::optional<std::chrono::seconds> jobExpiresIn(const std::string&) override {
+    return std::nullopt;
+  }
   std::string localAddress() override { return store_.localAddress(); }
   void shutdown() override { store_.shutdown(); }
 

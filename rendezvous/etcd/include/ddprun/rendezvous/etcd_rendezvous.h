@@ -97,10 +97,8 @@ class EtcdRendezvous final : public RendezvousBackend {
                                         const std::vector<std::string>& nodeIds) override;
   std::string localAddress() override { return client_.localAddress(); }
   void shutdown() override;
+  std::optional<std::chrono::seconds> jobExpiresIn(const std::string& rdzvId) override;
   EtcdRendezvousStats stats() const;
-  // How long the keys of rendezvous `rdzvId` outlive its nodes from now
-  // (its job lease's remaining TTL); nullopt when it has none.
-  std::optional<std::chrono::seconds> jobExpiresIn(const std::string& rdzvId);
 
  private:
   // The first JOIN: the watch, then one transaction (alive and joining
