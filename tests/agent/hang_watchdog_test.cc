@@ -1,4 +1,5 @@
 #include "ddprun/agent/features/hang_watchdog.h"
+#include "ddprun/agent/features/sampling_period.h"
 
 #include <gtest/gtest.h>
 
@@ -50,6 +51,12 @@ TEST(HangWatchdog, AWorkerAloneHasNoOneToBeAheadOf) {
   const auto choice = chooseHungWorker({worker(0, 1s, 1s)});
   EXPECT_EQ(choice.index, 0u);
   EXPECT_DOUBLE_EQ(choice.aheadSeconds, -1.0);
+}
+
+TEST(HangWatchdog, SamplesAQuarterOfTheTimeoutBetween50MsAnd1S) {
+  EXPECT_EQ(samplingPeriod(2000ms), 500ms);
+  EXPECT_EQ(samplingPeriod(5000ms), 1000ms);
+  EXPECT_EQ(samplingPeriod(100ms), 50ms);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "ddprun/agent/features/python_stack.h"
+#include "ddprun/agent/features/sampling_period.h"
 #include "ddprun/common/proc_info.h"
 
 namespace ddprun::agent {
@@ -20,8 +21,7 @@ using Clock = std::chrono::steady_clock;
 HangWatchdog::HangWatchdog(asio::io_context& io, std::chrono::milliseconds timeout,
                            WorkersFn workers, HangFn onHang)
     : timeout_(timeout),
-      period_(
-          std::clamp(timeout / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000))),
+      period_(samplingPeriod(timeout)),
       workers_(std::move(workers)),
       onHang_(std::move(onHang)),
       timer_(io) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ddprun/agent/features/sampling_period.h"
 #include "ddprun/common/proc_info.h"
 
 namespace ddprun::agent {
@@ -12,8 +13,7 @@ UninterruptibleWatch::UninterruptibleWatch(boost::asio::io_context& io,
                                            std::chrono::milliseconds timeout, WorkersFn workers,
                                            EnteredFn onEntered, StuckFn onStuck)
     : timeout_(timeout),
-      period_(
-          std::clamp(timeout / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000))),
+      period_(samplingPeriod(timeout)),
       workers_(std::move(workers)),
       onEntered_(std::move(onEntered)),
       onStuck_(std::move(onStuck)),

@@ -17,6 +17,7 @@
 
 #include "awaitable.h"
 #include "ddprun/common/error.h"
+#include "ddprun/common/retry_backoff.h"
 #include "rendezvous_manager.h"
 #include "server_context.h"
 #include "store_metrics.h"
@@ -58,6 +59,7 @@ void MetricsEndpoint::close() {
 
 asio::awaitable<void> MetricsEndpoint::listen() {
   asio::steady_timer pause(io_);
+  RetryBackoff backoff;  // after an accept error: out of descriptors, most often
   while (!closed_) {
     if (open_ >= kMaxOpen) {  // the rest wait in the backlog
       pause.expires_after(std::chrono::milliseconds(10));
@@ -67,10 +69,11 @@ asio::awaitable<void> MetricsEndpoint::listen() {
     auto [ec, socket] = co_await acceptor_.async_accept(kAwait);
     if (ec) {
       if (closed_ || ec == asio::error::operation_aborted) co_return;
-      pause.expires_after(std::chrono::milliseconds(50));  // out of descriptors: back off
+      pause.expires_after(backoff.next());
       co_await pause.async_wait(kAwait);
       continue;
     }
+    backoff.reset();
     ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
     ++open_;
     asio::co_spawn(io_, serve(std::move(socket)), asio::detached);

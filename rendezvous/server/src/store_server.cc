@@ -25,6 +25,7 @@
 #include "awaitable.h"
 #include "ddprun/common/error.h"
 #include "ddprun/common/logging.h"
+#include "ddprun/common/retry_backoff.h"
 #include "ddprun/common/tcp_liveness.h"
 #include "ddprun/rendezvous/metrics_endpoint.h"
 #include "rendezvous_manager.h"
@@ -127,6 +128,9 @@ bool shedOldestUnproven(ServerContext& context, const char* why,
 }  // namespace
 
 asio::awaitable<void> StoreServer::Impl::listen() {
+  // After an error (out of descriptors, most often): waits that double from
+  // 10 ms to 1 s with jitter, reset by the next connection taken.
+  RetryBackoff backoff;
   while (!stopped) {
     // Too many connections still owe their handshake: shed the oldest of
     // them if it is old enough, else leave new ones in the listen backlog
@@ -143,7 +147,7 @@ asio::awaitable<void> StoreServer::Impl::listen() {
       if (ec == asio::error::operation_aborted || stopped) co_return;
       context.rejectedLog.warn(
           fmt::format("The store server could not wait for connections: {}.", ec.message()));
-      retryTimer.expires_after(std::chrono::milliseconds(50));
+      retryTimer.expires_after(backoff.next());
       co_await retryTimer.async_wait(kAwait);
       continue;
     }
@@ -156,10 +160,11 @@ asio::awaitable<void> StoreServer::Impl::listen() {
       const AcceptResult accepted = acceptOne();
       if (accepted == AcceptResult::kEmpty) break;
       if (accepted == AcceptResult::kBackOff) {
-        retryTimer.expires_after(std::chrono::milliseconds(50));
+        retryTimer.expires_after(backoff.next());
         co_await retryTimer.async_wait(kAwait);
         break;
       }
+      backoff.reset();
     }
   }
 }
