@@ -11,6 +11,7 @@
 
 #include "ddprun/common/env.h"
 #include "ddprun/common/error.h"
+#include "ddprun/common/node_telemetry.h"
 #include "ddprun/common/secret.h"
 #include "ddprun/rendezvous/etcd_rendezvous.h"
 #include "ddprun/rendezvous/rendezvous_client.h"
@@ -77,43 +78,38 @@ std::string stateOf(const RendezvousStatus& st) {
 // "" for a node without.
 using NodeTexts = std::vector<std::string>;
 
+// Member i's counters: its relay's, by name.
 std::map<std::string, std::uint64_t> countersOf(const NodeTexts& texts, std::size_t i) {
   std::map<std::string, std::uint64_t> c;
   if (i >= texts.size()) return c;
-  for (const auto& [name, value] : rendezvous::protocol::parseCounters(texts[i])) c[name] = value;
+  for (const auto& [name, value] : telemetry::parseCounters(texts[i])) c[name] = value;
   return c;
 }
 
+// Member i's downtime (nullopt: none published).
+std::optional<telemetry::DowntimeCounters> downtimeOf(const NodeTexts& texts, std::size_t i) {
+  if (i >= texts.size()) return std::nullopt;
+  return telemetry::decodeDowntimeCounters(texts[i]);
+}
+
 // The downtime's totals for JSON (null: none published).
-nlohmann::json downtimeJson(const std::map<std::string, std::uint64_t>& c) {
-  if (c.empty()) return nullptr;
-  const auto get = [&c](const char* name) {
-    const auto it = c.find(name);
-    return it == c.end() ? std::uint64_t{0} : it->second;
-  };
-  const std::uint64_t elapsed = get("elapsed_ms");
-  // No step reported yet: the goodput is unknown, not 0.
-  const bool trained = !c.contains("trained") || get("trained") != 0;
-  return {{"incidents", get("incidents")},
-          {"lost_ms", get("lost_ms")},
-          {"training_ms", get("training_ms")},
-          {"elapsed_ms", elapsed},
-          {"goodput", !trained ? nlohmann::json(nullptr)
-                      : elapsed == 0
-                          ? nlohmann::json(0.0)
-                          : nlohmann::json(static_cast<double>(get("training_ms")) / elapsed)}};
+nlohmann::json downtimeJson(const std::optional<telemetry::DowntimeCounters>& d) {
+  if (!d) return nullptr;
+  nlohmann::json json = nlohmann::json::object();
+  for (const auto& [name, value] : telemetry::namedTotals(*d)) json[name] = value;
+  const auto goodput = d->goodput();  // none: no step reported yet (unknown, not 0)
+  json["goodput"] = goodput ? nlohmann::json(*goodput) : nlohmann::json(nullptr);
+  return json;
 }
 
 // "2 incidents, 4.1 s lost, goodput 93.1 %" or "-".
-std::string downtimeCell(const std::map<std::string, std::uint64_t>& c) {
-  const nlohmann::json d = downtimeJson(c);
-  if (d.is_null()) return "-";
-  return fmt::format(
-      "{} incident{}, {:.1f} s lost, goodput {}", d["incidents"].get<std::uint64_t>(),
-      d["incidents"].get<std::uint64_t>() == 1 ? "" : "s",
-      d["lost_ms"].get<std::uint64_t>() / 1000.0,
-      d["goodput"].is_null() ? std::string("unknown (no step reported)")
-                             : fmt::format("{:.1f} %", 100 * d["goodput"].get<double>()));
+std::string downtimeCell(const std::optional<telemetry::DowntimeCounters>& d) {
+  if (!d) return "-";
+  const auto goodput = d->goodput();
+  return fmt::format("{} incident{}, {:.1f} s lost, goodput {}", d->incidents,
+                     d->incidents == 1 ? "" : "s", static_cast<double>(d->lostMs) / 1000.0,
+                     goodput ? fmt::format("{:.1f} %", 100 * *goodput)
+                             : std::string("unknown (no step reported)"));
 }
 
 nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st, const NodeTexts& relays,
@@ -132,7 +128,7 @@ nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st, const 
                        {"local_world_size", m.localWorldSize},
                        {"state", m.groupRank >= 0 ? "running" : "waiting"},
                        {"relay", relay},
-                       {"downtime", downtimeJson(countersOf(downtimes, i))}});
+                       {"downtime", downtimeJson(downtimeOf(downtimes, i))}});
   }
   nlohmann::json failure = nullptr;
   if (!st.lastFailure.nodeId.empty()) {
@@ -172,7 +168,7 @@ void printTable(const StatusOptions& o, const RendezvousStatus& st, const NodeTe
   std::vector<std::string> downtimeCells;
   std::size_t downtimeWidth = 8;
   for (std::size_t i = 0; i < st.members.size(); ++i) {
-    downtimeCells.push_back(downtimeCell(countersOf(downtimes, i)));
+    downtimeCells.push_back(downtimeCell(downtimeOf(downtimes, i)));
     downtimeWidth = std::max(downtimeWidth, downtimeCells.back().size());
   }
   std::cout << fmt::format("{:<9} {:<{}} {:<16} {:<7} {:<{}} {}\n", "NODE_RANK", "NODE", width,

@@ -17,11 +17,15 @@ namespace {
 
 using Clock = IncidentTimeline::Clock;
 
-std::string millis(double seconds) { return std::to_string(std::llround(seconds * 1000.0)); }
+std::int64_t millis(double seconds) { return std::llround(seconds * 1000.0); }
 
-std::string epochMillis(std::chrono::system_clock::time_point t) {
-  return std::to_string(
-      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
+std::int64_t epochMillis(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+// Non-negative milliseconds, for a counter.
+std::uint64_t counterMillis(double seconds) {
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, millis(seconds)));
 }
 
 // Writes the Python progress hook as `dir`/sitecustomize.py; "" when it
@@ -224,18 +228,17 @@ void DowntimeFeature::exiting(const NodeExit&) {
   recordEnded();
   publish();
   const DowntimeSummary s = timeline_.summary(now);
-  std::map<std::string, std::string> meta{
-      {"incidents", std::to_string(s.incidents)},
-      {"lost_ms", millis(s.lostSeconds)},
-      {"training_ms", millis(s.trainingSeconds)},
-      {"elapsed_ms", millis(s.elapsedSeconds)},
-      {"start_ms", millis(s.startSeconds)},
-      {"goodput", s.trained ? fmt::format("{:.4f}", s.goodput()) : std::string()}};
+  telemetry::DowntimeRecord record;
+  record.incidents = s.incidents;
+  record.lostMs = millis(s.lostSeconds);
+  record.trainingMs = millis(s.trainingSeconds);
+  record.elapsedMs = millis(s.elapsedSeconds);
+  record.startMs = millis(s.startSeconds);
+  if (s.trained) record.goodput = s.goodput();
   for (Phase phase : kPhases) {
-    meta[std::string(phaseName(phase)) + "_ms"] =
-        millis(s.phaseSeconds[static_cast<std::size_t>(phase)]);
+    record.phaseMs[telemetry::index(phase)] = millis(s.phaseSeconds[telemetry::index(phase)]);
   }
-  events_.record("ddprun.agent.DOWNTIME", "AGENT", meta);
+  events_.record(telemetry::kDowntimeEvent, "AGENT", telemetry::toMetadata(record));
   DDPRUN_INFO("Downtime on this node: {}.", describeDowntime(s));
 }
 
@@ -258,53 +261,39 @@ void DowntimeFeature::publish() {
 
 std::string DowntimeFeature::countersText() const {
   const DowntimeSummary s = timeline_.summary(Clock::now());
-  std::string text =
-      fmt::format("incidents={} lost_ms={} training_ms={} elapsed_ms={} start_ms={} trained={}",
-                  s.incidents, millis(s.lostSeconds), millis(s.trainingSeconds),
-                  millis(s.elapsedSeconds), millis(s.startSeconds), s.trained ? 1 : 0);
-  for (Phase phase : kPhases) {
-    const Histogram& h = histograms_[static_cast<std::size_t>(phase)];
-    const std::string name = phaseName(phase);
-    for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
-      text += fmt::format(" {}_le_{}={}", name, kBucketsMs[i], h.buckets[i]);
-    }
-    text += fmt::format(" {}_le_inf={} {}_count={} {}_sum_ms={}", name, h.buckets.back(), name,
-                        h.count, name, h.sumMs);
-  }
-  return text;
+  telemetry::DowntimeCounters counters;
+  counters.incidents = static_cast<std::uint64_t>(s.incidents);
+  counters.lostMs = counterMillis(s.lostSeconds);
+  counters.trainingMs = counterMillis(s.trainingSeconds);
+  counters.elapsedMs = counterMillis(s.elapsedSeconds);
+  counters.startMs = counterMillis(s.startSeconds);
+  counters.trained = s.trained;
+  counters.phases = histograms_;
+  return telemetry::encodeCounters(counters);
 }
 
 void DowntimeFeature::recordEnded() {
   bool ended = false;
   for (const Incident& incident : timeline_.takeEnded()) {
     ended = true;
-    for (std::size_t p = 0; p < kPhaseCount && incident.number > 0; ++p) {
-      if (!incident.seconds[p]) continue;
-      const std::int64_t ms = std::llround(*incident.seconds[p] * 1000.0);
-      Histogram& h = histograms_[p];
-      for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
-        if (ms <= kBucketsMs[i]) ++h.buckets[i];
-      }
-      ++h.buckets.back();
-      ++h.count;
-      h.sumMs += ms;
-    }
-    std::map<std::string, std::string> meta{
-        {"incident", std::to_string(incident.number)},
-        {"kind", incident.kind},
-        {"cause", incident.cause},
-        {"failed_attempt", std::to_string(incident.failedAttempt)},
-        {"startup", incident.startup ? "true" : "false"},
-        {"complete", incident.complete ? "true" : "false"},
-        {"assumed", incident.assumed ? "true" : "false"},
-        {"began", epochMillis(incident.began)},
-        {"lost_ms", millis(incident.lostSeconds)}};
+    telemetry::IncidentRecord record;
+    record.number = incident.number;
+    record.kind = incident.kind;
+    record.cause = incident.cause;
+    record.failedAttempt = incident.failedAttempt;
+    record.startup = incident.startup;
+    record.complete = incident.complete;
+    record.assumed = incident.assumed;
+    record.beganMs = epochMillis(incident.began);
+    record.lostMs = millis(incident.lostSeconds);
     for (Phase phase : kPhases) {
-      if (const auto& s = incident.seconds[static_cast<std::size_t>(phase)]) {
-        meta[std::string(phaseName(phase)) + "_ms"] = millis(*s);
-      }
+      const auto& seconds = incident.seconds[telemetry::index(phase)];
+      if (!seconds) continue;
+      record.phaseMs[telemetry::index(phase)] = millis(*seconds);
+      // The start (incident 0) is not a failure: not in the histograms.
+      if (incident.number > 0) histograms_[telemetry::index(phase)].add(millis(*seconds));
     }
-    events_.record("ddprun.agent.INCIDENT", "AGENT", meta);
+    events_.record(telemetry::kIncidentEvent, "AGENT", telemetry::toMetadata(record));
   }
   if (ended) publish();
 }

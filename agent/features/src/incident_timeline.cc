@@ -6,26 +6,6 @@
 
 namespace ddprun::agent {
 
-const char* phaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kDetect:
-      return "detect";
-    case Phase::kStop:
-      return "stop";
-    case Phase::kRestart:
-      return "restart";
-    case Phase::kRendezvous:
-      return "rendezvous";
-    case Phase::kSpawn:
-      return "spawn";
-    case Phase::kProcessGroup:
-      return "process_group";
-    case Phase::kFirstStep:
-      return "first_step";
-  }
-  return "?";
-}
-
 std::string describeDowntime(const DowntimeSummary& s) {
   std::string text = fmt::format("{} incident{}, {:.1f} s lost", s.incidents,
                                  s.incidents == 1 ? "" : "s", s.lostSeconds);
@@ -33,9 +13,7 @@ std::string describeDowntime(const DowntimeSummary& s) {
     text += ":";
     const char* separator = " ";
     for (Phase phase : kPhases) {
-      std::string name = phaseName(phase);
-      std::replace(name.begin(), name.end(), '_', ' ');
-      text += fmt::format("{}{} {:.1f}", separator, name,
+      text += fmt::format("{}{} {:.1f}", separator, telemetry::phaseWords(phase),
                           s.phaseSeconds[static_cast<std::size_t>(phase)]);
       separator = ", ";
     }

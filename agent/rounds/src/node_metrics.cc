@@ -1,6 +1,6 @@
 #include "ddprun/agent/rounds/node_metrics.h"
 
-#include "ddprun/rendezvous/messages.h"
+#include "ddprun/common/node_telemetry.h"
 #include "ddprun/rendezvous/metrics_endpoint.h"
 
 namespace ddprun::agent {
@@ -10,11 +10,9 @@ NodeMetrics::NodeMetrics(boost::asio::io_context& io, std::uint16_t port, std::s
     : endpoint_(std::make_unique<rendezvous::MetricsEndpoint>(
           io, "0.0.0.0", port,
           [runId = std::move(runId), node = std::move(node), counters = std::move(counters)] {
-            rendezvous::NodeCounterSeries series{runId, node, {}};
-            for (const auto& [name, value] : rendezvous::protocol::parseCounters(counters())) {
-              series.counters[name] = value;
-            }
-            return rendezvous::downtimeMetrics({series});
+            const auto decoded = telemetry::decodeDowntimeCounters(counters());
+            if (!decoded) return std::string();
+            return rendezvous::downtimeMetrics({{runId, node, *decoded}});
           })) {}
 
 NodeMetrics::~NodeMetrics() { endpoint_->close(); }

@@ -23,29 +23,29 @@ std::string durationText(std::int64_t ms) {
   return fmt::format("{} h {:02} min", ms / 3600000, (ms / 60000) % 60);
 }
 
-std::string phasesText(const std::array<std::optional<std::int64_t>, 7>& phaseMs) {
+std::string phasesText(
+    const std::array<std::optional<std::int64_t>, telemetry::kPhaseCount>& phaseMs) {
   std::string out;
   for (std::size_t i = 0; i < phaseMs.size(); ++i) {
     if (!phaseMs[i]) continue;
-    std::string name = kPhaseNames[i];
-    std::replace(name.begin(), name.end(), '_', ' ');
-    out += fmt::format("{}{} {:.1f}", out.empty() ? "" : ", ", name, *phaseMs[i] / 1000.0);
+    out += fmt::format("{}{} {:.1f}", out.empty() ? "" : ", ",
+                       telemetry::phaseWords(telemetry::kPhases[i]), *phaseMs[i] / 1000.0);
   }
   return out.empty() ? std::string("no phase reached") : out;
 }
 
 std::string downtimeText(const DowntimeRecord& d) {
-  std::array<std::optional<std::int64_t>, 7> phases;
+  std::array<std::optional<std::int64_t>, telemetry::kPhaseCount> phases;
   for (std::size_t i = 0; i < phases.size(); ++i) phases[i] = d.phaseMs[i];
   std::string out = fmt::format("{} incident{}, {:.1f} s lost", d.incidents,
                                 d.incidents == 1 ? "" : "s", d.lostMs / 1000.0);
   if (d.incidents > 0) out += ": " + phasesText(phases);
-  if (!d.trained) {
+  if (!d.goodput) {
     return out + fmt::format("; no worker reported a training step in {}, so no goodput",
                              durationText(d.elapsedMs));
   }
   out += fmt::format("; goodput {:.1f} % ({} training of {}; the start took {:.1f} s)",
-                     100.0 * d.goodput, durationText(d.trainingMs), durationText(d.elapsedMs),
+                     100.0 * *d.goodput, durationText(d.trainingMs), durationText(d.elapsedMs),
                      d.startMs / 1000.0);
   return out;
 }

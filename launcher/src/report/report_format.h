@@ -19,7 +19,8 @@ std::string clockText(std::int64_t epochMs);
 // "41.2 s", "3 min 12 s", "2 h 05 min"
 std::string durationText(std::int64_t ms);
 // "detect 0.0, stop 0.1, ..., first step 2.1" (seconds; phases not reached left out)
-std::string phasesText(const std::array<std::optional<std::int64_t>, 7>& phaseMs);
+std::string phasesText(
+    const std::array<std::optional<std::int64_t>, telemetry::kPhaseCount>& phaseMs);
 // "3 incidents, 41.2 s lost: ...; goodput 93.1 % (...)"
 std::string downtimeText(const DowntimeRecord& downtime);
 // "succeeded", "failed with exit code 93", "no exit recorded"

@@ -14,8 +14,8 @@ namespace ddprun::launcher::report {
 
 namespace {
 
-constexpr std::array<const char*, 7> kPhaseColors{"#e45756", "#f58518", "#eeca3b", "#b279a2",
-                                                  "#9d755d", "#72b7b2", "#54a24b"};
+constexpr std::array<const char*, telemetry::kPhaseCount> kPhaseColors{
+    "#e45756", "#f58518", "#eeca3b", "#b279a2", "#9d755d", "#72b7b2", "#54a24b"};
 constexpr int kLabelWidth = 170, kPlotWidth = 1000, kRight = 20;
 constexpr int kNodeLane = 26, kWorkerLane = 18, kAxis = 30;
 
@@ -88,8 +88,9 @@ void nodeLane(std::ostringstream& svg, const Scale& scale, const NodeTimeline& n
       const std::int64_t to = at + *incident.phaseMs[i];
       svg << fmt::format(
           R"(<rect class="phase" data-incident="{}" data-phase="{}" x="{:.1f}" y="{}" width="{:.1f}" height="{}" fill="{}"><title>incident {} {}: {:.2f} s</title></rect>)",
-          incident.number, kPhaseNames[i], scale.x(at), y + 4, scale.width(at, to), kNodeLane - 8,
-          kPhaseColors[i], incident.number, kPhaseNames[i], *incident.phaseMs[i] / 1000.0);
+          incident.number, telemetry::phaseName(telemetry::kPhases[i]), scale.x(at), y + 4,
+          scale.width(at, to), kNodeLane - 8, kPhaseColors[i], incident.number,
+          telemetry::phaseName(telemetry::kPhases[i]), *incident.phaseMs[i] / 1000.0);
       at = to;
     }
     if (incident.number > 0) {
@@ -198,15 +199,15 @@ std::string formatReportHtml(const RunTimeline& run) {
          << escape(node.host) << "</b>: " << escape(outcomeText(node));
     if (node.downtime) {
       html << fmt::format(" &mdash; <span class=\"goodput\" data-goodput=\"{:.4f}\">",
-                          node.downtime->goodput)
+                          node.downtime->goodput.value_or(0))
            << escape(downtimeText(*node.downtime)) << "</span>";
     }
     html << "</p>\n";
   }
   html << "<p class=\"legend\">";
-  for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
+  for (telemetry::Phase phase : telemetry::kPhases) {
     html << fmt::format("<span><i class=\"swatch\" style=\"background:{}\"></i>{}</span>",
-                        kPhaseColors[i], kPhaseNames[i]);
+                        kPhaseColors[telemetry::index(phase)], telemetry::phaseName(phase));
   }
   html << "<span><i class=\"swatch\" style=\"background:#c6dbef\"></i>starting</span>"
           "<span><i class=\"swatch\" style=\"background:#3182bd\"></i>training</span>"

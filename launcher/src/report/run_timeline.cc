@@ -26,6 +26,16 @@ std::optional<std::int64_t> metaNumber(const json& meta, const char* key) {
   return it->get<std::int64_t>();
 }
 
+// The event's metadata as the agent wrote it: every value as text.
+telemetry::Metadata metadataOf(const json& meta) {
+  telemetry::Metadata out;
+  if (!meta.is_object()) return out;
+  for (const auto& [key, value] : meta.items()) {
+    out[key] = value.is_string() ? value.get<std::string>() : value.dump();
+  }
+  return out;
+}
+
 int metaInteger(const json& meta, const char* key, int otherwise = 0) {
   return static_cast<int>(metaNumber(meta, key).value_or(otherwise));
 }
@@ -65,35 +75,14 @@ class Builder {
       if (WorkerLife* life = latest(node, metaInteger(meta, "local_rank"))) {
         (name == "ddprun.worker.PROCESS_GROUP" ? life->processGroupMs : life->firstStepMs) = at;
       }
-    } else if (name == "ddprun.agent.INCIDENT") {
-      IncidentRecord incident;
-      incident.number = metaInteger(meta, "incident");
-      incident.kind = metaText(meta, "kind");
-      incident.cause = metaText(meta, "cause");
-      incident.startup = metaText(meta, "startup") == "true";
-      incident.complete = metaText(meta, "complete") == "true";
-      incident.beganMs = metaNumber(meta, "began").value_or(at);
-      incident.lostMs = metaNumber(meta, "lost_ms").value_or(0);
-      for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
-        incident.phaseMs[i] = metaNumber(meta, fmt::format("{}_ms", kPhaseNames[i]).c_str());
-      }
+    } else if (name == telemetry::kIncidentEvent) {
+      const IncidentRecord incident = telemetry::incidentFromMetadata(metadataOf(meta));
       node.incidents.push_back(incident);
       widen(node, incident.beganMs);
-    } else if (name == "ddprun.agent.DOWNTIME") {
-      DowntimeRecord d;
-      d.incidents = metaInteger(meta, "incidents");
-      d.lostMs = metaNumber(meta, "lost_ms").value_or(0);
-      d.trainingMs = metaNumber(meta, "training_ms").value_or(0);
-      d.elapsedMs = metaNumber(meta, "elapsed_ms").value_or(0);
-      d.startMs = metaNumber(meta, "start_ms").value_or(0);
-      d.goodput = d.elapsedMs > 0 ? static_cast<double>(d.trainingMs) / d.elapsedMs : 0;
-      d.trained = !metaText(meta, "goodput").empty();
-      for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
-        d.phaseMs[i] = metaNumber(meta, fmt::format("{}_ms", kPhaseNames[i]).c_str()).value_or(0);
-      }
-      node.downtime = d;
+    } else if (name == telemetry::kDowntimeEvent) {
+      node.downtime = telemetry::downtimeFromMetadata(metadataOf(meta));
       // The node started elapsed_ms before this record.
-      widen(node, at - d.elapsedMs);
+      widen(node, at - node.downtime->elapsedMs);
     } else if (name.starts_with(kAgent)) {
       node.exitCode = metaInteger(meta, "exit_code");
     }

@@ -20,10 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/common/node_telemetry.h"
+
 namespace ddprun::launcher::report {
 
-inline constexpr std::array<const char*, 7> kPhaseNames{
-    "detect", "stop", "restart", "rendezvous", "spawn", "process_group", "first_step"};
+// An incident and a node's downtime as its agent recorded them, and the
+// phases' names: the node telemetry's.
+using telemetry::DowntimeRecord;
+using telemetry::IncidentRecord;
 
 struct WorkerLife {
   int localRank = 0;
@@ -36,23 +40,6 @@ struct WorkerLife {
   std::optional<int> exitCode;
   std::string rawError;
   std::optional<std::int64_t> processGroupMs, firstStepMs;
-};
-
-struct IncidentRecord {
-  int number = 0;
-  std::string kind, cause;
-  bool startup = false, complete = false;
-  std::int64_t beganMs = 0;
-  std::int64_t lostMs = 0;
-  std::array<std::optional<std::int64_t>, 7> phaseMs;
-};
-
-struct DowntimeRecord {
-  int incidents = 0;
-  std::int64_t lostMs = 0, trainingMs = 0, elapsedMs = 0, startMs = 0;
-  double goodput = 0;
-  bool trained = false;  // some attempt trained: else no goodput to speak of
-  std::array<std::int64_t, 7> phaseMs{};
 };
 
 struct NodeTimeline {

@@ -146,38 +146,33 @@ class Text {
   std::string out_;
 };
 
-std::string nodeLabels(const NodeCounterSeries& node) {
-  return fmt::format("rdzv_id=\"{}\",node=\"{}\"", label(node.rdzvId), label(node.node));
+std::string nodeLabels(const std::string& rdzvId, const std::string& node) {
+  return fmt::format("rdzv_id=\"{}\",node=\"{}\"", label(rdzvId), label(node));
 }
 
-// The counters agents keep under protocol::nodeCountersKey(kind, ...), one
-// node at a time.
-std::vector<NodeCounterSeries> nodeCounters(const StoreState& state, protocol::NodeCounters kind) {
-  std::vector<NodeCounterSeries> out;
+// The counters texts agents keep under protocol::nodeCountersKey(kind, ...),
+// one node at a time: fn(rdzvId, node, text).
+template <typename Fn>
+void forEachNode(const StoreState& state, protocol::NodeCounters kind, Fn&& fn) {
   const std::string_view prefix = protocol::nodeCountersPrefix(kind);
   for (const auto& key : state.keys()) {
     if (key.rfind(prefix, 0) != 0) continue;
     const std::string_view rest = std::string_view(key).substr(prefix.size());
     const auto slash = rest.find('/');
     if (slash == std::string_view::npos) continue;
-    NodeCounterSeries node{
-        std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)), {}};
-    for (const auto& [name, value] : protocol::parseCounters(*state.find(key))) {
-      node.counters[name] = value;
-    }
-    out.push_back(std::move(node));
+    fn(std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)), *state.find(key));
   }
-  return out;
 }
 
 // The node relays' counters: ddprun_relay_<name>{rdzv_id, node}.
 void relayCounters(const StoreState& state, Text& t) {
   std::map<std::string, std::vector<std::pair<std::string, std::uint64_t>>> byName;
-  for (const auto& node : nodeCounters(state, protocol::NodeCounters::kRelay)) {
-    for (const auto& [name, value] : node.counters) {
-      byName["ddprun_relay_" + name].emplace_back(nodeLabels(node), value);
-    }
-  }
+  forEachNode(state, protocol::NodeCounters::kRelay,
+              [&byName](const std::string& rdzvId, const std::string& node, std::string_view text) {
+                for (const auto& [name, value] : telemetry::parseCounters(text)) {
+                  byName["ddprun_relay_" + name].emplace_back(nodeLabels(rdzvId, node), value);
+                }
+              });
   for (const auto& [name, samples] : byName) {
     t.family(name.c_str(), name == "ddprun_relay_connections" ? "gauge" : "counter",
              "A node relay's counter, as its agent last published it (docs/operations.md).");
@@ -185,83 +180,73 @@ void relayCounters(const StoreState& state, Text& t) {
   }
 }
 
+std::vector<NodeDowntime> nodeDowntimes(const StoreState& state) {
+  std::vector<NodeDowntime> out;
+  forEachNode(state, protocol::NodeCounters::kDowntime,
+              [&out](const std::string& rdzvId, const std::string& node, std::string_view text) {
+                if (auto counters = telemetry::decodeDowntimeCounters(text)) {
+                  out.push_back({rdzvId, node, *counters});
+                }
+              });
+  return out;
+}
+
 // Each node's downtime, as its agent last published it (docs/operations.md,
 // "Downtime, phase by phase"): incidents, seconds lost and training, the
-// goodput, and a histogram of each phase's seconds (its buckets are the
-// <phase>_le_<ms> and <phase>_le_inf counters, cumulative).
-void downtimeCounters(const std::vector<NodeCounterSeries>& nodes, Text& t) {
+// goodput, and a histogram of each phase's seconds.
+void downtimeCounters(const std::vector<NodeDowntime>& nodes, Text& t) {
   if (nodes.empty()) return;
   const auto seconds = [](std::uint64_t ms) { return static_cast<double>(ms) / 1000.0; };
-  const auto value = [](const std::map<std::string, std::uint64_t>& c, const std::string& name) {
-    const auto it = c.find(name);
-    return it == c.end() ? std::uint64_t{0} : it->second;
-  };
+  const auto labels = [](const NodeDowntime& node) { return nodeLabels(node.rdzvId, node.node); };
   t.family("ddprun_incidents_total", "counter",
            "Incidents of a node: an attempt failed (the start not counted).");
   for (const auto& node : nodes) {
-    t.sample("ddprun_incidents_total", nodeLabels(node), value(node.counters, "incidents"));
+    t.sample("ddprun_incidents_total", labels(node), node.counters.incidents);
   }
   t.family("ddprun_lost_seconds_total", "counter",
            "Seconds a node's incidents cost: each from the failure to training again.");
   for (const auto& node : nodes) {
-    t.sample("ddprun_lost_seconds_total", nodeLabels(node),
-             seconds(value(node.counters, "lost_ms")));
+    t.sample("ddprun_lost_seconds_total", labels(node), seconds(node.counters.lostMs));
   }
   t.family("ddprun_training_seconds_total", "counter",
            "Seconds a node's workers trained (from each attempt's first step).");
   for (const auto& node : nodes) {
-    t.sample("ddprun_training_seconds_total", nodeLabels(node),
-             seconds(value(node.counters, "training_ms")));
+    t.sample("ddprun_training_seconds_total", labels(node), seconds(node.counters.trainingMs));
   }
   t.family("ddprun_goodput", "gauge",
            "Time training over the time since the node's start (none until a step was seen).");
   for (const auto& node : nodes) {
-    const auto& c = node.counters;
-    if (c.contains("trained") && value(c, "trained") == 0) continue;
-    const std::uint64_t elapsed = value(c, "elapsed_ms");
-    t.sample("ddprun_goodput", nodeLabels(node),
-             elapsed == 0 ? 0.0 : seconds(value(c, "training_ms")) / seconds(elapsed));
+    if (const auto goodput = node.counters.goodput()) {
+      t.sample("ddprun_goodput", labels(node), *goodput);
+    }
+  }
+  std::string phases;
+  for (telemetry::Phase phase : telemetry::kPhases) {
+    phases += (phases.empty() ? "" : ", ") + std::string(telemetry::phaseName(phase));
   }
   t.family("ddprun_incident_phase_seconds", "histogram",
-           "Seconds of each phase of a node's incidents (detect, stop, restart, rendezvous, "
-           "spawn, process_group, first_step).");
+           fmt::format("Seconds of each phase of a node's incidents ({}).", phases).c_str());
   for (const auto& node : nodes) {
-    const auto& c = node.counters;
-    // phase -> (bound in ms, count); the +Inf bucket as the largest bound.
-    std::map<std::string, std::map<std::uint64_t, std::uint64_t>> buckets;
-    for (const auto& [name, count] : c) {
-      const auto le = name.find("_le_");
-      if (le == std::string::npos) continue;
-      const std::string bound = name.substr(le + 4);
-      std::uint64_t ms = UINT64_MAX;
-      if (bound != "inf") {
-        if (bound.empty() || bound.size() > 12 ||
-            bound.find_first_not_of("0123456789") != std::string::npos) {
-          continue;
-        }
-        ms = std::stoull(bound);
-      }
-      buckets[name.substr(0, le)][ms] = count;
-    }
-    for (const auto& [phase, bounds] : buckets) {
+    for (telemetry::Phase phase : telemetry::kPhases) {
+      const telemetry::PhaseHistogram& h = node.counters.phases[telemetry::index(phase)];
       const std::string phaseLabels =
-          fmt::format("{},phase=\"{}\"", nodeLabels(node), label(phase));
-      for (const auto& [ms, count] : bounds) {
-        const std::string le =
-            ms == UINT64_MAX ? std::string("+Inf") : fmt::format("{}", seconds(ms));
+          fmt::format("{},phase=\"{}\"", labels(node), telemetry::phaseName(phase));
+      for (std::size_t i = 0; i < h.buckets.size(); ++i) {
+        const std::string le = i < telemetry::kBucketsMs.size()
+                                   ? fmt::format("{}", seconds(telemetry::kBucketsMs[i]))
+                                   : std::string("+Inf");
         t.sample("ddprun_incident_phase_seconds_bucket",
-                 fmt::format("{},le=\"{}\"", phaseLabels, le), count);
+                 fmt::format("{},le=\"{}\"", phaseLabels, le), h.buckets[i]);
       }
-      t.sample("ddprun_incident_phase_seconds_sum", phaseLabels,
-               seconds(value(c, phase + "_sum_ms")));
-      t.sample("ddprun_incident_phase_seconds_count", phaseLabels, value(c, phase + "_count"));
+      t.sample("ddprun_incident_phase_seconds_sum", phaseLabels, seconds(h.sumMs));
+      t.sample("ddprun_incident_phase_seconds_count", phaseLabels, h.count);
     }
   }
 }
 
 }  // namespace
 
-std::string downtimeMetrics(const std::vector<NodeCounterSeries>& nodes) {
+std::string downtimeMetrics(const std::vector<NodeDowntime>& nodes) {
   Text t;
   downtimeCounters(nodes, t);
   return t.take();
@@ -306,7 +291,7 @@ std::string renderMetrics(const ServerContext& c, const RendezvousManager* rende
   t.sample("ddprun_store_buffered_bytes", "kind=\"used\"", c.budget.used());
   t.sample("ddprun_store_buffered_bytes", "kind=\"limit\"", c.budget.limit());
   relayCounters(c.state, t);
-  downtimeCounters(nodeCounters(c.state, protocol::NodeCounters::kDowntime), t);
+  downtimeCounters(nodeDowntimes(c.state), t);
   if (rendezvous == nullptr) return t.take();
   const auto all = rendezvous->summaries();
   const auto each = [&](const char* name, const char* type, const char* help, auto value) {

@@ -180,33 +180,6 @@ std::string keyRefusal(std::string_view key, bool agent, std::string_view worker
   return "";
 }
 
-std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_view text) {
-  std::vector<std::pair<std::string, std::uint64_t>> out;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    std::size_t end = text.find(' ', at);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view word = text.substr(at, end - at);
-    at = end + 1;
-    const std::size_t equals = word.find('=');
-    if (equals == 0 || equals == std::string_view::npos || equals + 1 == word.size()) continue;
-    const std::string_view name = word.substr(0, equals);
-    const std::string_view digits = word.substr(equals + 1);
-    const bool nameOk =
-        name[0] >= 'a' && name[0] <= 'z' && std::all_of(name.begin(), name.end(), [](char c) {
-          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-        });
-    std::uint64_t value = 0;
-    bool digitsOk = digits.size() <= 19;
-    for (char c : digits) {
-      if (c < '0' || c > '9') digitsOk = false;
-      value = value * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    if (nameOk && digitsOk) out.emplace_back(std::string(name), value);
-  }
-  return out;
-}
-
 std::string timeoutText(Op op, const std::vector<std::string>& missing) {
   std::string keys;
   for (const auto& key : missing) {

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/common/node_telemetry.h"
+
 namespace ddprun::rendezvous {
 
 class MetricsEndpoint {
@@ -51,14 +53,14 @@ class MetricsEndpoint {
   bool closed_ = false;
 };
 
-// One node's counters of one kind, as its agent published them.
-struct NodeCounterSeries {
+// One node's downtime, as its agent published it.
+struct NodeDowntime {
   std::string rdzvId;
   std::string node;
-  std::map<std::string, std::uint64_t> counters;
+  telemetry::DowntimeCounters counters;
 };
 // The downtime metrics of `nodes` (ddprun_incidents_total, ..., the phase
 // histograms) in Prometheus text format; "" for none.
-std::string downtimeMetrics(const std::vector<NodeCounterSeries>& nodes);
+std::string downtimeMetrics(const std::vector<NodeDowntime>& nodes);
 
 }  // namespace ddprun::rendezvous

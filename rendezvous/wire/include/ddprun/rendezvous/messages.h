@@ -523,10 +523,7 @@ inline std::string nodeCountersKey(NodeCounters kind, std::string_view rdzvId,
                                    std::string_view nodeId) {
   return std::string(nodeCountersPrefix(kind)) + std::string(rdzvId) + "/" + std::string(nodeId);
 }
-// "name=value" words of such a text, in order; words that are not a name
-// (a lower-case letter, then letters, digits, '_') and a decimal count are
-// skipped (the text came from another node).
-std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_view text);
+// The texts' encoding and its readers: ddprun/common/node_telemetry.h.
 
 // Converts a duration to the wire's timeout field (clamped; negative -> 0).
 std::uint32_t toTimeoutMs(std::chrono::milliseconds timeout);

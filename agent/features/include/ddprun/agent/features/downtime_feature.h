@@ -82,13 +82,9 @@ class DowntimeFeature : public LifecycleHook {
   // kPublishEvery. Without it nothing is published.
   void publishTo(std::function<void(std::string)> publish);
   static constexpr std::chrono::seconds kPublishEvery{10};
-  // "incidents=1 lost_ms=2100 training_ms=... elapsed_ms=... start_ms=...
-  // detect_le_100=1 ... detect_le_inf=1 detect_count=1 detect_sum_ms=3 ...":
-  // the totals and, per phase, a histogram of the incidents' seconds
-  // (cumulative buckets, bounds in ms: kBucketsMs).
+  // The totals and, per phase, a histogram of the incidents' seconds, in
+  // the node telemetry's counters encoding (ddprun/common/node_telemetry.h).
   std::string countersText() const;
-  static constexpr std::array<std::int64_t, 10> kBucketsMs{100,   500,   1000,  2000,   5000,
-                                                           10000, 30000, 60000, 300000, 600000};
 
  private:
   void onLine(const std::string& line);
@@ -113,14 +109,8 @@ class DowntimeFeature : public LifecycleHook {
   std::set<int> stepped_;               // local ranks that took a step in this attempt
   std::map<int, int> startedPids_;      // this attempt's workers: pid -> local rank
   std::map<std::string, int> dropped_;  // reason -> count
-  // Per phase: the incidents' counts per bucket (kBucketsMs, then +Inf),
-  // and their sum.
-  struct Histogram {
-    std::array<std::uint64_t, kBucketsMs.size() + 1> buckets{};
-    std::uint64_t count = 0;
-    std::int64_t sumMs = 0;
-  };
-  std::array<Histogram, kPhaseCount> histograms_;
+  // Per phase: the incidents' seconds.
+  std::array<telemetry::PhaseHistogram, kPhaseCount> histograms_;
   std::function<void(std::string)> publish_;
   boost::asio::steady_timer publishTimer_;
 };

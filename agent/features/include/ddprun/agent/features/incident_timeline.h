@@ -29,15 +29,16 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/common/node_telemetry.h"
+
 namespace ddprun::agent {
 
-enum class Phase { kDetect, kStop, kRestart, kRendezvous, kSpawn, kProcessGroup, kFirstStep };
-inline constexpr std::size_t kPhaseCount = 7;
-// "detect", "stop", "restart", "rendezvous", "spawn", "process_group", "first_step"
-const char* phaseName(Phase phase);
-inline constexpr std::array<Phase, kPhaseCount> kPhases{
-    Phase::kDetect, Phase::kStop,         Phase::kRestart,  Phase::kRendezvous,
-    Phase::kSpawn,  Phase::kProcessGroup, Phase::kFirstStep};
+// The phases and their names: the node telemetry's (one home for every
+// part that writes or reads them).
+using telemetry::kPhaseCount;
+using telemetry::kPhases;
+using telemetry::Phase;
+using telemetry::phaseName;
 
 struct Incident {
   int number = 0;          // 0: the first start
