@@ -24,6 +24,12 @@ constexpr char kStartup[] = "startup";
 constexpr char kComplete[] = "complete";
 constexpr char kAssumed[] = "assumed";
 constexpr char kBegan[] = "began";
+constexpr char kConnections[] = "connections";
+constexpr char kRequests[] = "requests";
+constexpr char kUpstreamRequests[] = "upstream_requests";
+constexpr char kSharedReads[] = "shared_reads";
+constexpr char kAddsCombined[] = "adds_combined";
+constexpr char kBytesSaved[] = "bytes_saved";
 
 std::string phaseMsKey(Phase phase) { return std::string(phaseName(phase)) + "_ms"; }
 
@@ -164,6 +170,57 @@ std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_vie
     out.emplace_back(std::string(name), value);
   }
   return out;
+}
+
+std::vector<std::pair<const char*, std::uint64_t>> namedTotals(const RelayTotals& c) {
+  return {{kConnections, c.connections},           {kRequests, c.requests},
+          {kUpstreamRequests, c.upstreamRequests}, {kSharedReads, c.sharedReads},
+          {kAddsCombined, c.addsCombined},         {kBytesSaved, c.bytesSaved}};
+}
+
+std::string encodeCounters(const RelayTotals& c) {
+  std::string out;
+  for (const auto& [name, value] : namedTotals(c)) {
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", name, value);
+  }
+  return out;
+}
+
+std::optional<RelayTotals> decodeRelayCounters(std::string_view text) {
+  const auto words = parseCounters(text);
+  if (words.empty()) return std::nullopt;
+  const std::map<std::string, std::uint64_t> c(words.begin(), words.end());
+  const auto get = [&c](const char* name) {
+    const auto it = c.find(name);
+    return it == c.end() ? std::uint64_t{0} : it->second;
+  };
+  return RelayTotals{get(kConnections), get(kRequests),     get(kUpstreamRequests),
+                     get(kSharedReads), get(kAddsCombined), get(kBytesSaved)};
+}
+
+const char* progressEventName(ProgressEvent event) {
+  switch (event) {
+    case ProgressEvent::kProcessGroup:
+      return "process_group";
+    case ProgressEvent::kStep:
+      return "step";
+    case ProgressEvent::kImports:
+      return "imports";
+  }
+  return "?";
+}
+
+std::optional<ProgressEvent> progressEventNamed(std::string_view name) {
+  for (ProgressEvent event :
+       {ProgressEvent::kProcessGroup, ProgressEvent::kStep, ProgressEvent::kImports}) {
+    if (name == progressEventName(event)) return event;
+  }
+  return std::nullopt;
+}
+
+std::string progressLine(int pid, ProgressEvent event, std::int64_t step) {
+  return fmt::format("{{\"{}\": {}, \"{}\": \"{}\", \"{}\": {}}}\n", kProgressPid, pid,
+                     kProgressEvent, progressEventName(event), kProgressStep, step);
 }
 
 Metadata toMetadata(const IncidentRecord& r) {

@@ -78,12 +78,10 @@ std::string stateOf(const RendezvousStatus& st) {
 // "" for a node without.
 using NodeTexts = std::vector<std::string>;
 
-// Member i's counters: its relay's, by name.
-std::map<std::string, std::uint64_t> countersOf(const NodeTexts& texts, std::size_t i) {
-  std::map<std::string, std::uint64_t> c;
-  if (i >= texts.size()) return c;
-  for (const auto& [name, value] : telemetry::parseCounters(texts[i])) c[name] = value;
-  return c;
+// Member i's relay (nullopt: none published).
+std::optional<telemetry::RelayTotals> relayOf(const NodeTexts& texts, std::size_t i) {
+  if (i >= texts.size()) return std::nullopt;
+  return telemetry::decodeRelayCounters(texts[i]);
 }
 
 // Member i's downtime (nullopt: none published).
@@ -118,9 +116,9 @@ nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st, const 
   for (std::size_t i = 0; i < st.members.size(); ++i) {
     const auto& m = st.members[i];
     nlohmann::json relay = nullptr;
-    if (const auto counters = countersOf(relays, i); !counters.empty()) {
+    if (const auto counters = relayOf(relays, i)) {
       relay = nlohmann::json::object();
-      for (const auto& [name, value] : counters) relay[name] = value;
+      for (const auto& [name, value] : telemetry::namedTotals(*counters)) relay[name] = value;
     }
     members.push_back({{"node_id", m.nodeId},
                        {"address", m.address},
@@ -149,13 +147,13 @@ nlohmann::json toJson(const StatusOptions& o, const RendezvousStatus& st, const 
 
 // "8 workers, 48 requests: 9 to the store, 30 reads shared, 9 ADDs combined,
 // 2.1 KB not sent" or "-".
-std::string relayCell(std::map<std::string, std::uint64_t> c) {
-  if (c.empty()) return "-";
+std::string relayCell(const std::optional<telemetry::RelayTotals>& c) {
+  if (!c) return "-";
   return fmt::format(
       "{} workers, {} requests: {} to the store, {} reads shared, {} ADDs combined, "
       "{:.1f} KB not sent",
-      c["connections"], c["requests"], c["upstream_requests"], c["shared_reads"],
-      c["adds_combined"], static_cast<double>(c["bytes_saved"]) / 1024);
+      c->connections, c->requests, c->upstreamRequests, c->sharedReads, c->addsCombined,
+      static_cast<double>(c->bytesSaved) / 1024);
 }
 
 void printTable(const StatusOptions& o, const RendezvousStatus& st, const NodeTexts& relays,
@@ -178,7 +176,7 @@ void printTable(const StatusOptions& o, const RendezvousStatus& st, const NodeTe
     std::cout << fmt::format("{:<9} {:<{}} {:<16} {:<7} {:<{}} {}\n",
                              m.groupRank >= 0 ? std::to_string(m.groupRank) : "waiting", m.nodeId,
                              width, m.address, m.localWorldSize, downtimeCells[i], downtimeWidth,
-                             relayCell(countersOf(relays, i)));
+                             relayCell(relayOf(relays, i)));
   }
   if (st.members.empty()) std::cout << "(no node has joined the round being formed)\n";
   if (!st.missing.empty()) {

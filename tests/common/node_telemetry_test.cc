@@ -99,6 +99,26 @@ TEST(NodeTelemetry, DowntimeRecordsRoundTripThroughTheEventLogsMetadata) {
   EXPECT_EQ(downtimeFromMetadata(toMetadata(r)), r);
 }
 
+TEST(NodeTelemetry, RelayCountersRoundTripAndArePinned) {
+  const RelayTotals relay{8, 48, 9, 30, 9, 2100};
+  EXPECT_EQ(encodeCounters(relay),
+            "connections=8 requests=48 upstream_requests=9 shared_reads=30 adds_combined=9 "
+            "bytes_saved=2100");
+  EXPECT_EQ(decodeRelayCounters(encodeCounters(relay)), relay);
+  EXPECT_FALSE(decodeRelayCounters(""));
+}
+
+// The line ddprun::worker writes; the Python hook writes the same keys.
+TEST(NodeTelemetry, TheProgressLineNamesItsEvent) {
+  EXPECT_EQ(progressLine(42, ProgressEvent::kStep, 7),
+            "{\"pid\": 42, \"event\": \"step\", \"step\": 7}\n");
+  for (ProgressEvent event :
+       {ProgressEvent::kProcessGroup, ProgressEvent::kStep, ProgressEvent::kImports}) {
+    EXPECT_EQ(progressEventNamed(progressEventName(event)), event);
+  }
+  EXPECT_FALSE(progressEventNamed("stepped"));
+}
+
 TEST(NodeTelemetry, PhasesHaveOneNameForMachinesAndOneForPeople) {
   EXPECT_STREQ(phaseName(Phase::kProcessGroup), "process_group");
   EXPECT_EQ(phaseWords(Phase::kFirstStep), "first step");

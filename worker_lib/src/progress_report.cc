@@ -3,14 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
 
 #include "ddprun/common/env.h"
+#include "ddprun/common/node_telemetry.h"
 
 namespace ddprun::worker {
 
@@ -18,13 +17,12 @@ namespace {
 
 class Reporter {
  public:
-  void send(const char* event, std::int64_t step) {
+  void send(telemetry::ProgressEvent event, std::int64_t step) {
     const char* pipe = std::getenv(env::kProgressPipe);
     if (pipe == nullptr || *pipe == '\0') return;
     if (fd_ < 0) fd_ = ::open(pipe, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd_ < 0) return;
-    const std::string line =
-        fmt::format("{{\"pid\": {}, \"event\": \"{}\", \"step\": {}}}\n", ::getpid(), event, step);
+    const std::string line = telemetry::progressLine(::getpid(), event, step);
     [[maybe_unused]] const ssize_t written = ::write(fd_, line.data(), line.size());
   }
 
@@ -33,7 +31,7 @@ class Reporter {
     ++steps_;
     if (steps_ > 1 && now - last_ < std::chrono::seconds(1)) return;
     last_ = now;
-    send("step", steps_);
+    send(telemetry::ProgressEvent::kStep, steps_);
   }
 
   std::mutex mutex;
@@ -53,7 +51,7 @@ Reporter& reporter() {
 
 void reportProcessGroupFormed() {
   std::lock_guard lock(reporter().mutex);
-  reporter().send("process_group", 0);
+  reporter().send(telemetry::ProgressEvent::kProcessGroup, 0);
 }
 
 void reportStep() {

@@ -110,11 +110,13 @@ void DowntimeFeature::drop(const std::string& reason) {
 
 void DowntimeFeature::onLine(const std::string& line) {
   const auto report = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!report.is_object() || !report.contains("pid") || !report["pid"].is_number_integer() ||
-      !report.contains("event") || !report["event"].is_string()) {
+  if (!report.is_object() || !report.contains(telemetry::kProgressPid) ||
+      !report[telemetry::kProgressPid].is_number_integer() ||
+      !report.contains(telemetry::kProgressEvent) ||
+      !report[telemetry::kProgressEvent].is_string()) {
     return drop("a report that is not ddprun's progress JSON");
   }
-  const int pid = report["pid"].get<int>();
+  const int pid = report[telemetry::kProgressPid].get<int>();
   // The attempt's workers by pid (a worker's last report may be read after
   // it exited), else their descendants.
   const auto started = startedPids_.find(pid);
@@ -122,8 +124,9 @@ void DowntimeFeature::onLine(const std::string& line) {
                          : pid > 0                     ? workers_.localRankOf(pid)
                                                        : std::nullopt;
   if (!localRank) return drop("a report from a pid that is not one of this node's workers");
-  const std::string event = report["event"].get<std::string>();
-  if (event == "process_group") {
+  const auto event =
+      telemetry::progressEventNamed(report[telemetry::kProgressEvent].get<std::string>());
+  if (event == telemetry::ProgressEvent::kProcessGroup) {
     timeline_.processGroupFormed(Clock::now(), *localRank);
     events_.record("ddprun.worker.PROCESS_GROUP", "WORKER",
                    {{"global_rank", std::to_string(workers_.rankOf(*localRank))},
@@ -131,9 +134,9 @@ void DowntimeFeature::onLine(const std::string& line) {
                     {"worker_id", std::to_string(pid)},
                     {"agent_restarts", std::to_string(attempt_.restartCount)},
                     {"attempt", std::to_string(attempt_.runIndex)}});
-  } else if (event == "step") {
+  } else if (event == telemetry::ProgressEvent::kStep) {
     onStep(*localRank);
-  } else if (event == "imports") {
+  } else if (event == telemetry::ProgressEvent::kImports) {
     if (programImports_) programImports_();
   } else {
     drop("a report of an unknown event");

@@ -14,7 +14,8 @@
 # a forked worker group writes at its first step, once a launch, the modules the program imported from outside
 # its own directory into that file, and reports "imports": the agent's
 # zygote preloads them for the restarts.
-# Each report is one JSON line written to the agent's named pipe
+# Each report is one JSON line (its keys and events: the node telemetry's
+# progress line, common/include/ddprun/common/node_telemetry.h) written to the agent's named pipe
 # (DDPRUN_PROGRESS_PIPE) with one non-blocking write; a report that cannot
 # be written is dropped, never raised.
 import os

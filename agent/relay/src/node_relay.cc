@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/common/node_telemetry.h"
 #include "shared_requests.h"
 #include "upstream.h"
 #include "worker_connection.h"
@@ -135,10 +136,9 @@ class NodeRelay::Impl : public std::enable_shared_from_this<Impl> {
 };
 
 std::string countersText(const RelayCounters& c) {
-  return fmt::format(
-      "connections={} requests={} upstream_requests={} shared_reads={} adds_combined={} "
-      "bytes_saved={}",
-      c.connectionsOpen, c.requests, c.upstreamRequests, c.coalesced, c.addsCombined, c.bytesSaved);
+  return telemetry::encodeCounters(telemetry::RelayTotals{c.connectionsOpen, c.requests,
+                                                          c.upstreamRequests, c.coalesced,
+                                                          c.addsCombined, c.bytesSaved});
 }
 
 NodeRelay::NodeRelay(asio::io_context& io, RelayOptions options,

@@ -169,8 +169,11 @@ void relayCounters(const StoreState& state, Text& t) {
   std::map<std::string, std::vector<std::pair<std::string, std::uint64_t>>> byName;
   forEachNode(state, protocol::NodeCounters::kRelay,
               [&byName](const std::string& rdzvId, const std::string& node, std::string_view text) {
-                for (const auto& [name, value] : telemetry::parseCounters(text)) {
-                  byName["ddprun_relay_" + name].emplace_back(nodeLabels(rdzvId, node), value);
+                const auto relay = telemetry::decodeRelayCounters(text);
+                if (!relay) return;
+                for (const auto& [name, value] : telemetry::namedTotals(*relay)) {
+                  byName[std::string("ddprun_relay_") + name].emplace_back(nodeLabels(rdzvId, node),
+                                                                           value);
                 }
               });
   for (const auto& [name, samples] : byName) {

@@ -74,6 +74,39 @@ std::vector<std::pair<const char*, std::uint64_t>> namedTotals(const DowntimeCou
 // nullopt when the text holds none of them ("": the node published none).
 std::optional<DowntimeCounters> decodeDowntimeCounters(std::string_view text);
 
+// A node relay's counters, as its agent publishes them (docs/multinode.md,
+// "The node relay"): "connections=8 requests=48 upstream_requests=9
+// shared_reads=30 adds_combined=9 bytes_saved=2100".
+struct RelayTotals {
+  std::uint64_t connections = 0;       // workers' connections open now
+  std::uint64_t requests = 0;          // from the workers
+  std::uint64_t upstreamRequests = 0;  // sent to the store
+  std::uint64_t sharedReads = 0;       // reads answered by another's upstream request
+  std::uint64_t addsCombined = 0;      // ADDs that rode in another's upstream ADD
+  std::uint64_t bytesSaved = 0;        // reply bytes the store did not send
+  bool operator==(const RelayTotals&) const = default;
+};
+std::string encodeCounters(const RelayTotals& counters);
+std::optional<RelayTotals> decodeRelayCounters(std::string_view text);
+// By their names in the encoding, in that order.
+std::vector<std::pair<const char*, std::uint64_t>> namedTotals(const RelayTotals& counters);
+
+// The progress pipe's line: one JSON object a worker writes in one write
+// (at most PIPE_BUF) to DDPRUN_PROGRESS_PIPE, ended by a newline:
+// {"pid": P, "event": E, "step": S}. The Python hook (progress_hook.py)
+// writes the same keys and events, and "time".
+inline constexpr char kProgressPid[] = "pid";
+inline constexpr char kProgressEvent[] = "event";
+inline constexpr char kProgressStep[] = "step";
+enum class ProgressEvent {
+  kProcessGroup,  // "process_group": init_process_group returned
+  kStep,          // "step": the first optimizer step, then at most once a second
+  kImports,       // "imports": the program's imports were written (--preload auto)
+};
+const char* progressEventName(ProgressEvent event);
+std::optional<ProgressEvent> progressEventNamed(std::string_view name);
+std::string progressLine(int pid, ProgressEvent event, std::int64_t step);
+
 // "name=value" words of a counters text, in order; words that are not a
 // name (a lower-case letter, then letters, digits, '_') and a decimal
 // count are skipped. For counters with no fixed set of names (a relay's).

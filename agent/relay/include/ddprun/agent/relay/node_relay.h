@@ -52,8 +52,8 @@ struct RelayCounters {
   std::uint64_t bytesSaved = 0;        // reply bytes the store did not send
 };
 
-// "connections=8 requests=48 upstream_requests=9 shared_reads=30
-// adds_combined=9 bytes_saved=2100" (protocol::parseCounters reads it).
+// What the agent publishes of them: the node telemetry's relay counters
+// (ddprun/common/node_telemetry.h).
 std::string countersText(const RelayCounters& counters);
 
 struct RelayOptions {
