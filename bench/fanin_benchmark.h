@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/agent/relay/node_relay.h"
+#include "ddprun/rendezvous/node_relay.h"
 
 namespace ddprun::bench {
 
@@ -64,7 +64,7 @@ struct FaninOptions {
   // than a 24 GiB machine holds in flight with the store and relays).
   int scalableMaxRanks = 32768;
   // The relays' ADD combining window: the agent's (RelayOptions::addWindow).
-  std::chrono::microseconds addWindow = agent::RelayOptions{}.addWindow;
+  std::chrono::microseconds addWindow = rendezvous::RelayOptions{}.addWindow;
 };
 
 struct FaninResult {

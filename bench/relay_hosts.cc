@@ -18,7 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "ddprun/agent/relay/node_relay.h"
+#include "ddprun/rendezvous/node_relay.h"
 
 namespace ddprun::bench {
 
@@ -64,11 +64,11 @@ std::string dotted(std::uint32_t address) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
     asio::io_context io;
-    std::vector<std::unique_ptr<agent::NodeRelay>> relays;
+    std::vector<std::unique_ptr<rendezvous::NodeRelay>> relays;
     int ready = 0;
     std::string failure;
     for (int i = 0; i < count; ++i) {
-      agent::RelayOptions options;
+      rendezvous::RelayOptions options;
       options.upstreamHost = host;
       options.upstreamPort = port;
       options.token = token;
@@ -77,9 +77,9 @@ std::string dotted(std::uint32_t address) {
       options.listenPort = RelayHosts::kRelayPort;
       options.sourceHost = options.listenHost;
       options.addWindow = addWindow;
-      options.connectSpread = agent::relayConnectSpread(static_cast<std::uint32_t>(total));
+      options.connectSpread = rendezvous::relayConnectSpread(static_cast<std::uint32_t>(total));
       relays.push_back(
-          std::make_unique<agent::NodeRelay>(io, options, [&](const std::string& reason) {
+          std::make_unique<rendezvous::NodeRelay>(io, options, [&](const std::string& reason) {
             if (failure.empty()) failure = reason;
             io.stop();
           }));

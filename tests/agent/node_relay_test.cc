@@ -2,7 +2,7 @@
 // shares, what it must never share, and what it does when a worker or the
 // store goes away. The byte-for-byte equality of every TCPStore op with
 // and without the relay is tcpstore_dialect_test's (TcpStoreOpsTest).
-#include "ddprun/agent/relay/node_relay.h"
+#include "ddprun/rendezvous/node_relay.h"
 
 #include <gtest/gtest.h>
 
@@ -44,6 +44,11 @@ const std::string kValidate("\x00\xCE\xF7\x85\x3C", 5);
 const std::string kSet("\x01", 1), kGet("\x03", 1), kAdd("\x04", 1), kWait("\x06", 1);
 
 using test_support::waitUntil;
+// The relay lives beside the store; the rounds that run it are the agent's.
+using rendezvous::NodeRelay;
+using rendezvous::RelayCounters;
+using rendezvous::RelayOptions;
+using rendezvous::RelayThread;
 
 // Starts a relay and returns what it says when it loses (or never gets)
 // the store; "" if that does not happen within the wait.

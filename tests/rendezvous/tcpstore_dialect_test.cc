@@ -9,7 +9,7 @@
 #include <cstring>
 #include <thread>
 
-#include "ddprun/agent/relay/node_relay.h"
+#include "ddprun/rendezvous/node_relay.h"
 #include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/store_server.h"
@@ -59,12 +59,12 @@ class TcpStoreOpsTest : public TcpStoreDialectTest, public ::testing::WithParamI
     relay_.reset();
     TcpStoreDialectTest::startWith(options);
     if (!throughRelay()) return;
-    agent::RelayOptions relay;
+    rendezvous::RelayOptions relay;
     relay.upstreamHost = "127.0.0.1";
     relay.upstreamPort = server_->port();
     relay.token = options.token;
     relay.limits = options.limits;
-    relay_ = std::make_unique<agent::RelayThread>(relay, nullptr);
+    relay_ = std::make_unique<rendezvous::RelayThread>(relay, nullptr);
   }
   std::uint16_t port() const { return relay_ ? relay_->port() : server_->port(); }
   // Waits until `n` clients wait (WAIT or BARRIER) on the path: on the
@@ -73,7 +73,7 @@ class TcpStoreOpsTest : public TcpStoreDialectTest, public ::testing::WithParamI
     if (!throughRelay()) return waitForServerWaiters(n);
     return test_support::waitUntil([&] { return relay_->counters().waiting == n; });
   }
-  std::unique_ptr<agent::RelayThread> relay_;
+  std::unique_ptr<rendezvous::RelayThread> relay_;
 };
 
 INSTANTIATE_TEST_SUITE_P(DirectAndRelayed, TcpStoreOpsTest, ::testing::Bool(),

@@ -26,23 +26,23 @@ void RelayedRounds::join(std::function<void(JoinResult)> done) {
     if (result.assignment) {
       auto& a = *result.assignment;
       innerAssignment_ = a;
-      RelayOptions options;
+      rendezvous::RelayOptions options;
       options.upstreamHost = a.masterAddr;
       options.upstreamPort = static_cast<std::uint16_t>(a.masterPort);
       options.token = token_;
       options.name = fmt::format("relay of group rank {}", a.groupRank);
-      options.connectSpread = relayConnectSpread(a.groupWorldSize);
+      options.connectSpread = rendezvous::relayConnectSpread(a.groupWorldSize);
       if (publish_) {
         options.reportEvery = kPublishEvery;
-        options.onReport = [publish = publish_](const RelayCounters& counters) {
+        options.onReport = [publish = publish_](const rendezvous::RelayCounters& counters) {
           publish(countersText(counters));
         };
       }
       const std::string store = fmt::format("{}:{}", a.masterAddr, a.masterPort);
       try {
         const std::uint64_t relay = ++relays_;
-        relay_ =
-            std::make_unique<RelayThread>(options, [this, store, relay](const std::string& reason) {
+        relay_ = std::make_unique<rendezvous::RelayThread>(
+            options, [this, store, relay](const std::string& reason) {
               const std::string why =
                   fmt::format("this node's relay lost the workers' store at {}: {}", store, reason);
               DDPRUN_WARN("{}. This node's workers lose their store connection.", why);
@@ -81,6 +81,8 @@ WorkersStore RelayedRounds::workersStore(const rendezvous::protocol::Assignment&
   return store;
 }
 
-RelayCounters RelayedRounds::counters() { return relay_ ? relay_->counters() : RelayCounters{}; }
+rendezvous::RelayCounters RelayedRounds::counters() {
+  return relay_ ? relay_->counters() : rendezvous::RelayCounters{};
+}
 
 }  // namespace ddprun::agent

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "ddprun/agent/core/round_source.h"
-#include "ddprun/agent/relay/node_relay.h"
+#include "ddprun/rendezvous/node_relay.h"
 
 namespace ddprun::agent {
 
@@ -47,7 +47,7 @@ class RelayedRounds : public RoundSource {
     return inner_->restartMessage(restarts, maxRestarts);
   }
   // The current round's relay counters (none: zero).
-  RelayCounters counters();
+  rendezvous::RelayCounters counters();
   // `lost` hears, on the agent's loop, why a round's relay lost the
   // workers' store ("this node's relay lost the workers' store at H:P:
   // why"): the node's workers fail next, and their report says so.
@@ -60,7 +60,7 @@ class RelayedRounds : public RoundSource {
   std::function<void(std::string)> publish_;
   std::function<void(const std::string&)> onLost_;
   std::uint64_t relays_ = 0;  // relays started: a late loss of an old one is ignored
-  std::unique_ptr<RelayThread> relay_;
+  std::unique_ptr<rendezvous::RelayThread> relay_;
   rendezvous::protocol::Assignment innerAssignment_;  // the current round, as the inner gave it
 };
 

@@ -6,7 +6,7 @@
 
 #include "ddprun/common/logging.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 namespace protocol = rendezvous::protocol;
 using protocol::Status;
@@ -205,4 +205,4 @@ void NativeForwarder::cancel(std::uint32_t id, std::uint32_t theirs) {
       });
 }
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

@@ -1,4 +1,4 @@
-#include "ddprun/agent/relay/node_relay.h"
+#include "ddprun/rendezvous/node_relay.h"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -13,7 +13,7 @@
 #include "upstream.h"
 #include "worker_connection.h"
 
-namespace ddprun::agent {
+namespace ddprun::rendezvous {
 
 std::chrono::microseconds relayConnectSpread(std::uint32_t nodes) {
   return std::chrono::microseconds(100) * nodes;
@@ -152,4 +152,4 @@ void NodeRelay::stop() { impl_->stop(); }
 std::uint16_t NodeRelay::port() const { return impl_->port(); }
 const RelayCounters& NodeRelay::counters() const { return impl_->counters(); }
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::rendezvous

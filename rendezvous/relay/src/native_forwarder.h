@@ -24,7 +24,7 @@
 #include "ddprun/rendezvous/protocol.h"
 #include "worker_connection.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 class NativeForwarder : public Forwarder {
  public:
@@ -59,4 +59,4 @@ class NativeForwarder : public Forwarder {
   std::size_t inFlightBytes_ = 0;  // sent up, not answered
 };
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

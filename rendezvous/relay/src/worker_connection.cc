@@ -9,7 +9,7 @@
 #include "native_forwarder.h"
 #include "tcpstore_forwarder.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 namespace asio = boost::asio;
 namespace tcpstore = rendezvous::tcpstore;
@@ -123,4 +123,4 @@ void WorkerConnection::close(const std::string& why) {
   --context_.counters.connectionsOpen;
 }
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

@@ -37,7 +37,7 @@
 
 #include "ddprun/rendezvous/protocol.h"
 
-namespace ddprun::agent {
+namespace ddprun::rendezvous {
 
 // What the relay did (ddprun status, the store's metrics, the benchmark).
 struct RelayCounters {
@@ -136,4 +136,4 @@ class RelayThread {
   std::thread thread_;
 };
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::rendezvous

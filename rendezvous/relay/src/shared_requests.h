@@ -18,10 +18,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "ddprun/agent/relay/node_relay.h"
+#include "ddprun/rendezvous/node_relay.h"
 #include "upstream.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 // One worker connection as the shared requests see it.
 struct Caller {
@@ -125,4 +125,4 @@ class SharedRequests : public std::enable_shared_from_this<SharedRequests> {
 // share a request sent before it).
 bool isWrite(const rendezvous::protocol::Request& request);
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

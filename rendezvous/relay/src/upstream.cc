@@ -9,7 +9,7 @@
 
 #include "ddprun/common/logging.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 namespace asio = boost::asio;
 namespace protocol = rendezvous::protocol;
@@ -304,4 +304,4 @@ void Upstream::fail(const std::string& reason) {
   if (onLost_) onLost_(reason);
 }
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

@@ -6,7 +6,7 @@
 #include <limits>
 #include <utility>
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 namespace protocol = rendezvous::protocol;
 
@@ -291,4 +291,4 @@ void SharedRequests::addAnswered(const std::string& key) {
   sendAdds(key, std::move(batch));
 }
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

@@ -19,7 +19,7 @@
 #include "shared_requests.h"
 #include "worker_connection.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 class TcpStoreForwarder : public Forwarder {
  public:
@@ -56,4 +56,4 @@ class TcpStoreForwarder : public Forwarder {
   std::uint32_t barrierId_ = 0;   // a BARRIER in progress (its upstream id)
 };
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

@@ -6,7 +6,7 @@
 
 #include "ddprun/common/logging.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 namespace protocol = rendezvous::protocol;
 namespace tcpstore = rendezvous::tcpstore;
@@ -276,4 +276,4 @@ void TcpStoreForwarder::handle(tcpstore::Request& r) {
   }
 }
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

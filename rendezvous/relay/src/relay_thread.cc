@@ -3,9 +3,9 @@
 
 #include <future>
 
-#include "ddprun/agent/relay/node_relay.h"
+#include "ddprun/rendezvous/node_relay.h"
 
-namespace ddprun::agent {
+namespace ddprun::rendezvous {
 
 namespace asio = boost::asio;
 
@@ -38,4 +38,4 @@ void RelayThread::stop() {
   thread_.join();
 }
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::rendezvous

@@ -28,7 +28,7 @@
 #include "ddprun/rendezvous/input_buffer.h"
 #include "ddprun/rendezvous/protocol.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 // A reply: kOk and its body, an error status and its message, or the
 // upstream lost (`lost`, with the reason as message).
@@ -108,4 +108,4 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   std::uint64_t sequence_ = 0;
 };
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay

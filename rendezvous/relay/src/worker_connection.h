@@ -16,11 +16,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "ddprun/agent/relay/node_relay.h"
 #include "ddprun/rendezvous/input_buffer.h"
+#include "ddprun/rendezvous/node_relay.h"
 #include "shared_requests.h"
 
-namespace ddprun::agent::relay {
+namespace ddprun::rendezvous::relay {
 
 class WorkerConnection;
 
@@ -88,4 +88,4 @@ class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
   std::unique_ptr<Forwarder> forwarder_;
 };
 
-}  // namespace ddprun::agent::relay
+}  // namespace ddprun::rendezvous::relay
