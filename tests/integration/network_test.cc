@@ -567,8 +567,17 @@ TEST(Network, ThreeHostsOfFourWorkersTrainDdpThroughTheirRelays) {
     std::set<std::string> weights;
     int done = 0;
     std::string logs;
+    // Every node ends before any is judged: a failure shows all three logs.
+    std::vector<std::optional<int>> codes;
+    for (auto& node : nodes) codes.push_back(node.finish(180s));
+    std::string all;
+    for (std::size_t h = 0; h < nodes.size(); ++h) {
+      all += fmt::format("--- host {} (exit {}):\n{}{}", h,
+                         codes[h] ? std::to_string(*codes[h]) : std::string("none"), nodes[h].out,
+                         nodes[h].err);
+    }
     for (auto& node : nodes) {
-      ASSERT_EQ(node.finish(180s), 0) << node.out << node.err;
+      ASSERT_EQ(codes[&node - nodes.data()], 0) << all;
       logs += node.err;
       for (const auto& line : test_support::linesWith(node.out, "ddp done")) {
         std::smatch m;
