@@ -354,39 +354,16 @@ std::vector<std::string> parsePreload(const std::string& text, bool python,
   return modules;
 }
 
-}  // namespace
-
-agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices) {
-  agent::AgentConfig config;
-  if (!o.program.empty() && o.program.front().starts_with("-")) {
-    throw ConfigError(fmt::format("unknown option '{}'; see ddprun --help", o.program.front()));
-  }
-  config.nprocPerNode = parseNproc(o.nprocPerNode);
-  if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "etcd" &&
-      o.rdzvBackend != "etcd-v2") {
-    throw ConfigError(fmt::format(
-        "--rdzv_backend={} is not static, c10d, etcd or etcd-v2; give one of them", o.rdzvBackend));
-  }
-  if (o.masterAddr.empty()) {
-    throw ConfigError("--master_addr is empty; give an address, e.g. --master_addr=127.0.0.1");
-  }
-  if (!o.masterPort.empty()) integerOption("master_port", o.masterPort, 1, 65535, "29500");
-  integerOption("node_rank", o.nodeRank, 0, 1'000'000, "0");
-  config.masterAddr = parseHost("master_addr", o.masterAddr);
-  applyRendezvousOptions(o, environmentMap(), config);
+// What a failure costs and how the workers are stopped: the restart
+// budgets, the shutdown's timeouts (shorter under Slurm, before its
+// SIGKILL) and the back-off between restarts.
+void applyRestartOptions(const LaunchOptions& o, agent::AgentConfig& config) {
   config.maxRestarts = integerOption("max_restarts", o.maxRestarts, 0, 1'000'000, "3");
   config.maxNoProgressRestarts =
       integerOption("max_no_progress_restarts", o.maxNoProgressRestarts, -1, 1'000'000, "3");
   if (!o.noRestartExitCode.empty()) {
     config.noRestartExitCode =
         integerOption("no_restart_exit_code", o.noRestartExitCode, 1, 255, "93");
-  }
-  if (const char* hook = std::getenv(env::kProgressHook); hook != nullptr && *hook != '\0') {
-    if (std::string(hook) != "0" && std::string(hook) != "1") {
-      throw ConfigError(fmt::format("{}={} must be 0 (no progress hook) or 1; give e.g. {}=0",
-                                    env::kProgressHook, hook, env::kProgressHook));
-    }
-    config.progressHook = std::string(hook) == "1";
   }
   secondsOption("monitor_interval", o.monitorInterval);
   const char* shutdownEnv = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
@@ -408,6 +385,18 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   }
   config.restartBackoff.initial = secondsOption("restart_backoff_initial", o.restartBackoffInitial);
   config.restartBackoff.max = secondsOption("restart_backoff_max", o.restartBackoffMax);
+}
+
+// What watches the workers: the progress hook, the hang watchdog and the
+// uninterruptible-sleep timeout.
+void applySelfHealingOptions(const LaunchOptions& o, agent::AgentConfig& config) {
+  if (const char* hook = std::getenv(env::kProgressHook); hook != nullptr && *hook != '\0') {
+    if (std::string(hook) != "0" && std::string(hook) != "1") {
+      throw ConfigError(fmt::format("{}={} must be 0 (no progress hook) or 1; give e.g. {}=0",
+                                    env::kProgressHook, hook, env::kProgressHook));
+    }
+    config.progressHook = std::string(hook) == "1";
+  }
   config.watchdogTimeout = secondsOption("watchdog_timeout", o.watchdogTimeout);
   if (const char* text = std::getenv(env::kUninterruptibleStateTimeout);
       text != nullptr && *text != '\0') {
@@ -420,16 +409,11 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
     }
     config.uninterruptibleStateTimeout = *value;
   }
-  if (!o.metricsPort.empty()) {
-    config.rendezvous.metricsPort =
-        static_cast<int>(integerOption("metrics_port", o.metricsPort, 1, 65535, "9400"));
-    if (config.rendezvous.backend == agent::RendezvousBackendKind::kEtcd) {
-      throw ConfigError(
-          "--metrics_port serves the metrics of a job's ddprun store (c10d or static), or of a "
-          "single node; this job's rounds live in etcd: use etcd's own /metrics and `ddprun "
-          "status`; drop --metrics_port");
-    }
-  }
+}
+
+// Which signals are forwarded, and the torchrun options that ddprun
+// accepts but has no use for.
+void applySignalOptions(const LaunchOptions& o, agent::AgentConfig& config, std::string& notices) {
   config.forwardedSignals = parseSignals(o.signalsToHandle);
   // Workers get the list in Python's spelling (SIGTERM,...), whatever the
   // user typed: a start_processes() nested in a worker parses it with
@@ -459,6 +443,10 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
         "ddprun: notice: --logs_specs=default is what ddprun always does (torchrun's default "
         "log layout)\n";
   }
+}
+
+// Where the workers' output and the launch's records go.
+void applyOutputOptions(const LaunchOptions& o, agent::AgentConfig& config) {
   config.eventLog = parseEventLogHandler(o.eventLogHandler);
   if (!o.numaBinding.empty() && o.numaBinding != "node" && o.numaBinding != "socket" &&
       o.numaBinding != "exclusive" && o.numaBinding != "core-complex") {
@@ -509,6 +497,11 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   } else {
     throw ConfigError(fmt::format("--tty={} is not auto, always or never", o.tty));
   }
+}
+
+// The program, what is preloaded for it and the arguments PyTorch's
+// version asks for.
+void applyProgramOptions(const LaunchOptions& o, agent::AgentConfig& config) {
   const bool python = resolveProgram(o, config);
   config.pythonProgram = python;
   config.preload = parsePreload(o.preload, python, config.programName, config.preloadMode);
@@ -516,6 +509,11 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
       python ? probeTorchVersion(config.command.front()) : std::optional<TorchVersion>();
   chooseNcclVariable(config, torchVersion);
   addLocalRankArgument(o, config, torchVersion);
+}
+
+// Which store the workers use (the agent's, or worker rank 0's) and
+// whether the node relay carries it.
+void applyWorkerStoreOptions(const LaunchOptions& o, agent::AgentConfig& config) {
   if (o.workerStore != "agent" && o.workerStore != "rank0") {
     throw ConfigError(fmt::format("--worker_store={} is not 'agent' or 'rank0'", o.workerStore));
   }
@@ -576,6 +574,10 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   config.relayWorkersStore =
       o.storeRelay == "on" ||
       (o.storeRelay == "auto" && config.useAgentStore && config.rendezvous.maxNodes > 1);
+}
+
+// The job's id, this host's name and the workers' default thread count.
+void applyJobIdentity(const LaunchOptions& o, agent::AgentConfig& config, std::string& notices) {
   // Every node of a job must name the same rendezvous: only a job of one
   // node gets a random id when none was given.
   const bool single = config.rendezvous.mode == agent::RendezvousMode::kStandalone;
@@ -596,6 +598,45 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
         "performance in your application as needed. \n"
         "*****************************************\n";
   }
+}
+
+}  // namespace
+
+agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices) {
+  agent::AgentConfig config;
+  if (!o.program.empty() && o.program.front().starts_with("-")) {
+    throw ConfigError(fmt::format("unknown option '{}'; see ddprun --help", o.program.front()));
+  }
+  config.nprocPerNode = parseNproc(o.nprocPerNode);
+  if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "etcd" &&
+      o.rdzvBackend != "etcd-v2") {
+    throw ConfigError(fmt::format(
+        "--rdzv_backend={} is not static, c10d, etcd or etcd-v2; give one of them", o.rdzvBackend));
+  }
+  if (o.masterAddr.empty()) {
+    throw ConfigError("--master_addr is empty; give an address, e.g. --master_addr=127.0.0.1");
+  }
+  if (!o.masterPort.empty()) integerOption("master_port", o.masterPort, 1, 65535, "29500");
+  integerOption("node_rank", o.nodeRank, 0, 1'000'000, "0");
+  config.masterAddr = parseHost("master_addr", o.masterAddr);
+  applyRendezvousOptions(o, environmentMap(), config);
+  applyRestartOptions(o, config);
+  applySelfHealingOptions(o, config);
+  if (!o.metricsPort.empty()) {
+    config.rendezvous.metricsPort =
+        static_cast<int>(integerOption("metrics_port", o.metricsPort, 1, 65535, "9400"));
+    if (config.rendezvous.backend == agent::RendezvousBackendKind::kEtcd) {
+      throw ConfigError(
+          "--metrics_port serves the metrics of a job's ddprun store (c10d or static), or of a "
+          "single node; this job's rounds live in etcd: use etcd's own /metrics and `ddprun "
+          "status`; drop --metrics_port");
+    }
+  }
+  applySignalOptions(o, config, notices);
+  applyOutputOptions(o, config);
+  applyProgramOptions(o, config);
+  applyWorkerStoreOptions(o, config);
+  applyJobIdentity(o, config, notices);
   return config;
 }
 
