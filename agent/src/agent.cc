@@ -19,6 +19,7 @@
 #include "ddprun/agent/features/failure_report_feature.h"
 #include "ddprun/agent/features/file_timer_feature.h"
 #include "ddprun/agent/features/hang_watchdog_feature.h"
+#include "ddprun/agent/features/trained_alone_note.h"
 #include "ddprun/agent/features/uninterruptible_feature.h"
 #include "ddprun/agent/output/output_router.h"
 #include "ddprun/agent/rounds/node_metrics.h"
@@ -127,6 +128,7 @@ struct Agent::Impl {
   std::unique_ptr<DowntimeFeature> downtime;
   std::unique_ptr<NodeMetrics> metrics;  // one node's --metrics_port
   NodeRounds rounds;
+  std::unique_ptr<NodeWorkersStore> workersStore{std::make_unique<NodeWorkersStore>(rounds)};
   bool jobNoticesSaid = false;
   LoopClock clock{io};
   std::unique_ptr<NodeLifecycle> lifecycle;
@@ -211,8 +213,7 @@ void Agent::Impl::buildLifecycle() {
     features.push_back(std::make_unique<UninterruptibleFeature>(
         io, config.uninterruptibleStateTimeout, runner, *lifecycle));
   }
-  features.push_back(
-      std::make_unique<TrainedAloneNote>(config, rounds.attemptStore.get(), rounds.relayed));
+  features.push_back(std::make_unique<TrainedAloneNote>(config, *workersStore));
   for (auto& feature : features) lifecycle->addHook(*feature);
   if (fileTimer) lifecycle->addHook(*fileTimer);
   lifecycle->addHook(*failureReport);

@@ -111,20 +111,10 @@ std::string socketInterfaceFor(const std::string& address) {
   return name;
 }
 
-void TrainedAloneNote::attemptEnded(const Attempt& attempt, const GroupOutcome& outcome) {
-  if (!outcome.succeeded) return;
-  if (!config_.pythonProgram || !config_.useAgentStore || attempt.assignment.worldSize < 2) return;
-  if (!store_ || attempt.assignment.groupRank != 0) return;
-  const std::uint64_t connections =
-      relayed_ ? relayed_->counters().connectionsAccepted : store_->connectionsAccepted();
-  if (connections > 0) return;
-  DDPRUN_WARN(
-      "The {} workers finished without any of them connecting to the store at MASTER_ADDR:"
-      "MASTER_PORT, so they formed no process group: each ran alone, as a world of one. If they "
-      "were meant to train together: PyTorch Lightning does this on CPU with devices=\"auto\" "
-      "(one device per process, silently): give Trainer(devices={}, num_nodes={}) "
-      "(docs/frameworks.md).",
-      attempt.assignment.worldSize, config_.nprocPerNode, attempt.assignment.groupWorldSize);
+std::optional<std::uint64_t> NodeWorkersStore::workerConnections() const {
+  if (!rounds_.attemptStore) return std::nullopt;
+  return rounds_.relayed ? rounds_.relayed->counters().connectionsAccepted
+                         : rounds_.attemptStore->connectionsAccepted();
 }
 
 }  // namespace ddprun::agent

@@ -10,8 +10,8 @@
 // Workers never get the agents' token: workerToken is a credential for this
 // job's keys only.
 //
-// Also: the interface for the workers' Gloo and NCCL sockets, and the
-// warning that Python workers trained alone.
+// Also: the interface for the workers' Gloo and NCCL sockets, and what the
+// features may know of the workers' store.
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once
@@ -25,6 +25,7 @@
 #include "ddprun/agent/agent_config.h"
 #include "ddprun/agent/core/node_lifecycle.h"
 #include "ddprun/agent/core/round_source.h"
+#include "ddprun/agent/core/workers_store_view.h"
 #include "ddprun/agent/rounds/attempt_store.h"
 #include "ddprun/agent/rounds/node_rendezvous.h"
 #include "ddprun/agent/rounds/relayed_rounds.h"
@@ -50,23 +51,15 @@ NodeRounds makeRendezvousRounds(
 // says so in the log when ddprun chooses one; "" when none.
 std::string socketInterfaceFor(const std::string& address);
 
-// Python workers of a job of several that all succeeded without one of them
-// connecting to the workers' store formed no process group: each trained
-// alone (Lightning on CPU with devices="auto"). Says so on the node that
-// served that store.
-class TrainedAloneNote : public LifecycleHook {
+// The workers' store as the features see it (WorkersStoreView): the
+// attempt's store served here, or the relay in front of it.
+class NodeWorkersStore : public WorkersStoreView {
  public:
-  // `relayed`: the node's workers reach the store through its relay, whose
-  // connections are then theirs (the store sees only relays).
-  TrainedAloneNote(const AgentConfig& config, const AttemptStore* store,
-                   RelayedRounds* relayed = nullptr)
-      : config_(config), store_(store), relayed_(relayed) {}
-  void attemptEnded(const Attempt& attempt, const GroupOutcome& outcome) override;
+  explicit NodeWorkersStore(const NodeRounds& rounds) : rounds_(rounds) {}
+  std::optional<std::uint64_t> workerConnections() const override;
 
  private:
-  const AgentConfig& config_;
-  const AttemptStore* store_;
-  RelayedRounds* relayed_;
+  const NodeRounds& rounds_;
 };
 
 }  // namespace ddprun::agent
