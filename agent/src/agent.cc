@@ -128,7 +128,6 @@ struct Agent::Impl {
   std::unique_ptr<DowntimeFeature> downtime;
   std::unique_ptr<NodeMetrics> metrics;  // one node's --metrics_port
   NodeRounds rounds;
-  std::unique_ptr<NodeWorkersStore> workersStore{std::make_unique<NodeWorkersStore>(rounds)};
   bool jobNoticesSaid = false;
   LoopClock clock{io};
   std::unique_ptr<NodeLifecycle> lifecycle;
@@ -213,7 +212,7 @@ void Agent::Impl::buildLifecycle() {
     features.push_back(std::make_unique<UninterruptibleFeature>(
         io, config.uninterruptibleStateTimeout, runner, *lifecycle));
   }
-  features.push_back(std::make_unique<TrainedAloneNote>(config, *workersStore));
+  features.push_back(std::make_unique<TrainedAloneNote>(config, rounds));
   for (auto& feature : features) lifecycle->addHook(*feature);
   if (fileTimer) lifecycle->addHook(*fileTimer);
   lifecycle->addHook(*failureReport);

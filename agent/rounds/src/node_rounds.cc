@@ -111,10 +111,9 @@ std::string socketInterfaceFor(const std::string& address) {
   return name;
 }
 
-std::optional<std::uint64_t> NodeWorkersStore::workerConnections() const {
-  if (!rounds_.attemptStore) return std::nullopt;
-  return rounds_.relayed ? rounds_.relayed->counters().connectionsAccepted
-                         : rounds_.attemptStore->connectionsAccepted();
+std::optional<std::uint64_t> NodeRounds::workerConnections() const {
+  if (!attemptStore) return std::nullopt;
+  return relayed ? relayed->counters().connectionsAccepted : attemptStore->connectionsAccepted();
 }
 
 }  // namespace ddprun::agent

@@ -32,12 +32,16 @@
 
 namespace ddprun::agent {
 
-struct NodeRounds {
+// Also the workers' store as the features see it (WorkersStoreView): the
+// attempt's store served here, or the relay in front of it.
+struct NodeRounds : WorkersStoreView {
   std::unique_ptr<AttemptStore> attemptStore;  // null: the workers use the job's store
   std::unique_ptr<NodeRendezvous> rendezvous;  // several nodes only
   std::unique_ptr<RoundSource> source;
   RelayedRounds* relayed = nullptr;  // `source`, when the workers' store is relayed
   std::string workerToken;
+
+  std::optional<std::uint64_t> workerConnections() const override;
 };
 
 // Throws ddprun::Error when the store cannot listen (a taken --master_port).
@@ -50,16 +54,5 @@ NodeRounds makeRendezvousRounds(
 // rendezvous), for the workers' GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME;
 // says so in the log when ddprun chooses one; "" when none.
 std::string socketInterfaceFor(const std::string& address);
-
-// The workers' store as the features see it (WorkersStoreView): the
-// attempt's store served here, or the relay in front of it.
-class NodeWorkersStore : public WorkersStoreView {
- public:
-  explicit NodeWorkersStore(const NodeRounds& rounds) : rounds_(rounds) {}
-  std::optional<std::uint64_t> workerConnections() const override;
-
- private:
-  const NodeRounds& rounds_;
-};
 
 }  // namespace ddprun::agent
