@@ -128,7 +128,7 @@ void DowntimeFeature::onLine(const std::string& line) {
       telemetry::progressEventNamed(report[telemetry::kProgressEvent].get<std::string>());
   if (event == telemetry::ProgressEvent::kProcessGroup) {
     timeline_.processGroupFormed(Clock::now(), *localRank);
-    events_.record("ddprun.worker.PROCESS_GROUP", "WORKER",
+    events_.record(telemetry::kProcessGroupEvent, "WORKER",
                    {{"global_rank", std::to_string(workers_.rankOf(*localRank))},
                     {"local_rank", std::to_string(*localRank)},
                     {"worker_id", std::to_string(pid)},
@@ -150,7 +150,7 @@ void DowntimeFeature::fileTimerRequest(int pid) {
 void DowntimeFeature::onStep(int localRank) {
   if (localRank < 0 || localRank >= localWorkers_ || stepped_.contains(localRank)) return;
   stepped_.insert(localRank);  // each rank's first step of the attempt is recorded
-  events_.record("ddprun.worker.FIRST_STEP", "WORKER",
+  events_.record(telemetry::kFirstStepEvent, "WORKER",
                  {{"global_rank", std::to_string(workers_.rankOf(localRank))},
                   {"local_rank", std::to_string(localRank)},
                   {"agent_restarts", std::to_string(attempt_.restartCount)},

@@ -71,9 +71,9 @@ class Builder {
         life->exitCode = metaNumber(meta, "exit_code");
         life->rawError = metaText(meta, "raw_error");
       }
-    } else if (name == "ddprun.worker.PROCESS_GROUP" || name == "ddprun.worker.FIRST_STEP") {
+    } else if (name == telemetry::kProcessGroupEvent || name == telemetry::kFirstStepEvent) {
       if (WorkerLife* life = latest(node, metaInteger(meta, "local_rank"))) {
-        (name == "ddprun.worker.PROCESS_GROUP" ? life->processGroupMs : life->firstStepMs) = at;
+        (name == telemetry::kProcessGroupEvent ? life->processGroupMs : life->firstStepMs) = at;
       }
     } else if (name == telemetry::kIncidentEvent) {
       const IncidentRecord incident = telemetry::incidentFromMetadata(metadataOf(meta));

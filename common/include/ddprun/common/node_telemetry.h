@@ -114,6 +114,12 @@ std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_vie
 
 using Metadata = std::map<std::string, std::string>;
 
+// A worker's process group formed, and its first training step: events the
+// agent records from the progress line (metadata: global_rank, local_rank,
+// worker_id, agent_restarts, attempt); `ddprun report` reads them.
+inline constexpr char kProcessGroupEvent[] = "ddprun.worker.PROCESS_GROUP";
+inline constexpr char kFirstStepEvent[] = "ddprun.worker.FIRST_STEP";
+
 // One incident, as the event log records it when it ends.
 inline constexpr char kIncidentEvent[] = "ddprun.agent.INCIDENT";
 struct IncidentRecord {
