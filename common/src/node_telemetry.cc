@@ -46,6 +46,19 @@ std::optional<Number> number(const Metadata& metadata, const std::string& key) {
   return value;
 }
 
+// A counters text's words by name, for a decoder: a missing name reads 0.
+struct CounterMap {
+  std::map<std::string, std::uint64_t> values;
+  bool has(const std::string& name) const { return values.contains(name); }
+  std::uint64_t get(const std::string& name) const {
+    const auto it = values.find(name);
+    return it == values.end() ? 0 : it->second;
+  }
+};
+
+// nullopt for a text without any counter.
+std::optional<CounterMap> countersByName(std::string_view text);
+
 std::string text(const Metadata& metadata, const std::string& key) {
   const auto it = metadata.find(key);
   return it == metadata.end() ? std::string() : it->second;
@@ -119,13 +132,9 @@ std::string encodeCounters(const DowntimeCounters& c) {
 }
 
 std::optional<DowntimeCounters> decodeDowntimeCounters(std::string_view text) {
-  const auto words = parseCounters(text);
-  if (words.empty()) return std::nullopt;
-  const std::map<std::string, std::uint64_t> c(words.begin(), words.end());
-  const auto get = [&c](const std::string& name) {
-    const auto it = c.find(name);
-    return it == c.end() ? std::uint64_t{0} : it->second;
-  };
+  const auto c = countersByName(text);
+  if (!c) return std::nullopt;
+  const auto get = [&c](const std::string& name) { return c->get(name); };
   DowntimeCounters out;
   out.incidents = get(kIncidents);
   out.lostMs = get(kLostMs);
@@ -134,7 +143,7 @@ std::optional<DowntimeCounters> decodeDowntimeCounters(std::string_view text) {
   out.startMs = get(kStartMs);
   // Agents before "trained" was published reported a goodput whenever any
   // time had passed.
-  out.trained = !c.contains(kTrained) || get(kTrained) != 0;
+  out.trained = !c->has(kTrained) || get(kTrained) != 0;
   for (Phase phase : kPhases) {
     PhaseHistogram& h = out.phases[index(phase)];
     const std::string name = phaseName(phase);
@@ -147,6 +156,16 @@ std::optional<DowntimeCounters> decodeDowntimeCounters(std::string_view text) {
   }
   return out;
 }
+
+namespace {
+
+std::optional<CounterMap> countersByName(std::string_view text) {
+  const auto words = parseCounters(text);
+  if (words.empty()) return std::nullopt;
+  return CounterMap{{words.begin(), words.end()}};
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, std::uint64_t>> parseCounters(std::string_view text) {
   std::vector<std::pair<std::string, std::uint64_t>> out;
@@ -187,13 +206,9 @@ std::string encodeCounters(const RelayTotals& c) {
 }
 
 std::optional<RelayTotals> decodeRelayCounters(std::string_view text) {
-  const auto words = parseCounters(text);
-  if (words.empty()) return std::nullopt;
-  const std::map<std::string, std::uint64_t> c(words.begin(), words.end());
-  const auto get = [&c](const char* name) {
-    const auto it = c.find(name);
-    return it == c.end() ? std::uint64_t{0} : it->second;
-  };
+  const auto c = countersByName(text);
+  if (!c) return std::nullopt;
+  const auto get = [&c](const char* name) { return c->get(name); };
   return RelayTotals{get(kConnections), get(kRequests),     get(kUpstreamRequests),
                      get(kSharedReads), get(kAddsCombined), get(kBytesSaved)};
 }
