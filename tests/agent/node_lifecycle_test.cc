@@ -69,6 +69,7 @@ class FakeRounds : public RoundSource {
   void assign(std::int64_t round, std::int64_t restarts = 0) {
     JoinResult result;
     result.assignment.emplace();
+    result.answered = true;
     result.assignment->round = round;
     result.assignment->restarts = restarts;
     answerJoin(result);
@@ -517,6 +518,37 @@ TEST_F(NodeLifecycleTest, TheStoreLostWhileJoiningEndsTheNodeWhenTheJoinFails) {
   EXPECT_EQ(node->state(), S::kDone);
   EXPECT_EQ(exits, std::vector<int>{1});
   EXPECT_EQ(hook.exits[0].reason, "lost the rendezvous store at h:1 (no heartbeat answered)");
+}
+
+// The store answered the join (the round did not form in time), then its
+// host exited and this node noticed the closed store on another connection
+// first: the answer, naming the missing nodes, is the exit, not the loss.
+TEST_F(NodeLifecycleTest, AJoinAnsweredBeforeTheStoreWentExitsWithTheAnswer) {
+  make();
+  node->start();
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  EXPECT_EQ(node->state(), S::kJoining);
+  JoinResult timedOut;
+  timedOut.error = "rendezvous 'job' did not complete: 1 of 3 nodes joined";
+  timedOut.answered = true;
+  rounds.answerJoin(timedOut);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_NE(hook.exits[0].reason.find("the rendezvous failed: rendezvous 'job' did not complete"),
+            std::string::npos)
+      << hook.exits[0].reason;
+}
+
+// A round the store formed before it went cannot run without it.
+TEST_F(NodeLifecycleTest, ARoundAssignedBeforeTheStoreWentIsNotStarted) {
+  make();
+  node->start();
+  node->onStoreLost("lost the rendezvous store at h:1 (closed)");
+  rounds.assign(1);
+  EXPECT_EQ(node->state(), S::kDone);
+  EXPECT_EQ(exits, std::vector<int>{1});
+  EXPECT_EQ(hook.exits[0].reason, "lost the rendezvous store at h:1 (closed)");
+  EXPECT_TRUE(runner.started.empty());
 }
 
 // The store's host whose own join timed out keeps the store up until the

@@ -359,8 +359,9 @@ TEST(MultiNode, ANodeStoppedBySigtermIsNamedByTheOthers) {
     const auto errors = test_support::linesWith(nodes[r].err, "ddprun: error: ");
     ASSERT_EQ(errors.size(), 1u) << nodes[r].err;
     // The second to time out names the first as a node that gave up.
-    EXPECT_NE(errors[0].find(" of 3 nodes joined; missing: node "), std::string::npos) << errors[0];
-    EXPECT_NE(errors[0].find(left), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find(" of 3 nodes joined; missing: node "), std::string::npos)
+        << nodes[r].err;
+    EXPECT_NE(errors[0].find(left), std::string::npos) << nodes[r].err;
     EXPECT_EQ(nodes[r].err.find("of round -1"), std::string::npos) << nodes[r].err;
   }
 }

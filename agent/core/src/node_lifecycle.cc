@@ -6,6 +6,7 @@
 
 #include <iostream>
 #include <stdexcept>
+#include <utility>
 #include <variant>
 
 #include "ddprun/common/logging.h"
@@ -134,7 +135,19 @@ void NodeLifecycle::join() {
 
 void NodeLifecycle::onJoined(JoinResult result) {
   if (state_ != S::kJoining) return drop("a join's answer");
-  if (const auto exit = finalExit()) return exitWith(*exit);  // the store was lost meanwhile
+  if (const auto* lost = requestIf<StoreLost>(stop_)) {
+    // The store went while this node waited. An answer it gave first (the
+    // round's timeout naming the missing nodes, the job's failure) says
+    // more than the loss; a round it formed cannot run without it.
+    if (!result.answered || result.assignment) {
+      announce(*lost);
+      return exitWith(exitOf(*lost));
+    }
+    DDPRUN_INFO("The store went after it answered this node's join ({}); the answer stands.",
+                lost->reason);
+    stop_.reset();
+  }
+  if (const auto exit = finalExit()) return exitWith(*exit);  // a signal meanwhile
   if (result.closed) {
     return exitWith(exitOf(result.exitCode, "", result.report));
   }
@@ -250,7 +263,10 @@ void NodeLifecycle::onStoreLost(const std::string& what) {
   // node is done, and the exit is the job's.
   const StoreLost lost{what};
   if (!request(lost)) return drop("the store lost while another stop stands");
-  std::cerr << "ddprun: error: " << what << "; stopping this node's workers\n";
+  // Joining: the call in flight fails on its own, or brings the store's
+  // last answer (onJoined says which).
+  if (state_ == S::kJoining) return;
+  announce(lost);
   switch (state_) {
     case S::kRunning:
     case S::kStopping:
@@ -259,8 +275,13 @@ void NodeLifecycle::onStoreLost(const std::string& what) {
     case S::kBackoff:
       return exitWith(exitOf(lost));
     default:
-      return;  // joining, deciding: the call in flight fails on its own
+      return;  // deciding: the call in flight fails on its own
   }
+}
+
+void NodeLifecycle::announce(const StoreLost& lost) {
+  if (std::exchange(lossAnnounced_, true)) return;
+  std::cerr << "ddprun: error: " << lost.reason << "; stopping this node's workers\n";
 }
 
 void NodeLifecycle::onSignal(int signal, bool forward) {

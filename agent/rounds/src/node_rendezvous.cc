@@ -221,6 +221,12 @@ NodeRendezvous::~NodeRendezvous() {
   server_.reset();
 }
 
+std::string NodeRendezvous::withJoinAdvice(const std::string& timeout) const {
+  return fmt::format(
+      "{}; check that every node runs with the same --rdzv_id and --nnodes and can reach {}",
+      timeout, endpoint_);
+}
+
 std::string NodeRendezvous::address() {
   if (!rdzv_.localAddr.empty()) return numericAddress(rdzv_.localAddr);
   std::lock_guard lock(mutex_);
@@ -334,21 +340,23 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
       connected = true;
       progress.setDeadline(std::chrono::steady_clock::now() + rdzv_.joinTimeout);
       result.assignment = client_->join(request, rdzv_.joinTimeout);
+      result.answered = true;
     } catch (const rendezvous::RendezvousClosedError& e) {
       result.closed = true;
       result.exitCode = e.exitCode();
       result.report = e.report();
       result.error = e.what();
+      result.answered = true;
     } catch (const rendezvous::NodeExcludedError& e) {
       result.excluded = true;
       result.error = e.what();
+      result.answered = true;
+    } catch (const AnsweredTimeoutError& e) {
+      result.error = withJoinAdvice(e.what());
+      result.answered = true;
     } catch (const TimeoutError& e) {
       // Connecting explains itself; a round that never formed gets advice.
-      result.error = !connected ? std::string(e.what())
-                                : fmt::format(
-                                      "{}; check that every node runs with the same --rdzv_id and "
-                                      "--nnodes and can reach {}",
-                                      e.what(), endpoint_);
+      result.error = !connected ? std::string(e.what()) : withJoinAdvice(e.what());
     } catch (const Error& e) {
       result.error = e.what();
     }

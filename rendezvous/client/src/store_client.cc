@@ -71,8 +71,8 @@ void StoreClient::exchange(const protocol::Request& request, bool waits,
     case Status::kOk:
       return;
     case Status::kTimeout:
-      throw TimeoutError(fmt::format("store {}: {} (waited {} ms)", endpoint_, error->message,
-                                     waitTimeout.count()));
+      throw AnsweredTimeoutError(fmt::format("store {}: {} (waited {} ms)", endpoint_,
+                                             error->message, waitTimeout.count()));
     case Status::kAuthFailed:
       throw AuthError(fmt::format("store {}: {}", endpoint_, error->message));
     case Status::kClosed:

@@ -582,7 +582,7 @@ protocol::Assignment EtcdRendezvous::join(const protocol::JoinRequest& request,
     }
     if (Clock::now() >= deadline) {
       // One read of every key, once: who is missing, in the policy's words.
-      throw TimeoutError(
+      throw AnsweredTimeoutError(
           policy::joinTimeoutText(options_.rdzvId, statusOf(options_.rdzvId, false, true)));
     }
     waitForChange(revision, until);

@@ -25,6 +25,14 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+// The server itself answered that a wait ran out (a round that did not
+// complete within the join timeout), as opposed to a deadline of the
+// client's own: the answer came over a working connection.
+class AnsweredTimeoutError : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
 // The peer could not be reached, or the connection broke.
 class NetworkError : public Error {
  public:

@@ -217,6 +217,8 @@ class NodeLifecycle {
   void leaveThenExit(NodeExit exit, bool drain);
   // `why` begins the log line ("This node is left out").
   void drainThenExit(NodeExit exit, const std::string& why);
+  // Says on stderr, once, that the store is lost and this node stops.
+  void announce(const StoreLost& lost);
   void exitWith(NodeExit exit);
   // Makes `next` the stop request unless the standing one wins
   // (stop_request.h); whether it did.
@@ -235,6 +237,7 @@ class NodeLifecycle {
   // end or the job's failure stands until the next assignment; a lost store
   // or a signal until the exit.
   std::optional<StopRequest> stop_;
+  bool lossAnnounced_ = false;
   // An event for a round not joined yet: news about the next round, apart
   // from why this attempt stops (the node may stop for round r's end and
   // hear of round r+1's before its join is answered).

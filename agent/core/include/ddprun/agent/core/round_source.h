@@ -29,6 +29,10 @@ struct JoinResult {
   int exitCode = 1;
   std::string report;
   std::string error;  // why the join failed (timeout, network)
+  // The store (or etcd) gave this answer over a working connection: a loss
+  // of the store noticed meanwhile on another connection came after it,
+  // and the answer says more (the missing nodes, the job's failure).
+  bool answered = false;
 };
 
 // Where a round's workers find their native store (DDPRUN_STORE_*): the

@@ -106,6 +106,8 @@ class NodeRendezvous {
   void reportLost(const std::string& reason);
   void runEvents();
   void joinThread(std::thread& thread);
+  // A round that did not form in time, with what to check.
+  std::string withJoinAdvice(const std::string& timeout) const;
 
   boost::asio::io_context& io_;
   const AgentConfig& config_;
