@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ddprun/common/logging.h"
 #include "ddprun/common/signal_names.h"
 
 namespace ddprun::agent {
@@ -114,6 +115,41 @@ SignalDecision decideSignal(const SignalSource::Received& received,
                       "forwards it nor stops them (the early warning of --signal={}@TIME: "
                       "checkpoint, requeue, train on).",
                       signalName(sig), signalName(sig).substr(3))};
+}
+
+void SignalSource::addStopSignals(const std::vector<int>& forwarded, bool underSlurm) {
+  for (int sig : forwarded) add(sig);
+  if (underSlurm) {
+    for (int sig : {SIGUSR1, SIGUSR2}) add(sig);
+  }
+}
+
+void whenSignalled(boost::asio::signal_set& set, std::function<void()> then) {
+  set.async_wait([&set, then = std::move(then)](boost::system::error_code ec, int) {
+    if (ec) return;
+    then();
+    whenSignalled(set, then);
+  });
+}
+
+void actOnSignal(const SignalSource::Received& received, const std::vector<int>& forwardedSignals,
+                 bool underSlurm, const std::function<void(int signal, bool forward)>& stop) {
+  const SignalDecision decision =
+      decideSignal(received, forwardedSignals, underSlurm,
+                   underSlurm ? SignalSource::commandOf(received.sender) : "");
+  if (!decision.warning.empty()) DDPRUN_WARN("{}", decision.warning);
+  switch (decision.action) {
+    case SignalAction::kStop:
+      return stop(received.signal, true);
+    case SignalAction::kStopWithoutForwarding:
+      return stop(received.signal, false);
+    case SignalAction::kLeaveWorkersTraining:
+      return;
+    case SignalAction::kDefault:
+      ::signal(received.signal, SIG_DFL);
+      ::raise(received.signal);
+      return;
+  }
 }
 
 }  // namespace ddprun::agent

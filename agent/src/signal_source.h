@@ -18,6 +18,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
 
 #include <functional>
 #include <string>
@@ -39,6 +40,9 @@ class SignalSource {
 
   // Handles `signal` from now on (instead of its default action).
   void add(int signal);
+  // The signals that stop the node: `forwarded`, and SIGUSR1/SIGUSR2 under
+  // Slurm (its warning before a time limit or a preemption).
+  void addStopSignals(const std::vector<int>& forwarded, bool underSlurm);
   bool handles(int signal) const;
   // `then` is called on the loop with the next signal (once per call).
   void asyncWait(std::function<void(Received)> then);
@@ -74,5 +78,15 @@ struct SignalDecision {
 SignalDecision decideSignal(const SignalSource::Received& received,
                             const std::vector<int>& forwardedSignals, bool underSlurm,
                             const std::string& senderCommand);
+
+// Calls `then` on the loop each time one of `set`'s signals arrives, until
+// the set is cancelled.
+void whenSignalled(boost::asio::signal_set& set, std::function<void()> then);
+
+// Acts on `received` as decideSignal says: warns, then stops the node
+// (`stop(signal, forward)`), leaves the workers training, or takes the
+// signal's default action.
+void actOnSignal(const SignalSource::Received& received, const std::vector<int>& forwardedSignals,
+                 bool underSlurm, const std::function<void(int signal, bool forward)>& stop);
 
 }  // namespace ddprun::agent

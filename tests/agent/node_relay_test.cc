@@ -382,12 +382,17 @@ TEST(RelayedRounds, TheWorkersGetTheRelayAndItsLossIsNamed) {
   const std::uint16_t storePort = server->port();
   boost::asio::io_context io;
   RelayedRounds rounds(io, std::make_unique<OneRound>(io, storePort), "t");
-  std::string why;
+  struct Facts : FactSink {
+    boost::asio::io_context& io;
+    std::string why;
+    explicit Facts(boost::asio::io_context& loop) : io(loop) {}
+    void tell(const FeatureFact& fact) override {
+      if (const auto* lost = std::get_if<RelayLost>(&fact)) why = lost->why;
+      io.stop();
+    }
+  } facts(io);
   auto work = boost::asio::make_work_guard(io);  // the loss comes from the relay's thread
-  rounds.onRelayLost([&](const std::string& reason) {
-    why = reason;
-    io.stop();
-  });
+  rounds.tellLossesTo(facts);
   rounds.join([&](JoinResult result) {
     ASSERT_TRUE(result.assignment.has_value()) << result.error;
     EXPECT_EQ(result.assignment->masterAddr, "127.0.0.1");
@@ -401,10 +406,10 @@ TEST(RelayedRounds, TheWorkersGetTheRelayAndItsLossIsNamed) {
     server.reset();                              // the store is lost
   });
   io.run_for(30s);
-  EXPECT_NE(
-      why.find(fmt::format("this node's relay lost the workers' store at 127.0.0.1:{}", storePort)),
-      std::string::npos)
-      << why;
+  EXPECT_NE(facts.why.find(fmt::format("this node's relay lost the workers' store at 127.0.0.1:{}",
+                                       storePort)),
+            std::string::npos)
+      << facts.why;
 }
 
 TEST(NodeRelay, AStoreThatRefusesTheTokenIsNamed) {

@@ -139,29 +139,5 @@ TEST(WorkerEnv, SocketInterfaceUnlessTheUserChoseOne) {
   EXPECT_FALSE(env.contains("NCCL_SOCKET_IFNAME"));
 }
 
-TEST(WorkerEnv, TheFlightRecorderDumpsIntoTheAttemptUnlessTheUserSetItUp) {
-  AgentConfig config;
-  WorkerIdentity id;
-  id.flightRecorderPrefix = "/logs/run/attempt_1/flight_recorder/rank_";
-  auto env = asMap(buildWorkerEnv({}, config, id));
-  EXPECT_EQ(env["TORCH_NCCL_TRACE_BUFFER_SIZE"], "2000");
-  EXPECT_EQ(env["TORCH_NCCL_DUMP_ON_TIMEOUT"], "1");
-  EXPECT_EQ(env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"], "/logs/run/attempt_1/flight_recorder/rank_");
-  // The user's settings, under either name, stand; nothing is added beside them.
-  env = asMap(buildWorkerEnv({{"TORCH_FR_BUFFER_SIZE", "100"},
-                              {"TORCH_NCCL_DUMP_ON_TIMEOUT", "0"},
-                              {"TORCH_FR_DUMP_TEMP_FILE", "/mine/fr_"}},
-                             config, id));
-  EXPECT_FALSE(env.contains("TORCH_NCCL_TRACE_BUFFER_SIZE"));
-  EXPECT_EQ(env["TORCH_FR_BUFFER_SIZE"], "100");
-  EXPECT_EQ(env["TORCH_NCCL_DUMP_ON_TIMEOUT"], "0");
-  EXPECT_FALSE(env.contains("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"));
-  EXPECT_EQ(env["TORCH_FR_DUMP_TEMP_FILE"], "/mine/fr_");
-  id.flightRecorderPrefix.clear();  // no folder for the dumps: nothing set
-  env = asMap(buildWorkerEnv({}, config, id));
-  EXPECT_FALSE(env.contains("TORCH_NCCL_TRACE_BUFFER_SIZE"));
-  EXPECT_FALSE(env.contains("TORCH_NCCL_DUMP_ON_TIMEOUT"));
-}
-
 }  // namespace
 }  // namespace ddprun::agent

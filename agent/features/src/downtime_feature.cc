@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <utility>
 
 #include "ddprun/common/env.h"
 #include "ddprun/common/logging.h"
@@ -50,14 +51,13 @@ std::filesystem::path makeFallbackHookDirectory() {
 }  // namespace
 
 DowntimeFeature::DowntimeFeature(boost::asio::io_context& io,
-                                 const std::filesystem::path& runDirectory,
-                                 std::map<std::string, std::string>& env, bool pythonHook,
-                                 int localWorkers, RunningWorkers& workers, EventLogFeature& events,
-                                 std::function<void()> progressed)
+                                 const std::filesystem::path& runDirectory, bool pythonHook,
+                                 int localWorkers, FeaturePorts ports, EventRecorder& events,
+                                 ImportsLearner& learner)
     : localWorkers_(localWorkers),
-      workers_(workers),
+      ports_(ports),
       events_(events),
-      progressed_(std::move(progressed)),
+      learner_(learner),
       timeline_(Clock::now(), std::chrono::system_clock::now()),
       pipe_(
           io, runDirectory / "progress.pipe", "the workers' progress pipe", env::kProgressPipe,
@@ -65,30 +65,43 @@ DowntimeFeature::DowntimeFeature(boost::asio::io_context& io,
           [this] { drop("a report longer than PIPE_BUF"); }),
       assumeTraining_(io),
       publishTimer_(io) {
+  if (pythonHook) hookDir_ = writeHook(runDirectory);
+}
+
+std::filesystem::path DowntimeFeature::writeHook(const std::filesystem::path& runDirectory) {
+  const auto dir = runDirectory / "progress_hook";
+  const std::string why = writeProgressHook(dir);
+  if (why.empty()) return dir;
+  // A full disk under --log_dir: the hook goes to a private temporary
+  // directory, else the job runs with its Python steps unseen.
+  fallbackHookDir_ = makeFallbackHookDirectory();
+  if (fallbackHookDir_.empty() || !writeProgressHook(fallbackHookDir_).empty()) {
+    DDPRUN_WARN(
+        "Cannot write the progress hook to {}: {}; Python workers' steps will not be seen "
+        "(docs/operations.md).",
+        dir.string(), why);
+    removeFallbackHookDir();
+    return {};
+  }
+  DDPRUN_WARN("Cannot write the progress hook to {}: {}; it is in {} instead.", dir.string(), why,
+              fallbackHookDir_.string());
+  return fallbackHookDir_;
+}
+
+void DowntimeFeature::contributeEnvironment(Environment& env) {
   env[env::kProgressPipe] = pipe_.path().string();
-  if (pythonHook) {
-    auto dir = runDirectory / "progress_hook";
-    const std::string why = writeProgressHook(dir);
-    if (!why.empty()) {
-      // A full disk under --log_dir: the hook goes to a private temporary
-      // directory, else the job runs with its Python steps unseen.
-      fallbackHookDir_ = makeFallbackHookDirectory();
-      if (fallbackHookDir_.empty() || !writeProgressHook(fallbackHookDir_).empty()) {
-        DDPRUN_WARN(
-            "Cannot write the progress hook to {}: {}; Python workers' steps will not be seen "
-            "(docs/operations.md).",
-            dir.string(), why);
-        removeFallbackHookDir();
-        return;
-      }
-      DDPRUN_WARN("Cannot write the progress hook to {}: {}; it is in {} instead.", dir.string(),
-                  why, fallbackHookDir_.string());
-      dir = fallbackHookDir_;
-    }
-    const auto path = env.find("PYTHONPATH");
-    env["PYTHONPATH"] = path == env.end() || path->second.empty()
-                            ? dir.string()
-                            : dir.string() + ":" + path->second;
+  if (hookDir_.empty()) return;
+  const auto path = env.find("PYTHONPATH");
+  env["PYTHONPATH"] = path == env.end() || path->second.empty()
+                          ? hookDir_.string()
+                          : hookDir_.string() + ":" + path->second;
+}
+
+void DowntimeFeature::heard(const FeatureFact& fact) {
+  if (const auto* hang = std::get_if<HangFound>(&fact)) {
+    lag_ = std::chrono::duration<double>(hang->stalledSeconds);
+  } else if (const auto* timer = std::get_if<TimerRequested>(&fact)) {
+    if (const auto localRank = ports_.workers.localRankOf(timer->pid)) onStep(*localRank);
   }
 }
 
@@ -121,7 +134,7 @@ void DowntimeFeature::onLine(const std::string& line) {
   // it exited), else their descendants.
   const auto started = startedPids_.find(pid);
   const auto localRank = started != startedPids_.end() ? std::optional<int>(started->second)
-                         : pid > 0                     ? workers_.localRankOf(pid)
+                         : pid > 0                     ? ports_.workers.localRankOf(pid)
                                                        : std::nullopt;
   if (!localRank) return drop("a report from a pid that is not one of this node's workers");
   const auto event =
@@ -129,7 +142,7 @@ void DowntimeFeature::onLine(const std::string& line) {
   if (event == telemetry::ProgressEvent::kProcessGroup) {
     timeline_.processGroupFormed(Clock::now(), *localRank);
     events_.record(telemetry::kProcessGroupEvent, "WORKER",
-                   {{"global_rank", std::to_string(workers_.rankOf(*localRank))},
+                   {{"global_rank", std::to_string(ports_.workers.rankOf(*localRank))},
                     {"local_rank", std::to_string(*localRank)},
                     {"worker_id", std::to_string(pid)},
                     {"agent_restarts", std::to_string(attempt_.restartCount)},
@@ -137,31 +150,27 @@ void DowntimeFeature::onLine(const std::string& line) {
   } else if (event == telemetry::ProgressEvent::kStep) {
     onStep(*localRank);
   } else if (event == telemetry::ProgressEvent::kImports) {
-    if (programImports_) programImports_();
+    learner_.learnProgramImports();
   } else {
     drop("a report of an unknown event");
   }
-}
-
-void DowntimeFeature::fileTimerRequest(int pid) {
-  if (const auto localRank = workers_.localRankOf(pid)) onStep(*localRank);
 }
 
 void DowntimeFeature::onStep(int localRank) {
   if (localRank < 0 || localRank >= localWorkers_ || stepped_.contains(localRank)) return;
   stepped_.insert(localRank);  // each rank's first step of the attempt is recorded
   events_.record(telemetry::kFirstStepEvent, "WORKER",
-                 {{"global_rank", std::to_string(workers_.rankOf(localRank))},
+                 {{"global_rank", std::to_string(ports_.workers.rankOf(localRank))},
                   {"local_rank", std::to_string(localRank)},
                   {"agent_restarts", std::to_string(attempt_.restartCount)},
                   {"attempt", std::to_string(attempt_.runIndex)}});
   if (!timeline_.stepped(Clock::now(), localRank)) return;  // not the attempt's first
   assumeTraining_.cancel();
   recordEnded();
-  if (progressed_) progressed_();
+  ports_.lifecycle.noteProgress();
 }
 
-void DowntimeFeature::worker(const WorkerEvent& event) {
+void DowntimeFeature::workerEvent(const WorkerEvent& event) {
   const auto now = Clock::now();
   if (event.state == "START") {
     startedPids_[event.pid] = event.localRank;
@@ -183,7 +192,10 @@ void DowntimeFeature::worker(const WorkerEvent& event) {
   }
 }
 
-void DowntimeFeature::joining() { timeline_.joining(Clock::now()); }
+void DowntimeFeature::joining() {
+  timeline_.joining(Clock::now());
+  if (!std::exchange(publishing_, true)) publishPeriodically();
+}
 
 void DowntimeFeature::attemptStarted(const Attempt& attempt) {
   attempt_ = attempt;
@@ -196,7 +208,7 @@ void DowntimeFeature::attemptStarted(const Attempt& attempt) {
     if (ec || timeline_.attemptTrained()) return;
     timeline_.assumeTraining(Clock::now());
     recordEnded();
-    if (progressed_) progressed_();
+    ports_.lifecycle.noteProgress();
   });
 }
 
@@ -245,11 +257,6 @@ void DowntimeFeature::exiting(const NodeExit&) {
   DDPRUN_INFO("Downtime on this node: {}.", describeDowntime(s));
 }
 
-void DowntimeFeature::publishTo(std::function<void(std::string)> publish) {
-  publish_ = std::move(publish);
-  publishPeriodically();
-}
-
 void DowntimeFeature::publishPeriodically() {
   publish();
   publishTimer_.expires_after(kPublishEvery);
@@ -258,9 +265,7 @@ void DowntimeFeature::publishPeriodically() {
   });
 }
 
-void DowntimeFeature::publish() {
-  if (publish_) publish_(countersText());
-}
+void DowntimeFeature::publish() { ports_.facts.tell(CountersChanged{countersText()}); }
 
 std::string DowntimeFeature::countersText() const {
   const DowntimeSummary s = timeline_.summary(Clock::now());

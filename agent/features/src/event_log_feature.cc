@@ -18,7 +18,7 @@ void EventLogFeature::record(const std::string& name, const std::string& source,
   runLog_.record(name, source, metadata);
 }
 
-void EventLogFeature::worker(const WorkerEvent& event) {
+void EventLogFeature::workerEvent(const WorkerEvent& event) {
   const auto& r = config_.rendezvous;
   const char* backend = r.backend == RendezvousBackendKind::kEtcd ? "etcd"
                         : r.mode == RendezvousMode::kDynamic      ? "c10d"

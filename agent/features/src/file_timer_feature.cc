@@ -8,25 +8,29 @@
 namespace ddprun::agent {
 
 std::unique_ptr<FileTimerFeature> FileTimerFeature::fromEnvironment(
-    boost::asio::io_context& io, std::map<std::string, std::string>& env,
-    const std::filesystem::path& runDirectory, RunningWorkers& workers) {
+    boost::asio::io_context& io, const Environment& env, const std::filesystem::path& runDirectory,
+    RunningWorkers& workers, FactSink& facts) {
   const auto enabled = env.find("TORCHELASTIC_ENABLE_FILE_TIMER");
   if (enabled == env.end() || enabled->second != "1") return nullptr;
   const auto given = env.find("TORCHELASTIC_TIMER_FILE");
   const std::filesystem::path path = given != env.end() && !given->second.empty()
                                          ? std::filesystem::path(given->second)
                                          : runDirectory / "file_timer.pipe";
-  auto feature = std::make_unique<FileTimerFeature>(io, path, workers);
-  env["TORCHELASTIC_TIMER_FILE"] = path.string();
-  return feature;
+  return std::make_unique<FileTimerFeature>(io, path, workers, facts);
 }
 
 FileTimerFeature::FileTimerFeature(boost::asio::io_context& io, const std::filesystem::path& path,
-                                   RunningWorkers& workers)
+                                   RunningWorkers& workers, FactSink& facts)
     : workers_(workers),
       server_(
           io, path, [this](int pid) { return workers_.localRankOf(pid).has_value(); },
-          [this](const ExpiredTimer& timer) { onExpired(timer); }) {}
+          [this](const ExpiredTimer& timer) { onExpired(timer); }) {
+  server_.onRequest([&facts](int pid) { facts.tell(TimerRequested{pid}); });
+}
+
+void FileTimerFeature::contributeEnvironment(Environment& env) {
+  env["TORCHELASTIC_TIMER_FILE"] = server_.path().string();
+}
 
 void FileTimerFeature::onExpired(const ExpiredTimer& timer) {
   const double late = std::chrono::duration<double>(timer.firedAt - timer.deadline).count();
@@ -43,6 +47,7 @@ void FileTimerFeature::onExpired(const ExpiredTimer& timer) {
   } else {
     DDPRUN_WARN("A {}.", cause);
   }
+  if (timer.signal > 0) workers_.signal(timer.pid, timer.signal);
 }
 
 }  // namespace ddprun::agent

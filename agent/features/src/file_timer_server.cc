@@ -110,9 +110,6 @@ void FileTimerServer::expire() {
       continue;
     }
     onExpired_(timer);
-    if (timer.signal > 0 && ::kill(pid, timer.signal) != 0 && errno != ESRCH) {
-      DDPRUN_WARN("The file timer could not signal pid {}: {}.", pid, std::strerror(errno));
-    }
     dropTimersOf(pid);  // that process's timers are done with (PyTorch clears them too)
   }
   rearm();

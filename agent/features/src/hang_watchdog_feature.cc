@@ -9,8 +9,9 @@
 namespace ddprun::agent {
 
 HangWatchdogFeature::HangWatchdogFeature(boost::asio::io_context& io,
-                                         std::chrono::milliseconds timeout, RunningWorkers& workers)
-    : io_(io), timeout_(timeout), workers_(workers) {}
+                                         std::chrono::milliseconds timeout, RunningWorkers& workers,
+                                         FactSink& facts)
+    : io_(io), timeout_(timeout), workers_(workers), facts_(facts) {}
 
 void HangWatchdogFeature::attemptStarted(const Attempt&) {
   watchdog_ = std::make_unique<HangWatchdog>(
@@ -48,8 +49,8 @@ void HangWatchdogFeature::onHang(const HangReport& report) {
                 peer.where.empty() ? "" : "; ", peer.where);
   }
   workers_.noteCause(report.localRank, cause, report.details);
-  if (hangFound_) hangFound_(report.stalledSeconds);
-  ::kill(report.pid, SIGKILL);
+  facts_.tell(HangFound{report.stalledSeconds});
+  workers_.signal(report.pid, SIGKILL);
 }
 
 }  // namespace ddprun::agent

@@ -11,7 +11,7 @@ namespace ddprun::agent {
 
 UninterruptibleFeature::UninterruptibleFeature(boost::asio::io_context& io,
                                                std::chrono::milliseconds timeout,
-                                               RunningWorkers& workers, NodeLifecycle& lifecycle)
+                                               RunningWorkers& workers, LifecycleInputs& lifecycle)
     : io_(io), timeout_(timeout), workers_(workers), lifecycle_(lifecycle) {}
 
 void UninterruptibleFeature::attemptStarted(const Attempt&) {
@@ -39,7 +39,7 @@ void UninterruptibleFeature::onStuck(const WatchedWorker& worker, std::chrono::m
   DDPRUN_WARN("Worker rank {} (pid {}) is {}.", rank, worker.pid, cause);
   lifecycle_.markUnhealthy();
   workers_.noteCause(worker.localRank, cause);
-  ::kill(worker.pid, SIGKILL);
+  workers_.signal(worker.pid, SIGKILL);
 }
 
 }  // namespace ddprun::agent

@@ -286,7 +286,7 @@ void NodeRendezvous::reportLost(const std::string& reason) {
   // return at once instead of waiting out the request timeout.
   lost_ = true;
   client_->shutdown();
-  asio::post(io_, [this, reason] { onLost_(reason); });
+  asio::post(io_, [this, what = fmt::format("lost {} ({})", where_, reason)] { onLost_(what); });
 }
 
 void NodeRendezvous::runEvents() {

@@ -48,7 +48,7 @@ void RelayedRounds::join(std::function<void(JoinResult)> done) {
               DDPRUN_WARN("{}. This node's workers lose their store connection.", why);
               // On the agent's loop; a relay already replaced says nothing.
               boost::asio::post(io_, [this, why, relay] {
-                if (relay == relays_ && onLost_) onLost_(why);
+                if (relay == relays_ && facts_ != nullptr) facts_->tell(RelayLost{why});
               });
             });
       } catch (const std::exception& e) {

@@ -47,19 +47,6 @@ std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>
     env[name] = value != nullptr ? *value : "1";
   }
   if (!config.signalsToHandle.empty()) env[env::kSignalsToHandle] = config.signalsToHandle;
-  // PyTorch's flight recorder, unless the user set it up under either name:
-  // a ring of the last 2,000 collectives (PyTorch's default from 2.11), a
-  // dump when NCCL's watchdog times a collective out, into the attempt's
-  // folder (docs/operations.md, "Flight recorder").
-  if (!id.flightRecorderPrefix.empty()) {
-    const auto setUnlessGiven = [&](const char* name, const char* newName, std::string value) {
-      if (!base.contains(name) && !base.contains(newName)) env[name] = std::move(value);
-    };
-    setUnlessGiven(env::kFlightRecorderBuffer, env::kFlightRecorderBufferNew, "2000");
-    setUnlessGiven(env::kFlightRecorderDumpOnTimeout, env::kFlightRecorderDumpOnTimeoutNew, "1");
-    setUnlessGiven(env::kFlightRecorderDumpFile, env::kFlightRecorderDumpFileNew,
-                   id.flightRecorderPrefix);
-  }
   if (config.virtualLocalRank) {
     // torchrun 2.x: every worker sees only its own device, as device 0.
     env[env::kLocalRank] = "0";

@@ -34,9 +34,11 @@ std::string substitutePrefix(std::string text, const AgentConfig& config, int ra
 }  // namespace
 
 WorkerGroup::WorkerGroup(boost::asio::io_context& io, const Shared& shared, int runIndex,
-                         int restartCount, IdentityFn identity, DoneFn onDone)
+                         int restartCount, std::map<std::string, std::string> env,
+                         IdentityFn identity, DoneFn onDone)
     : io_(io),
       shared_(shared),
+      env_(std::move(env)),
       runIndex_(runIndex),
       restartCount_(restartCount),
       identity_(std::move(identity)),
@@ -106,10 +108,6 @@ void WorkerGroup::startProcess(Slot& slot) {
   const auto dir = shared_.runDir.workerDir(runIndex_, localRank);
   slot.errorFile = dir / "error.json";
   WorkerIdentity id = identity_(localRank, slot.errorFile.string());
-  const auto flightRecorder = flightRecorderDir(shared_.runDir.attemptDir(runIndex_));
-  std::error_code ec;
-  std::filesystem::create_directories(flightRecorder, ec);
-  if (!ec) id.flightRecorderPrefix = (flightRecorder / kFlightRecorderFilePrefix).string();
   slot.rank = id.rank;
   slot.groupRank = id.groupRank;
 
@@ -139,7 +137,7 @@ void WorkerGroup::startProcess(Slot& slot) {
   options.stdoutTerminal = shared_.router.workerTerminal(localRank, Stream::kStdout);
   options.stderrTerminal = shared_.router.workerTerminal(localRank, Stream::kStderr);
   slot.process = std::make_unique<WorkerProcess>(
-      io_, argv, buildWorkerEnv(shared_.baseEnv, shared_.config, id), placement, options);
+      io_, argv, buildWorkerEnv(env_, shared_.config, id), placement, options);
   shared_.guard.watch(slot.process->pid());
   if (!placement.cgroup.empty()) shared_.guard.confirmCgroup(slot.process->pid());
   slot.exited = false;

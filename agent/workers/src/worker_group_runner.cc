@@ -1,5 +1,13 @@
 #include "ddprun/agent/workers/worker_group_runner.h"
 
+#include <signal.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "ddprun/common/logging.h"
+
 namespace ddprun::agent {
 
 WorkerGroupRunner::WorkerGroupRunner(boost::asio::io_context& io, WorkerGroup::Shared shared)
@@ -8,8 +16,10 @@ WorkerGroupRunner::WorkerGroupRunner(boost::asio::io_context& io, WorkerGroup::S
 void WorkerGroupRunner::start(const Attempt& next, std::function<void(GroupOutcome)> done) {
   attempt_ = next;
   group_.reset();
+  auto env = shared_.baseEnv;
+  if (attemptEnv_ != nullptr) attemptEnv_->contributeAttemptEnvironment(attempt_, env);
   group_ = std::make_unique<WorkerGroup>(
-      io_, shared_, attempt_.runIndex, attempt_.restartCount,
+      io_, shared_, attempt_.runIndex, attempt_.restartCount, std::move(env),
       [this](int localRank, const std::string& errorFile) {
         return identityFor(localRank, errorFile);
       },
@@ -36,6 +46,19 @@ int WorkerGroupRunner::rankOf(int localRank) const {
 void WorkerGroupRunner::noteCause(int localRank, std::string cause,
                                   std::vector<std::string> details) {
   if (group_) group_->noteCause(localRank, std::move(cause), std::move(details));
+}
+
+bool WorkerGroupRunner::signal(int pid, int signal) {
+  if (pid <= 0 || !localRankOf(pid)) return false;
+  if (::kill(pid, signal) == 0) return true;
+  if (errno != ESRCH) DDPRUN_WARN("Could not signal worker pid {}: {}.", pid, std::strerror(errno));
+  return false;
+}
+
+void WorkerGroupRunner::reapAdopted() {
+  std::set<pid_t> workers;
+  for (const auto& w : watched()) workers.insert(w.pid);
+  shared_.guard.reapAdopted(workers);
 }
 
 void WorkerGroupRunner::resizeTerminals() {

@@ -1,9 +1,9 @@
 // RunningWorkers: the running attempt's workers as a feature sees them (the
 // hang watchdog, the D-state watch, file timers): who they are, which worker
-// a process belongs to, and a way to say why one is about to be killed (its
-// failure report shows it). The workers' room implements it
-// (WorkerGroupRunner); between attempts there are no workers and every
-// question has an empty answer.
+// a process belongs to, a way to say why one is about to be killed (its
+// failure report shows it), and the one way a feature kills a worker. The
+// workers' room implements it (WorkerGroupRunner); between attempts there
+// are no workers and every question has an empty answer.
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once
@@ -28,6 +28,10 @@ class RunningWorkers {
   // Why the worker of `localRank` is about to fail; nothing between attempts.
   virtual void noteCause(int localRank, std::string cause,
                          std::vector<std::string> details = {}) = 0;
+  // Sends `signal` to `pid` when it is one of the live workers or descends
+  // from one (a pid reused by another process is never signalled); false
+  // when it is not, or is gone.
+  virtual bool signal(int pid, int signal) = 0;
 };
 
 }  // namespace ddprun::agent

@@ -12,7 +12,7 @@
 //     (progress_hook.py, first on their PYTHONPATH unless
 //     DDPRUN_PROGRESS_HOOK=0), C++ workers through ddprun::worker; each
 //     report's pid must be one of the running workers or theirs;
-//   - PyTorch file timer requests (a keep-alive is a step);
+//   - PyTorch file timer requests (TimerRequested: a keep-alive is a step);
 //   - the Python hook's "imports" report (--preload auto), passed on.
 // An attempt without any step that runs kAssumeTrainingAfter counts as
 // training from its process group (or its spawn): a program that reports
@@ -35,41 +35,37 @@
 #include <string>
 #include <variant>
 
-#include "ddprun/agent/core/node_lifecycle.h"
-#include "ddprun/agent/core/running_workers.h"
-#include "ddprun/agent/core/worker_event.h"
-#include "ddprun/agent/features/event_log_feature.h"
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/features/incident_timeline.h"
 #include "ddprun/agent/features/line_pipe.h"
 
 namespace ddprun::agent {
 
-class DowntimeFeature : public LifecycleHook {
+class DowntimeFeature : public Feature, public NodeCountersSource {
  public:
   static constexpr std::chrono::minutes kAssumeTrainingAfter{5};
+  static constexpr std::chrono::seconds kPublishEvery{10};
 
-  // Creates the progress pipe in `runDirectory` and names it in `env` (the
-  // workers' base environment); with `pythonHook`, writes the Python hook
-  // (progress_hook/sitecustomize.py there; where that disk is full, in a
-  // private temporary directory removed at exit) and puts it first on env's
-  // PYTHONPATH. `localWorkers`: this node's workers per attempt.
-  // `progressed` is told each attempt's first progress. Throws
-  // ddprun::Error when the pipe cannot be made.
+  // Creates the progress pipe in `runDirectory`; with `pythonHook`, writes
+  // the Python hook (progress_hook/sitecustomize.py there; where that disk
+  // is full, in a private temporary directory removed at exit).
+  // `localWorkers`: this node's workers per attempt. Each attempt's first
+  // progress goes to the lifecycle; the counters, when they change and
+  // every kPublishEvery from the first join, go out as CountersChanged;
+  // the hook's "imports" report goes to `learner` (--preload auto).
+  // Throws ddprun::Error when the pipe cannot be made.
   DowntimeFeature(boost::asio::io_context& io, const std::filesystem::path& runDirectory,
-                  std::map<std::string, std::string>& env, bool pythonHook, int localWorkers,
-                  RunningWorkers& workers, EventLogFeature& events,
-                  std::function<void()> progressed);
+                  bool pythonHook, int localWorkers, FeaturePorts ports, EventRecorder& events,
+                  ImportsLearner& learner);
   ~DowntimeFeature() override;
   DowntimeFeature(const DowntimeFeature&) = delete;
   DowntimeFeature& operator=(const DowntimeFeature&) = delete;
 
-  // Inputs from the other rooms (the root connects them).
-  void worker(const WorkerEvent& event);
-  void hangFound(double stalledSeconds) { lag_ = std::chrono::duration<double>(stalledSeconds); }
-  void fileTimerRequest(int pid);
-  // `then` runs when a worker reports that it wrote the program's imports
-  // (the "imports" report of --preload auto: DDPRUN_PRELOAD_LEARN).
-  void onProgramImports(std::function<void()> then) { programImports_ = std::move(then); }
+  // Names the pipe (DDPRUN_PROGRESS_PIPE) and puts the hook first on
+  // PYTHONPATH.
+  void contributeEnvironment(Environment& env) override;
+  void workerEvent(const WorkerEvent& event) override;
+  void heard(const FeatureFact& fact) override;
 
   void joining() override;
   void attemptStarted(const Attempt& attempt) override;
@@ -77,14 +73,7 @@ class DowntimeFeature : public LifecycleHook {
   void attemptEnded(const Attempt&, const GroupOutcome&) override;
   void exiting(const NodeExit& exit) override;
 
-  // Where the node's counters go (NodeRendezvous::publishNodeCounters: the
-  // store's metrics, `ddprun status`): at each incident's end and every
-  // kPublishEvery. Without it nothing is published.
-  void publishTo(std::function<void(std::string)> publish);
-  static constexpr std::chrono::seconds kPublishEvery{10};
-  // The totals and, per phase, a histogram of the incidents' seconds, in
-  // the node telemetry's counters encoding (ddprun/common/node_telemetry.h).
-  std::string countersText() const;
+  std::string countersText() const override;
 
  private:
   void onLine(const std::string& line);
@@ -94,12 +83,14 @@ class DowntimeFeature : public LifecycleHook {
   void publishPeriodically();
   void drop(const std::string& reason);
   void removeFallbackHookDir();
+  // Writes the Python hook; its directory, or empty when it could not.
+  std::filesystem::path writeHook(const std::filesystem::path& runDirectory);
 
   const int localWorkers_;
-  RunningWorkers& workers_;
-  EventLogFeature& events_;
-  std::function<void()> progressed_;
-  std::function<void()> programImports_;
+  FeaturePorts ports_;
+  EventRecorder& events_;
+  ImportsLearner& learner_;
+  std::filesystem::path hookDir_;          // on the workers' PYTHONPATH; empty: none
   std::filesystem::path fallbackHookDir_;  // the hook's, when the run directory's disk is full
   IncidentTimeline timeline_;
   LinePipe pipe_;
@@ -111,8 +102,8 @@ class DowntimeFeature : public LifecycleHook {
   std::map<std::string, int> dropped_;  // reason -> count
   // Per phase: the incidents' seconds.
   std::array<telemetry::PhaseHistogram, kPhaseCount> histograms_;
-  std::function<void(std::string)> publish_;
   boost::asio::steady_timer publishTimer_;
+  bool publishing_ = false;
 };
 
 }  // namespace ddprun::agent

@@ -15,14 +15,13 @@
 #include <string>
 
 #include "ddprun/agent/agent_config.h"
-#include "ddprun/agent/core/node_lifecycle.h"
-#include "ddprun/agent/core/worker_event.h"
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/features/event_log.h"
 #include "ddprun/rendezvous/protocol.h"
 
 namespace ddprun::agent {
 
-class EventLogFeature : public LifecycleHook {
+class EventLogFeature : public Feature, public EventRecorder {
  public:
   // Writes to the user's log (--event_log_handler) and always to
   // `runDirectory`/events.jsonl (what `ddprun report` reads). Throws
@@ -31,11 +30,11 @@ class EventLogFeature : public LifecycleHook {
 
   // One event, with run_id and hostname added to `metadata`.
   void record(const std::string& name, const std::string& source,
-              std::map<std::string, std::string> metadata);
+              std::map<std::string, std::string> metadata) override;
 
-  void worker(const WorkerEvent& event);
+  void workerEvent(const WorkerEvent& event) override;
   void joining() override { joinedAt_ = std::chrono::steady_clock::now(); }
-  void roundAssigned(const rendezvous::protocol::Assignment& assigned);
+  void roundAssigned(const rendezvous::protocol::Assignment& assigned) override;
   void restarting(const RestartNote& note) override;
   void exiting(const NodeExit& exit) override;
 

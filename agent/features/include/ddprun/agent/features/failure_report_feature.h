@@ -13,11 +13,11 @@
 #include <string>
 
 #include "ddprun/agent/agent_config.h"
-#include "ddprun/agent/core/node_lifecycle.h"
+#include "ddprun/agent/core/feature.h"
 
 namespace ddprun::agent {
 
-class FailureReportFeature : public LifecycleHook {
+class FailureReportFeature : public Feature {
  public:
   // `filesKept`: the run directory stays (--log_dir); `flushConsole` writes
   // out the workers' pending console lines.
@@ -39,7 +39,7 @@ class FailureReportFeature : public LifecycleHook {
 
 // TORCHELASTIC_ERROR_FILE of the launcher: every failing exit names its
 // cause there (launcher_error_file.h).
-class LauncherErrorFileFeature : public LifecycleHook {
+class LauncherErrorFileFeature : public Feature {
  public:
   explicit LauncherErrorFileFeature(std::filesystem::path path) : path_(std::move(path)) {}
   void exiting(const NodeExit& exit) override;

@@ -3,8 +3,9 @@
 // TORCHELASTIC_TIMER_FILE, else a new one in the run directory (the workers
 // get it as TORCHELASTIC_TIMER_FILE, as under torchrun). An expired timer's
 // worker gets the timer's signal and the timer is noted as its failure's
-// cause. Timers are dropped when an attempt starts, when its group is being
-// stopped and when it ends.
+// cause; each accepted request is told to the other features
+// (TimerRequested: the worker is training). Timers are dropped when an
+// attempt starts, when its group is being stopped and when it ends.
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once
@@ -12,31 +13,25 @@
 #include <boost/asio/io_context.hpp>
 
 #include <filesystem>
-#include <map>
 #include <memory>
-#include <string>
 
-#include "ddprun/agent/core/node_lifecycle.h"
-#include "ddprun/agent/core/running_workers.h"
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/features/file_timer_server.h"
 
 namespace ddprun::agent {
 
-class FileTimerFeature : public LifecycleHook {
+class FileTimerFeature : public Feature {
  public:
-  // Null unless `env` (the workers' base environment) enables file timers;
-  // else the server, with TORCHELASTIC_TIMER_FILE set in `env`. Throws
-  // ddprun::Error when the pipe cannot be made.
+  // Null unless `env` (the workers' inherited environment) enables file
+  // timers. Throws ddprun::Error when the pipe cannot be made.
   static std::unique_ptr<FileTimerFeature> fromEnvironment(
-      boost::asio::io_context& io, std::map<std::string, std::string>& env,
-      const std::filesystem::path& runDirectory, RunningWorkers& workers);
+      boost::asio::io_context& io, const Environment& env,
+      const std::filesystem::path& runDirectory, RunningWorkers& workers, FactSink& facts);
 
   FileTimerFeature(boost::asio::io_context& io, const std::filesystem::path& path,
-                   RunningWorkers& workers);
+                   RunningWorkers& workers, FactSink& facts);
 
-  // Called with the pid of every accepted request.
-  void onRequest(std::function<void(int pid)> then) { server_.onRequest(std::move(then)); }
-
+  void contributeEnvironment(Environment& env) override;
   void attemptStarted(const Attempt&) override { server_.clear(); }
   void attemptStopping(const Attempt&, int) override { server_.clear(); }
   void attemptEnded(const Attempt&, const GroupOutcome&) override { server_.clear(); }

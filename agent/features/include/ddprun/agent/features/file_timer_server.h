@@ -6,7 +6,7 @@
 // run directory) and reads the clients' requests from it: one JSON line
 // each, {"version": 1, "pid", "scope_id", "expiration_time" (Unix seconds;
 // negative: release), "signal"}. When a timer's deadline passes it calls
-// `onExpired` and sends the timer's signal to its process (a signal of 0
+// `onExpired`, which sends the timer's signal to its process (a signal of 0
 // or less only reports, as in PyTorch); that process's other timers are
 // then dropped. The pipe is open for reading and writing by the server
 // itself, so clients can always open it and a reader never sees end of

@@ -8,12 +8,12 @@
 #pragma once
 
 #include "ddprun/agent/agent_config.h"
-#include "ddprun/agent/core/node_lifecycle.h"
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/core/workers_store_view.h"
 
 namespace ddprun::agent {
 
-class TrainedAloneNote : public LifecycleHook {
+class TrainedAloneNote : public Feature {
  public:
   TrainedAloneNote(const AgentConfig& config, const WorkersStoreView& store)
       : config_(config), store_(store) {}

@@ -13,16 +13,15 @@
 #include <chrono>
 #include <memory>
 
-#include "ddprun/agent/core/node_lifecycle.h"
-#include "ddprun/agent/core/running_workers.h"
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/features/uninterruptible_watch.h"
 
 namespace ddprun::agent {
 
-class UninterruptibleFeature : public LifecycleHook {
+class UninterruptibleFeature : public Feature {
  public:
   UninterruptibleFeature(boost::asio::io_context& io, std::chrono::milliseconds timeout,
-                         RunningWorkers& workers, NodeLifecycle& lifecycle);
+                         RunningWorkers& workers, LifecycleInputs& lifecycle);
 
   void attemptStarted(const Attempt&) override;
   void attemptEnded(const Attempt&, const GroupOutcome&) override { watch_.reset(); }
@@ -35,7 +34,7 @@ class UninterruptibleFeature : public LifecycleHook {
   boost::asio::io_context& io_;
   const std::chrono::milliseconds timeout_;
   RunningWorkers& workers_;
-  NodeLifecycle& lifecycle_;
+  LifecycleInputs& lifecycle_;
   std::unique_ptr<UninterruptibleWatch> watch_;
 };
 

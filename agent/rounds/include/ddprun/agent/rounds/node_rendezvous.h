@@ -34,6 +34,7 @@
 #include <thread>
 
 #include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/core/round_source.h"
 #include "ddprun/rendezvous/protocol.h"
 #include "ddprun/rendezvous/rendezvous_backend.h"
@@ -46,16 +47,17 @@ namespace ddprun::agent {
 // else "0.0.0.0": where a store that every node's workers reach listens.
 std::string anyAddressOfTheJobsFamily(const RendezvousConfig& r);
 
-class NodeRendezvous {
+class NodeRendezvous : public NodeCountersSink {
  public:
   using EventFn = std::function<void(const rendezvous::protocol::Event&)>;
-  using LostFn = std::function<void(const std::string& reason)>;
+  // "lost <where()> (<why>)".
+  using LostFn = std::function<void(const std::string& what)>;
 
   // Hosts the store if this node should. Throws ddprun::Error, or
   // ConfigError when node 0's static port (or is_host's) is taken. Connecting
   // happens with the first join, off the agent's thread.
   NodeRendezvous(boost::asio::io_context& io, const AgentConfig& config);
-  ~NodeRendezvous();
+  ~NodeRendezvous() override;
   NodeRendezvous(const NodeRendezvous&) = delete;
   NodeRendezvous& operator=(const NodeRendezvous&) = delete;
 
@@ -80,6 +82,10 @@ class NodeRendezvous {
   // rendezvous lives (`ddprun status`, the store's metrics), on the worker
   // thread; a failure is logged, never fatal. Any thread.
   void publishNodeCounters(rendezvous::protocol::NodeCounters kind, std::string text);
+  // The downtime counters (NodeCountersSink).
+  void publishCounters(std::string text) override {
+    publishNodeCounters(rendezvous::protocol::NodeCounters::kDowntime, std::move(text));
+  }
 
   bool hosting() const { return server_ != nullptr; }
   const std::string& nodeId() const { return nodeId_; }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/core/round_source.h"
 #include "ddprun/rendezvous/node_relay.h"
 
@@ -48,17 +49,17 @@ class RelayedRounds : public RoundSource {
   }
   // The current round's relay counters (none: zero).
   rendezvous::RelayCounters counters();
-  // `lost` hears, on the agent's loop, why a round's relay lost the
-  // workers' store ("this node's relay lost the workers' store at H:P:
-  // why"): the node's workers fail next, and their report says so.
-  void onRelayLost(std::function<void(const std::string&)> lost) { onLost_ = std::move(lost); }
+  // `facts` hears, on the agent's loop, why a round's relay lost the
+  // workers' store (RelayLost: "this node's relay lost the workers' store
+  // at H:P: why"): the node's workers fail next, and their report says so.
+  void tellLossesTo(FactSink& facts) { facts_ = &facts; }
 
  private:
   boost::asio::io_context& io_;
   std::unique_ptr<RoundSource> inner_;
   std::string token_;
   std::function<void(std::string)> publish_;
-  std::function<void(const std::string&)> onLost_;
+  FactSink* facts_ = nullptr;
   std::uint64_t relays_ = 0;  // relays started: a late loss of an old one is ignored
   std::unique_ptr<rendezvous::RelayThread> relay_;
   rendezvous::protocol::Assignment innerAssignment_;  // the current round, as the inner gave it

@@ -51,13 +51,14 @@
 #include <vector>
 
 #include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/core/node_lifecycle.h"
 #include "ddprun/agent/workers/orphan_guard.h"
 #include "ddprun/agent/workers/worker_process.h"
 
 namespace ddprun::agent {
 
-class PythonZygote {
+class PythonZygote : public ImportsLearner {
  public:
   struct Settings {
     // The workers' command: PYTHON -u SCRIPT ARGS... or PYTHON -u -m MODULE ARGS...
@@ -76,7 +77,7 @@ class PythonZygote {
   using FatalFn = std::function<void(const std::string& report)>;
 
   PythonZygote(boost::asio::io_context& io, OrphanGuard& guard, Settings settings, FatalFn onFatal);
-  ~PythonZygote();
+  ~PythonZygote() override;
   PythonZygote(const PythonZygote&) = delete;
   PythonZygote& operator=(const PythonZygote&) = delete;
 
@@ -91,7 +92,7 @@ class PythonZygote {
   // auto: the progress hook wrote the program's imports (learnedPath): the
   // zygote imports them in the background. Once a launch (the hook reports
   // at the first step); no-op when strict.
-  void learnProgramImports();
+  void learnProgramImports() override;
 
  private:
   void start();

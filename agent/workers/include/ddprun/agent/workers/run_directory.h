@@ -28,12 +28,11 @@
 
 namespace ddprun::agent {
 
-// Where PyTorch's flight recorder dumps an attempt's ranks (the workers'
-// TORCH_NCCL_DEBUG_INFO_TEMP_FILE): <attempt dir>/flight_recorder/rank_<global rank>.
+// Where PyTorch's flight recorder dumps an attempt's ranks
+// (<attempt dir>/flight_recorder/rank_<global rank>; FlightRecorderSetup).
 inline std::filesystem::path flightRecorderDir(const std::filesystem::path& attemptDir) {
   return attemptDir / "flight_recorder";
 }
-inline constexpr char kFlightRecorderFilePrefix[] = "rank_";
 
 class RunDirectory {
  public:

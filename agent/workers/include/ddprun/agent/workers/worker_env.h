@@ -28,9 +28,6 @@ struct WorkerIdentity {
   int storePort = 0;
   std::string storePrefix;
   std::string errorFile;
-  // Where PyTorch's flight recorder dumps this worker's trace (a prefix: the
-  // file is <prefix><global rank>); empty: not set up.
-  std::string flightRecorderPrefix;
   std::string token;
   // The interface of this node's rendezvous address ("": leave Gloo and
   // NCCL to choose); variables the user set win.

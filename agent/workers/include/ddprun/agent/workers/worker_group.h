@@ -50,9 +50,10 @@ class WorkerGroup {
 
   // `runIndex` names the attempt's folder (attempt_<runIndex>);
   // `restartCount` is its TORCHELASTIC_RESTART_COUNT (in its events and
-  // failures).
+  // failures); `env`: what its workers inherit (the node's environment and
+  // the attempt's contributions).
   WorkerGroup(boost::asio::io_context& io, const Shared& shared, int runIndex, int restartCount,
-              IdentityFn identity, DoneFn onDone);
+              std::map<std::string, std::string> env, IdentityFn identity, DoneFn onDone);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -110,6 +111,7 @@ class WorkerGroup {
 
   boost::asio::io_context& io_;
   Shared shared_;
+  const std::map<std::string, std::string> env_;
   const int runIndex_;
   const int restartCount_;
   IdentityFn identity_;

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 
+#include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/core/node_lifecycle.h"
 #include "ddprun/agent/core/round_source.h"
 #include "ddprun/agent/core/running_workers.h"
@@ -28,6 +29,9 @@ class WorkerGroupRunner : public GroupRunner, public RunningWorkers {
 
   // Where the workers find their store; set before the first start().
   void useRounds(RoundSource& rounds) { rounds_ = &rounds; }
+  // What each attempt adds to the workers' environment; set before the
+  // first start().
+  void useAttemptEnvironment(AttemptEnvironment& env) { attemptEnv_ = &env; }
   // --preload: workers are forked by the zygote instead of exec'd.
   void useForker(const Forker& forker) { shared_.forker = &forker; }
   // What every worker gets as DDPRUN_TOKEN (a credential for the job's keys).
@@ -44,9 +48,13 @@ class WorkerGroupRunner : public GroupRunner, public RunningWorkers {
   std::optional<int> localRankOf(int pid) const override;
   int rankOf(int localRank) const override;
   void noteCause(int localRank, std::string cause, std::vector<std::string> details) override;
+  bool signal(int pid, int signal) override;
 
   // ddprun's terminal changed size: a running group's terminals follow.
   void resizeTerminals();
+  // SIGCHLD: without a cgroup the agent is the workers' subreaper and reaps
+  // what it adopts (the workers themselves are reaped through their pidfds).
+  void reapAdopted();
   // Ends the last group (the node is exiting).
   void reset() { group_.reset(); }
 
@@ -56,6 +64,7 @@ class WorkerGroupRunner : public GroupRunner, public RunningWorkers {
   boost::asio::io_context& io_;
   WorkerGroup::Shared shared_;
   RoundSource* rounds_ = nullptr;
+  AttemptEnvironment* attemptEnv_ = nullptr;
   std::string workerToken_;
   std::string socketInterface_;
   Attempt attempt_;

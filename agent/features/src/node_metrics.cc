@@ -1,4 +1,4 @@
-#include "ddprun/agent/rounds/node_metrics.h"
+#include "ddprun/agent/features/node_metrics.h"
 
 #include "ddprun/common/node_telemetry.h"
 #include "ddprun/rendezvous/metrics_endpoint.h"
