@@ -27,7 +27,7 @@ namespace {
 constexpr rlim_t kDescriptorsPerNode = 6;
 constexpr rlim_t kNodesPerProcess = 1024;
 
-double clusterCpuSeconds(const test_support::EtcdCluster& cluster) {
+double clusterCpuSeconds(const harness::EtcdCluster& cluster) {
   std::uint64_t ticks = 0;
   for (pid_t pid : cluster.pids()) {
     if (const auto stat = readProcStat(pid)) ticks += stat->cpuTicks;
@@ -68,8 +68,8 @@ struct ShareReport {
 
 // In a child process: nodes [first, first + count) of `n`, joined at once
 // when `goFd` says go.
-ShareReport runShare(const test_support::EtcdCluster& cluster, int n, const std::string& id,
-                     int first, int count, int goFd,
+ShareReport runShare(const harness::EtcdCluster& cluster, int n, const std::string& id, int first,
+                     int count, int goFd,
                      std::vector<std::unique_ptr<rendezvous::EtcdRendezvous>>& nodes) {
   for (int i = first; i < first + count; ++i) {
     rendezvous::EtcdRendezvousOptions options;
@@ -195,7 +195,7 @@ ShareReport readReport(const Share& share) {
 
 // One round of `n` nodes, spread over processes of at most `perProcess`
 // (as real nodes are: each process has its own descriptor limit).
-RoundResult oneRound(const test_support::EtcdCluster& cluster, int n, const std::string& id,
+RoundResult oneRound(const harness::EtcdCluster& cluster, int n, const std::string& id,
                      int perProcess) {
   const int processes = (n + perProcess - 1) / perProcess;
   std::fflush(nullptr);  // a child must not write this process's buffered output again
@@ -298,7 +298,7 @@ std::vector<RendezvousResult> runEtcdRendezvousBenchmark(const RendezvousBenchOp
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
-  test_support::EtcdCluster cluster(3, std::nullopt, test_support::EtcdTiming{100, 1000});
+  harness::EtcdCluster cluster(3, std::nullopt, harness::EtcdTiming{100, 1000});
   std::vector<RendezvousResult> results;
   ::getrlimit(RLIMIT_NOFILE, &limit);
   const int perProcess = static_cast<int>(std::min<rlim_t>(

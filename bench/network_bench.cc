@@ -1,6 +1,6 @@
 // ddprun-network-bench: what a job does when the network fails, under ddprun
 // and under torchrun (the project's current PyTorch), side by side in the
-// same run, on hosts made of network namespaces (tests/support/host_network.h).
+// same run, on hosts made of network namespaces (harness/host_network.h).
 //
 //   detection: an elastic 2:3 job (c10d, keep_alive 1 s x 3, one Python
 //   worker per host training over Gloo). Host 2 is either cut off silently
@@ -32,8 +32,8 @@
 namespace {
 
 using namespace std::chrono_literals;
-using ddprun::test_support::ChildProcess;
-using ddprun::test_support::HostNetwork;
+using ddprun::harness::ChildProcess;
+using ddprun::harness::HostNetwork;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kWorker[] = R"(

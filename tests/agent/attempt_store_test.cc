@@ -51,7 +51,7 @@ TEST(AttemptStore, AnUnusedStoreIsKeptAndAUsedOneReplaced) {
 }
 
 TEST(AttemptStore, AFixedPortIsBoundAgainForEachAttempt) {
-  const std::uint16_t port = test_support::freePort();
+  const std::uint16_t port = harness::freePort();
   AttemptStore store(optionsOn(port));
   for (int attempt = 0; attempt < 3; ++attempt) {
     EXPECT_EQ(store.fresh(), port);

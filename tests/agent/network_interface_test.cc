@@ -17,10 +17,10 @@ TEST(NetworkInterface, LoopbackAndNonAddressesHaveNone) {
 // Inside a host of a HostNetwork, with eth0 isolated and eth1 shared: each
 // address maps to its own interface, IPv4 and IPv6.
 TEST(NetworkInterface, FindsTheInterfaceOfEachAddressOnAHost) {
-  if (const auto why = test_support::HostNetwork::unavailable()) {
+  if (const auto why = harness::HostNetwork::unavailable()) {
     GTEST_SKIP() << "no network namespaces on this machine: " << *why;
   }
-  test_support::HostNetwork net({.hosts = 1, .isolatedInterface = true});
+  harness::HostNetwork net({.hosts = 1, .isolatedInterface = true});
   // This test binary, run again inside the host, answers one query.
   const auto result = net.runIn(0, "/proc/" + std::to_string(::getpid()) +
                                        "/exe --gtest_filter=NetworkInterface.DISABLED_Probe "

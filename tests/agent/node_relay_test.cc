@@ -29,7 +29,7 @@ namespace ddprun::agent {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::RawSocket;
+using harness::RawSocket;
 namespace protocol = rendezvous::protocol;
 
 std::string u64(std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
@@ -43,7 +43,7 @@ const std::string kValidate("\x00\xCE\xF7\x85\x3C", 5);
 // PyTorch 2.2+'s opcodes.
 const std::string kSet("\x01", 1), kGet("\x03", 1), kAdd("\x04", 1), kWait("\x06", 1);
 
-using test_support::waitUntil;
+using harness::waitUntil;
 // The relay lives beside the store; the rounds that run it are the agent's.
 using rendezvous::NodeRelay;
 using rendezvous::RelayCounters;

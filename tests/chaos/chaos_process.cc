@@ -77,7 +77,7 @@ std::vector<pid_t> stillRunningAfter(const std::set<pid_t>& pids, std::chrono::m
   return running;
 }
 
-StartedProcess::StartedProcess(std::unique_ptr<test_support::ChildProcess> child)
+StartedProcess::StartedProcess(std::unique_ptr<harness::ChildProcess> child)
     : child_(std::move(child)), ends_(pidDescriptor(child_->pid())) {}
 
 StartedProcess::~StartedProcess() {

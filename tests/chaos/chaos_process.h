@@ -58,7 +58,7 @@ struct Process {
 
 class StartedProcess : public Process {
  public:
-  explicit StartedProcess(std::unique_ptr<test_support::ChildProcess> child);
+  explicit StartedProcess(std::unique_ptr<harness::ChildProcess> child);
   ~StartedProcess() override;
   void watch(std::vector<pollfd>& fds) const override;
   bool poll() override;
@@ -67,7 +67,7 @@ class StartedProcess : public Process {
 
  private:
   void deliver(int sig) override { child_->signal(sig); }
-  std::unique_ptr<test_support::ChildProcess> child_;
+  std::unique_ptr<harness::ChildProcess> child_;
   int ends_ = -1;  // a pidfd: readable once it has ended
 };
 

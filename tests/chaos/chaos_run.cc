@@ -35,8 +35,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using test_support::HostNetwork;
-using test_support::SlurmCluster;
+using harness::HostNetwork;
+using harness::SlurmCluster;
 using Clock = std::chrono::steady_clock;
 
 const std::string kDdprun = std::string(DDPRUN_BIN_DIR) + "/ddprun";
@@ -185,7 +185,7 @@ class Run {
   std::vector<std::unique_ptr<Process>> agents_;  // every one started, in order
   std::map<int, std::size_t> current_;            // host -> its agent now
   std::unique_ptr<StartedProcess> daemon_;
-  std::unique_ptr<test_support::EtcdCluster> etcd_;  // etcd jobs: member h on host h
+  std::unique_ptr<harness::EtcdCluster> etcd_;  // etcd jobs: member h on host h
   std::vector<std::unique_ptr<StartedProcess>> oldDaemons_;
   std::vector<Timed> timed_;
   std::map<int, std::unique_ptr<LogDisk>> logDisks_;  // hosts with a disk-full fault
@@ -205,7 +205,7 @@ HostShell Run::hostShell(int host) const {
     };
   }
   return [](const std::string& command) {
-    test_support::ChildProcess shell({"/bin/sh", "-c", command});
+    harness::ChildProcess shell({"/bin/sh", "-c", command});
     return shell.wait(30s).value_or(-1);
   };
 }
@@ -337,11 +337,11 @@ void Run::startDaemon() {
 }
 
 void Run::startEtcd() {
-  test_support::EtcdHosts hosts;
+  harness::EtcdHosts hosts;
   for (int h = 0; h < kHosts; ++h) hosts.addresses.push_back(net().address(h));
   hosts.inHost = [this](int h, std::vector<std::string> argv) { return net().inHost(h, argv); };
-  etcd_ = std::make_unique<test_support::EtcdCluster>(kHosts, std::nullopt,
-                                                      test_support::EtcdTiming{}, hosts);
+  etcd_ =
+      std::make_unique<harness::EtcdCluster>(kHosts, std::nullopt, harness::EtcdTiming{}, hosts);
 }
 
 // Worker lines: "start rank R world W pid P ...", "checksum X" (and "step
@@ -703,7 +703,7 @@ void Run::checkInvariants(RunResult& result) {
 }  // namespace
 
 RunResult runPlan(const Plan& plan, const fs::path& folder, bool verbose,
-                  test_support::SlurmCluster* slurm) {
+                  harness::SlurmCluster* slurm) {
   Run run(plan, folder, verbose, slurm);
   return run.go();
 }

@@ -1,5 +1,5 @@
 // ChaosRun: runs one ChaosPlan on hosts made of network namespaces
-// (tests/support/host_network.h): three ddprun agents, 2 workers each
+// (harness/host_network.h): three ddprun agents, 2 workers each
 // (tests/chaos/chaos_train.py, or chaos_train.cc on ddprun::worker), with
 // ddprun-rendezvous or an etcd member per host where the plan's store needs
 // them, each agent's --log_dir on a tmpfs where a disk-full fault needs
@@ -36,7 +36,7 @@
 
 #include "chaos_plan.h"
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 class SlurmCluster;
 }
 
@@ -56,6 +56,6 @@ struct RunResult {
 // each tmpfs log directory). `verbose`: the agents' output goes to stderr as it comes.
 // `slurm`: the cluster a Store::kSlurm plan runs on (kept from run to run).
 RunResult runPlan(const Plan& plan, const std::filesystem::path& folder, bool verbose,
-                  test_support::SlurmCluster* slurm = nullptr);
+                  harness::SlurmCluster* slurm = nullptr);
 
 }  // namespace ddprun::chaos

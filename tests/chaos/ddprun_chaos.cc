@@ -9,7 +9,7 @@
 //   ddprun-chaos --slurm --seed 1 --each-kind   the same on a Slurm cluster
 //
 // With --slurm the jobs are Slurm job steps on a real Slurm cluster of three
-// nodes (tests/support/slurm_cluster.h), started once for all runs: one
+// nodes (harness/slurm_cluster.h), started once for all runs: one
 // `srun ddprun` per node, and only the faults that can happen to a step.
 // `--supervise PREFIX -- PROGRAM ARGS...` is how each such task runs its
 // agent (chaos_process.h).
@@ -116,13 +116,13 @@ int main(int argc, char** argv) {
     for (int i = 0; i < total; ++i) std::cout << ddprun::chaos::describe(planOf(i)) << "\n";
     return 0;
   }
-  if (const auto why = ddprun::test_support::HostNetwork::unavailable()) {
+  if (const auto why = ddprun::harness::HostNetwork::unavailable()) {
     std::cerr << "ddprun-chaos: cannot make hosts on this machine: " << *why << "\n";
     return 77;  // ctest's "skipped", as the network tests skip
   }
-  std::unique_ptr<ddprun::test_support::SlurmCluster> cluster;
+  std::unique_ptr<ddprun::harness::SlurmCluster> cluster;
   if (slurm) {
-    using ddprun::test_support::SlurmCluster;
+    using ddprun::harness::SlurmCluster;
     if (const auto why = SlurmCluster::unavailable()) {
       std::cerr << "ddprun-chaos: no Slurm cluster on this machine: " << *why << "\n";
       return 77;

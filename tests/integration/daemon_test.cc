@@ -23,14 +23,14 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
+using harness::ChildProcess;
+using harness::RawSocket;
 using rendezvous::StoreClient;
 using rendezvous::StoreClientOptions;
-using test_support::ChildProcess;
-using test_support::RawSocket;
 
-using test_support::Daemon;
-using test_support::kDaemon;
-using test_support::kToken;
+using harness::Daemon;
+using harness::kDaemon;
+using harness::kToken;
 
 TEST(Daemon, PrintsItsAddressFirstAndServes) {
   Daemon daemon;
@@ -156,7 +156,7 @@ TEST(Daemon, NodesLostWhileItWasFrozenDoNotCrashIt) {
   const int before = establishedTo(daemon.port());
   nodes[1].reset();  // unread data: the kernel resets the connection
   nodes[2].reset();
-  ASSERT_TRUE(test_support::waitUntil([&] { return establishedTo(daemon.port()) <= before - 2; }));
+  ASSERT_TRUE(harness::waitUntil([&] { return establishedTo(daemon.port()) <= before - 2; }));
   daemon.process().signal(SIGCONT);
   // a hears that the job failed: two of its three fixed nodes are gone.
   std::optional<rendezvous::protocol::Event> event;

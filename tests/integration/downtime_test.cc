@@ -20,15 +20,15 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::ChildProcess;
-using test_support::freePort;
-using test_support::launchDir;
-using test_support::readText;
-using test_support::runCommand;
-using test_support::runDdprun;
-using test_support::scratch;
-using test_support::testPython;
-using test_support::writeScript;
+using harness::ChildProcess;
+using harness::freePort;
+using harness::launchDir;
+using harness::readText;
+using harness::runCommand;
+using harness::runDdprun;
+using harness::scratch;
+using harness::testPython;
+using harness::writeScript;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -141,7 +141,7 @@ TEST(Downtime, AFailureAfterTrainingIsTimedPhaseByPhaseAndTheReportShowsIt) {
   // The report, as text and as a page.
   const fs::path page = dir / "report.html";
   const auto report = runCommand(
-      {test_support::kDdprun, "report", (dir / "logs").string(), "--html", page.string()}, {}, 30s);
+      {harness::kDdprun, "report", (dir / "logs").string(), "--html", page.string()}, {}, 30s);
   ASSERT_EQ(report.code, 0) << report.err;
   EXPECT_NE(report.out.find("1 incident, "), std::string::npos) << report.out;
   EXPECT_NE(report.out.find("incident 1 at "), std::string::npos) << report.out;
@@ -152,7 +152,7 @@ TEST(Downtime, AFailureAfterTrainingIsTimedPhaseByPhaseAndTheReportShowsIt) {
 
   // Headless Chromium renders the page; a copy with a script that measures
   // what it laid out says what a reader sees.
-  const fs::path artifacts = fs::path(test_support::kBinDir).parent_path() / "test-artifacts";
+  const fs::path artifacts = fs::path(harness::kBinDir).parent_path() / "test-artifacts";
   fs::create_directories(artifacts);
   const fs::path shot =
       artifacts / fmt::format("downtime_report{}.png",
@@ -248,7 +248,7 @@ dist.init_process_group("gloo")
   std::vector<std::unique_ptr<ChildProcess>> nodes;
   for (int rank = 0; rank < 2; ++rank) {
     nodes.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{test_support::kDdprun, "--nproc_per_node=2", "--nnodes=2",
+        std::vector<std::string>{harness::kDdprun, "--nproc_per_node=2", "--nnodes=2",
                                  "--node_rank=" + std::to_string(rank), "--master_addr=127.0.0.1",
                                  "--master_port=" + std::to_string(port),
                                  "--local_addr=127.0.0." + std::to_string(rank + 1),
@@ -370,7 +370,7 @@ TEST(Downtime, ANodeAloneServesItsDowntimeMetrics) {
       R"(if [ "$LOCAL_RANK$TORCHELASTIC_RESTART_COUNT" = 00 ]; then exit 3; fi; )"
       "while [ ! -e " +
       stop + " ]; do sleep 0.05; done";
-  ChildProcess ddprun({test_support::kDdprun, "--nproc_per_node=2", "--max_restarts=1",
+  ChildProcess ddprun({harness::kDdprun, "--nproc_per_node=2", "--max_restarts=1",
                        "--metrics_port=" + std::to_string(port), "/bin/sh", "-c", script},
                       {});
   std::map<std::string, double> m;
@@ -381,9 +381,9 @@ TEST(Downtime, ANodeAloneServesItsDowntimeMetrics) {
     return -1.0;
   };
   // The incident ended (training again): its first_step phase is counted.
-  const bool ended = test_support::waitUntil(
+  const bool ended = harness::waitUntil(
       [&] {
-        m = test_support::parseMetrics(test_support::httpGet(port, "/metrics").second);
+        m = harness::parseMetrics(harness::httpGet(port, "/metrics").second);
         for (const auto& [key, value] : m) {
           if (key.starts_with("ddprun_incident_phase_seconds_count{") &&
               key.find("phase=\"first_step\"") != std::string::npos && value == 1) {
@@ -395,7 +395,7 @@ TEST(Downtime, ANodeAloneServesItsDowntimeMetrics) {
       60s, 100ms);
   std::ofstream(stop).put('1');
   const auto code = ddprun.wait(60s);
-  ASSERT_TRUE(ended) << test_support::httpGet(port, "/metrics").second << ddprun.stderrText();
+  ASSERT_TRUE(ended) << harness::httpGet(port, "/metrics").second << ddprun.stderrText();
   EXPECT_EQ(code, 0) << ddprun.stderrText();
   EXPECT_EQ(metric("ddprun_incidents_total{"), 1);
   EXPECT_GT(metric("ddprun_lost_seconds_total{"), 0);
@@ -409,11 +409,11 @@ TEST(Downtime, ANodeAloneServesItsDowntimeMetrics) {
 TEST(Downtime, ReportRefusesWhatIsNotARunWithOneLine) {
   const fs::path dir = scratch();
   fs::create_directories(dir / "empty");
-  const auto r = runCommand({test_support::kDdprun, "report", (dir / "empty").string()}, {}, 30s);
+  const auto r = runCommand({harness::kDdprun, "report", (dir / "empty").string()}, {}, 30s);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("ddprun report: error: no events.jsonl under "), std::string::npos) << r.err;
   const auto missing =
-      runCommand({test_support::kDdprun, "report", (dir / "nothing-here").string()}, {}, 30s);
+      runCommand({harness::kDdprun, "report", (dir / "nothing-here").string()}, {}, 30s);
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("is neither a run directory nor an event log"), std::string::npos)
       << missing.err;

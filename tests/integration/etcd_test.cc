@@ -35,9 +35,9 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::EtcdCluster;
-using test_support::Node;
-using test_support::startNode;
+using harness::EtcdCluster;
+using harness::Node;
+using harness::startNode;
 
 // The members of `cluster` that process `pid` has TCP connections to (its
 // sockets' inodes matched in /proc/<pid>/net/tcp), each as often as it has.
@@ -81,7 +81,7 @@ class EtcdRendezvousTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    dir_ = test_support::scratch();
+    dir_ = harness::scratch();
     rdzvId_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
 
@@ -221,7 +221,7 @@ class EtcdRendezvousTest : public ::testing::Test {
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - killed;
       std::cout << fmt::format("[ measured ] node rank {} exited {:.1f} s after the signal\n", rank,
                                took.count());
-      for (const std::string& text : {nodes[rank].err, test_support::readText(errorFile(rank))}) {
+      for (const std::string& text : {nodes[rank].err, harness::readText(errorFile(rank))}) {
         EXPECT_NE(text.find("the job lost a node: node "), std::string::npos) << text;
         EXPECT_NE(text.find(named), std::string::npos) << text;
         EXPECT_NE(text.find("Its nodes are a fixed set (a Slurm job step's 3), so a lost node "
@@ -469,8 +469,8 @@ TEST_F(EtcdRendezvousTest, AKilledJobsKeysExpireAndItsIdStartsAfresh) {
   for (auto& n : nodes) n.process->signal(SIGKILL);
   for (auto& n : nodes) n.finish();
   const auto status =
-      test_support::runDdprun({"status", "--rdzv_backend=etcd",
-                               "--rdzv_endpoint=" + cluster_->endpoints(), "--rdzv_id=" + rdzvId_});
+      harness::runDdprun({"status", "--rdzv_backend=etcd",
+                          "--rdzv_endpoint=" + cluster_->endpoints(), "--rdzv_id=" + rdzvId_});
   EXPECT_EQ(status.code, 0) << status.err;
   EXPECT_NE(status.out.find("restarts: 1 of 3 used"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("with none, they expire in"), std::string::npos) << status.out;
@@ -483,8 +483,8 @@ TEST_F(EtcdRendezvousTest, AKilledJobsKeysExpireAndItsIdStartsAfresh) {
   }
   for (auto& n : nodes) ASSERT_TRUE(n.waitFor("started", 2, 30s)) << n.err;
   const auto fresh =
-      test_support::runDdprun({"status", "--rdzv_backend=etcd",
-                               "--rdzv_endpoint=" + cluster_->endpoints(), "--rdzv_id=" + rdzvId_});
+      harness::runDdprun({"status", "--rdzv_backend=etcd",
+                          "--rdzv_endpoint=" + cluster_->endpoints(), "--rdzv_id=" + rdzvId_});
   EXPECT_NE(fresh.out.find("round 1 running"), std::string::npos) << fresh.out;
   EXPECT_NE(fresh.out.find("restarts: 0 of 3 used"), std::string::npos) << fresh.out;
   std::ofstream(dir_ / "go").put('1');
@@ -611,7 +611,7 @@ TEST_F(EtcdRendezvousTest, AnEtcdMemberKilledMidJobChangesNothing) {
 // of torchrun's etcd backends reach it; without the client certificate
 // etcd refuses the node, which says so.
 TEST_F(EtcdRendezvousTest, TlsWithClientCertificates) {
-  const auto tls = test_support::EtcdTls::make(dir_ / "tls");
+  const auto tls = harness::EtcdTls::make(dir_ / "tls");
   EtcdCluster secure(1, tls);
   const std::string endpoint = "--rdzv_endpoint=https://" + secure.endpoint(0);
   const std::string conf = fmt::format("--rdzv_conf=cacert={},cert={},key={}", tls.ca(),
@@ -631,7 +631,7 @@ TEST_F(EtcdRendezvousTest, TlsWithClientCertificates) {
 }
 
 TEST_F(EtcdRendezvousTest, UnreachableEtcdFailsWithAClearMessageAfterTheTimeout) {
-  const auto port = test_support::freePort();
+  const auto port = harness::freePort();
   Node n =
       node({"--nnodes=2", "--rdzv_backend=etcd", fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
             "--rdzv_id=x", "--rdzv_conf=join_timeout=2"},
@@ -739,14 +739,14 @@ class StatusCommandTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StatusCommandTest, AgreesWithWhatTheAgentsLog) {
   const std::string backend = GetParam();
-  const auto dir = test_support::scratch();
+  const auto dir = harness::scratch();
   std::unique_ptr<EtcdCluster> etcd;
   std::string endpoint;
   if (backend == "etcd") {
     etcd = std::make_unique<EtcdCluster>(1);
     endpoint = etcd->endpoints();
   } else {
-    endpoint = fmt::format("127.0.0.1:{}", test_support::freePort());
+    endpoint = fmt::format("127.0.0.1:{}", harness::freePort());
   }
   const std::string script = fmt::format(
       "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then if [ $RANK = 3 ]; then exit 3; fi; sleep 60; "
@@ -770,10 +770,9 @@ TEST_P(StatusCommandTest, AgreesWithWhatTheAgentsLog) {
     ASSERT_TRUE(std::regex_search(n.err, rank, round2)) << n.err;
     rankOfNode[id[1]] = rank[1];
   }
-  const auto r =
-      test_support::runDdprun({"status", "--rdzv_endpoint=" + endpoint, "--rdzv_id=status-job",
-                               "--rdzv_backend=" + backend, "--json"},
-                              {}, 30s);
+  const auto r = harness::runDdprun({"status", "--rdzv_endpoint=" + endpoint,
+                                     "--rdzv_id=status-job", "--rdzv_backend=" + backend, "--json"},
+                                    {}, 30s);
   ASSERT_EQ(r.code, 0) << r.err;
   const auto status = nlohmann::json::parse(r.out);
   EXPECT_EQ(status["state"], "running");
@@ -792,9 +791,9 @@ TEST_P(StatusCommandTest, AgreesWithWhatTheAgentsLog) {
   EXPECT_EQ(status["last_failure"]["round"], 1);
   EXPECT_TRUE(rankOfNode.contains(status["last_failure"]["node_id"].get<std::string>()));
   // The table says the same.
-  const auto table = test_support::runDdprun({"status", "--rdzv_endpoint=" + endpoint,
-                                              "--rdzv_id=status-job", "--rdzv_backend=" + backend},
-                                             {}, 30s);
+  const auto table = harness::runDdprun({"status", "--rdzv_endpoint=" + endpoint,
+                                         "--rdzv_id=status-job", "--rdzv_backend=" + backend},
+                                        {}, 30s);
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("round 2 running"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("restarts: 1 of 2 used"), std::string::npos) << table.out;
@@ -802,10 +801,9 @@ TEST_P(StatusCommandTest, AgreesWithWhatTheAgentsLog) {
   std::ofstream(dir / "go").put('1');
   for (auto& n : nodes) EXPECT_EQ(n.finish(), 0) << n.err;
   // A rendezvous nobody has joined: exit code 1 and a message.
-  const auto missing =
-      test_support::runDdprun({"status", "--rdzv_endpoint=" + endpoint, "--rdzv_id=status-job",
-                               "--rdzv_backend=" + backend},
-                              {}, 30s);
+  const auto missing = harness::runDdprun({"status", "--rdzv_endpoint=" + endpoint,
+                                           "--rdzv_id=status-job", "--rdzv_backend=" + backend},
+                                          {}, 30s);
   EXPECT_EQ(missing.code, 1);
 }
 

@@ -28,13 +28,13 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::ChildProcess;
-using test_support::freePort;
-using test_support::kDdprun;
-using test_support::runCommand;
-using test_support::RunResult;
-using test_support::scratch;
-using test_support::TerminalProcess;
+using harness::ChildProcess;
+using harness::freePort;
+using harness::kDdprun;
+using harness::runCommand;
+using harness::RunResult;
+using harness::scratch;
+using harness::TerminalProcess;
 namespace fs = std::filesystem;
 
 const std::string kVenvBin = DDPRUN_VENV_BIN;

@@ -23,10 +23,10 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
+using harness::Daemon;
+using harness::kToken;
+using harness::RawSocket;
 using rendezvous::StoreClient;
-using test_support::Daemon;
-using test_support::kToken;
-using test_support::RawSocket;
 namespace protocol = rendezvous::protocol;
 
 std::string u64(std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
@@ -276,9 +276,9 @@ TEST(HostileClients, SilentAndHalfOpenConnectionsFromAStranger) {
 // itself, so a real client still gets in long before the handshake
 // deadline would have freed anything.
 TEST(HostileClients, OutOfDescriptorsTheOldestStrangerMakesRoom) {
-  test_support::ChildProcess daemon({"/usr/bin/prlimit", "--nofile=64:64", test_support::kDaemon,
-                                     "--host", "127.0.0.1", "--port", "0"},
-                                    {{"DDPRUN_TOKEN", kToken}});
+  harness::ChildProcess daemon({"/usr/bin/prlimit", "--nofile=64:64", harness::kDaemon, "--host",
+                                "127.0.0.1", "--port", "0"},
+                               {{"DDPRUN_TOKEN", kToken}});
   const auto line = daemon.readStdoutLine(10s);
   ASSERT_TRUE(line) << daemon.stderrText();
   const auto port = static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
@@ -385,7 +385,7 @@ TEST(HostileClients, ClientTextIsEscapedAndFloodsAreLoggedBriefly) {
 // The same store code runs inside every agent: attacked while a job runs,
 // the job still finishes cleanly.
 TEST(HostileClients, AnAgentsStoreUnderAttackStillFinishesItsJob) {
-  test_support::ChildProcess job(
+  harness::ChildProcess job(
       {std::string(DDPRUN_BIN_DIR) + "/ddprun", "--nproc_per_node=2", "--log_prefix=", "/bin/sh",
        "-c", "echo PORT $DDPRUN_STORE_PORT; sleep 3; echo DONE $RANK"},
       {{"DDPRUN_TOKEN", ""}});

@@ -20,7 +20,7 @@
 #include "scratch_folder.h"
 #include "unused_port.h"
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 inline const std::string kBinDir = DDPRUN_BIN_DIR;
 inline const std::string kDdprun = kBinDir + "/ddprun";
@@ -205,4 +205,4 @@ inline std::unique_ptr<ChildProcess> startAndWait(
   return process;
 }
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -22,19 +22,19 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::ChildProcess;
-using test_support::goneWithin;
-using test_support::kBinDir;
-using test_support::kDdprun;
-using test_support::linesWith;
-using test_support::processGone;
-using test_support::runDdprun;
+using harness::ChildProcess;
+using harness::goneWithin;
+using harness::kBinDir;
+using harness::kDdprun;
+using harness::linesWith;
+using harness::processGone;
+using harness::runDdprun;
 namespace fs = std::filesystem;
 
-using test_support::args;
-using test_support::scratch;
-using test_support::sh;
-using test_support::startAndWait;
+using harness::args;
+using harness::scratch;
+using harness::sh;
+using harness::startAndWait;
 
 // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT (torchrun 2.13+): a worker in D
 // state that long makes the node unhealthy: no restart, and the job fails
@@ -222,14 +222,14 @@ TEST(Launcher, RestartsInARowBackOff) {
 // the worker whose timer expired, and the restarted job finishes.
 TEST(Launcher, TheCppFileTimerKillsAHungWorker) {
   const auto r = runDdprun({"--nproc_per_node=2", "--max_restarts=1",
-                            "--log_prefix=", test_support::kBinDir + "/timed_worker", "--hang"},
+                            "--log_prefix=", harness::kBinDir + "/timed_worker", "--hang"},
                            {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(linesWith(r.out, "attempt "), (std::vector<std::string>{"1 done", "1 done"})) << r.out;
   EXPECT_NE(r.err.find("Worker rank 1: file timer 'cpp_stuck_step'"), std::string::npos) << r.err;
 
   // Without the timer server, expires() says how to get one.
-  const auto without = runDdprun({test_support::kBinDir + "/timed_worker"});
+  const auto without = runDdprun({harness::kBinDir + "/timed_worker"});
   EXPECT_EQ(without.code, 1);
   EXPECT_NE(without.err.find("TORCHELASTIC_ENABLE_FILE_TIMER=1"), std::string::npos) << without.err;
 }
@@ -282,7 +282,7 @@ TEST(Launcher, TheWatchdogLeavesAQuietButHealthyJobAlone) {
   // rank 0 is done (a FIFO: its open blocks in the kernel), as at a barrier
   // during rank 0's evaluation. However late either starts, rank 1 never
   // waits alone.
-  const auto fifo = test_support::scratch() / "barrier";
+  const auto fifo = harness::scratch() / "barrier";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const auto r =
       runDdprun(args({"--nproc_per_node=2", "--watchdog_timeout=1.5"},
@@ -431,11 +431,11 @@ TEST(Launcher, ASecondSignalKillsTheWorkersAtOnce) {
   process->signal(SIGTERM);
   // Both workers ran their trap: the first signal reached them.
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (linesWith(test_support::readText(trapped), "trapped").size() < 2 &&
+  while (linesWith(harness::readText(trapped), "trapped").size() < 2 &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);
   }
-  ASSERT_EQ(linesWith(test_support::readText(trapped), "trapped").size(), 2u);
+  ASSERT_EQ(linesWith(harness::readText(trapped), "trapped").size(), 2u);
   // The window in which a repeat counts as the same delivery is 0.5 s.
   std::this_thread::sleep_for(600ms);
   process->signal(SIGTERM);
@@ -456,7 +456,7 @@ TEST(Launcher, CoreutilsTimeoutKeepsTheWorkersGracePeriod) {
   const auto worker = sh("trap 'sleep 1; echo saved $RANK; exit 0' TERM; echo $$ >> " +
                          pids.string() + "; while :; do sleep 0.05; done");
   argv.insert(argv.end(), worker.begin(), worker.end());
-  const auto r = test_support::runCommand(argv, {}, 60s);
+  const auto r = harness::runCommand(argv, {}, 60s);
   EXPECT_EQ(r.code, 124) << r.err;  // timeout's code after its signal
   EXPECT_EQ(linesWith(r.out, "saved ").size(), 2u) << r.out << r.err;
   EXPECT_EQ(r.err.find("killing the workers now"), std::string::npos) << r.err;
@@ -620,7 +620,7 @@ TEST(Launcher, LogFilesFollowTorchrunsLayout) {
   EXPECT_EQ(r.out.find("out "), std::string::npos) << "redirected output reached the console";
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (int rank = 0; rank < 2; ++rank) {
-      const fs::path rankDir = test_support::launchDir(dir, "layout") /
+      const fs::path rankDir = harness::launchDir(dir, "layout") /
                                fmt::format("attempt_{}", attempt) / std::to_string(rank);
       std::ifstream out(rankDir / "stdout.log");
       std::string line;
@@ -640,11 +640,11 @@ TEST(Launcher, TeeWritesFilesAndConsole) {
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("[rank 0]: visible"), std::string::npos);
   EXPECT_NE(r.err.find("[rank 0]: hidden-err"), std::string::npos);
-  std::ifstream out(test_support::launchDir(dir, "tee") / "attempt_0/0/stdout.log");
+  std::ifstream out(harness::launchDir(dir, "tee") / "attempt_0/0/stdout.log");
   std::string line;
   std::getline(out, line);
   EXPECT_EQ(line, "visible");
-  EXPECT_FALSE(fs::exists(test_support::launchDir(dir, "tee") / "attempt_0/0/stderr.log"));
+  EXPECT_FALSE(fs::exists(harness::launchDir(dir, "tee") / "attempt_0/0/stderr.log"));
 }
 
 TEST(Launcher, PerRankRedirectsAcceptMultiDigitRanks) {
@@ -656,7 +656,7 @@ TEST(Launcher, PerRankRedirectsAcceptMultiDigitRanks) {
   EXPECT_EQ(r.out.find("[rank 11]: hi"), std::string::npos);
   EXPECT_EQ(r.out.find("[rank 3]: hi"), std::string::npos);
   EXPECT_NE(r.out.find("[rank 10]: hi 10"), std::string::npos);
-  EXPECT_TRUE(fs::exists(test_support::launchDir(dir, "many") / "attempt_0/11/stdout.log"));
+  EXPECT_TRUE(fs::exists(harness::launchDir(dir, "many") / "attempt_0/11/stdout.log"));
 }
 
 TEST(Launcher, LocalRanksFilterShowsOnlyChosenRanks) {

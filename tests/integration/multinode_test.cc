@@ -25,14 +25,14 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::ChildProcess;
-using test_support::freePort;
-using test_support::kBinDir;
-using test_support::kDdprun;
+using harness::ChildProcess;
+using harness::freePort;
+using harness::kBinDir;
+using harness::kDdprun;
 
-using test_support::kToken;
-using test_support::Node;
-using test_support::startNode;
+using harness::kToken;
+using harness::Node;
+using harness::startNode;
 
 // The port a ddprun-rendezvous started with --port 0 prints; 0 if none.
 std::uint16_t daemonPort(ChildProcess& daemon) {
@@ -63,7 +63,7 @@ std::vector<std::string> dynamicOptions(std::uint16_t port, int index, const std
 // A worker that prints `what` and then waits until the test says stop (a
 // file), not for a time a loaded machine may outlast.
 struct StopFile {
-  std::filesystem::path path = test_support::scratch() / "stop";
+  std::filesystem::path path = harness::scratch() / "stop";
   std::string script(const std::string& what) const {
     return fmt::format("echo {}; while [ ! -e {} ]; do sleep 0.05; done", what, path.string());
   }
@@ -84,7 +84,7 @@ TEST(MultiNode, StaticJobWithUnequalNodes) {
   std::set<std::string> lines;
   for (auto& node : nodes) {
     ASSERT_EQ(node.finish(), 0) << node.err;
-    for (const auto& line : test_support::linesWith(node.out, "W ")) lines.insert(line);
+    for (const auto& line : harness::linesWith(node.out, "W ")) lines.insert(line);
   }
   // Global rank = local world sizes of lower node ranks + local rank.
   const std::set<std::string> expected = {"0 0 6 0 3 1 127.0.0.1", "1 0 6 1 3 2 127.0.0.1",
@@ -138,7 +138,7 @@ TEST(MultiNode, KilledAgentTakesItsWorkersAndTheOthersGoOn) {
   // The survivors restart into a round of 2 nodes without spending restarts.
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(nodes[i].waitFor("world 4", 2, 60s)) << nodes[i].err;
   for (pid_t pid : orphans)
-    EXPECT_TRUE(test_support::processGone(pid)) << "worker " << pid << " survived";
+    EXPECT_TRUE(harness::processGone(pid)) << "worker " << pid << " survived";
   stop.create();
   for (int i = 0; i < 2; ++i) EXPECT_EQ(nodes[i].finish(), 0) << nodes[i].err;
 }
@@ -220,7 +220,7 @@ TEST(MultiNode, ASignalWhileTheFailureReportWaitsEndsTheNodeAtOnce) {
 TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
   const std::uint16_t port = freePort();
   // In a fresh folder: a flag left by an earlier run would fail rank 3 early.
-  const std::string flag = (test_support::scratch() / "printed").string();
+  const std::string flag = (harness::scratch() / "printed").string();
   std::vector<Node> nodes;
   for (int r = 0; r < 2; ++r) {
     nodes.push_back(startNode(
@@ -241,7 +241,7 @@ TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
     EXPECT_NE(node.err.find("FAILED after 3 attempts"), std::string::npos) << node.err;
   }
   // Restarts are counted once per failed round for the whole job: 0, 1, 2.
-  EXPECT_EQ(test_support::linesWith(nodes[0].out, "[rank 0]: attempt "),
+  EXPECT_EQ(harness::linesWith(nodes[0].out, "[rank 0]: attempt "),
             (std::vector<std::string>{"0", "1", "2"}));
 }
 
@@ -316,14 +316,14 @@ TEST(MultiNode, AWaitingNodeSaysWhatItWaitsForAndTimesOutNamingTheMissingNodes) 
                         "true", {{"DDPRUN_TOKEN", kToken}, {"DDPRUN_PROGRESS_INTERVAL", "0.5"}});
   EXPECT_EQ(node.finish(), 1) << node.err;
   // stderr is a pipe here: whole lines, one per interval.
-  const auto lines = test_support::linesWith(node.err, "ddprun: waiting for nodes: ");
+  const auto lines = harness::linesWith(node.err, "ddprun: waiting for nodes: ");
   EXPECT_GE(lines.size(), 2u) << node.err;
   for (const auto& line : lines) {
     EXPECT_TRUE(
         std::regex_match(line, std::regex("1 of 2 joined; missing: node rank 1 \\([0-9] s\\)")))
         << line;
   }
-  const auto errors = test_support::linesWith(node.err, "ddprun: error: ");
+  const auto errors = harness::linesWith(node.err, "ddprun: error: ");
   ASSERT_EQ(errors.size(), 1u) << node.err;
   EXPECT_NE(errors[0].find(fmt::format("127.0.0.1:{}", port)), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("1 of 2 nodes joined; missing: node rank 1"), std::string::npos)
@@ -353,10 +353,10 @@ TEST(MultiNode, ANodeStoppedBySigtermIsNamedByTheOthers) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(nodes[r].finish(30s), 1) << nodes[r].err;
     EXPECT_NE(nodes[r].err.find("Round 1 ended (node "), std::string::npos) << nodes[r].err;
-    const auto waiting = test_support::linesWith(nodes[r].err, "ddprun: waiting for nodes: ");
+    const auto waiting = harness::linesWith(nodes[r].err, "ddprun: waiting for nodes: ");
     ASSERT_FALSE(waiting.empty()) << nodes[r].err;
     for (const auto& line : waiting) EXPECT_NE(line.find(left), std::string::npos) << line;
-    const auto errors = test_support::linesWith(nodes[r].err, "ddprun: error: ");
+    const auto errors = harness::linesWith(nodes[r].err, "ddprun: error: ");
     ASSERT_EQ(errors.size(), 1u) << nodes[r].err;
     // The second to time out names the first as a node that gave up.
     EXPECT_NE(errors[0].find(" of 3 nodes joined; missing: node "), std::string::npos)
@@ -532,8 +532,8 @@ TEST(MultiNode, AnOpenDaemonServesNodesWithoutAToken) {
 namespace ddprun {
 namespace {
 
-using test_support::httpGet;
-using test_support::parseMetrics;
+using harness::httpGet;
+using harness::parseMetrics;
 
 // A ddprun-rendezvous with the job's token and a metrics endpoint, both
 // on free ports (the daemon prints them: the store's, then the metrics').
@@ -559,7 +559,7 @@ TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
   ASSERT_TRUE(daemon.started()) << daemon.process.stderrText();
   const std::uint16_t port = daemon.port;
   const std::uint16_t metricsPort = daemon.metricsPort;
-  const auto dir = test_support::scratch();
+  const auto dir = harness::scratch();
   // Round 1: rank 3 fails; round 2 waits for `go`.
   const std::string script = fmt::format(
       "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then if [ $RANK = 3 ]; then exit 3; fi; sleep 60; "
@@ -603,7 +603,7 @@ TEST(MultiNode, TheDaemonsMetricsFollowTheJob) {
 // agents publish their relays' counters where the rendezvous lives: the
 // daemon's /metrics and `ddprun status` show them per node.
 TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
-  if (test_support::ChildProcess({"/usr/bin/python3", "-c", "import torch"}).wait(60s) != 0) {
+  if (harness::ChildProcess({"/usr/bin/python3", "-c", "import torch"}).wait(60s) != 0) {
     GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/setup)";
   }
   MetricsDaemon daemon;
@@ -628,7 +628,7 @@ TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
   // Published every few seconds: wait for both nodes' two requests.
   std::map<std::string, double> m;
   double requests = 0;
-  const bool published = test_support::waitUntil(
+  const bool published = harness::waitUntil(
       [&] {
         m = parseMetrics(httpGet(metricsPort, "/metrics").second);
         requests = 0;
@@ -642,7 +642,7 @@ TEST(MultiNode, TheRelaysCountersShowInStatusAndMetrics) {
   EXPECT_EQ(requests, 4);  // each node: its two workers' ADD
   EXPECT_TRUE(m.contains("ddprun_store_connections_by_address{address=\"127.0.0.2\"}"));
   EXPECT_TRUE(m.contains("ddprun_store_connections_by_address{address=\"127.0.0.3\"}"));
-  const auto status = test_support::runDdprun(
+  const auto status = harness::runDdprun(
       {"status", fmt::format("--rdzv_endpoint=127.0.0.1:{}", port), "--rdzv_id=job"},
       {{"DDPRUN_TOKEN", kToken}});
   EXPECT_EQ(status.code, 0) << status.err;
@@ -671,7 +671,7 @@ TEST(MultiNode, EachNodesDowntimeShowsInMetricsAndStatus) {
   ASSERT_TRUE(daemon.started()) << daemon.process.stderrText();
   const StopFile stop;
   // As in a real job, no rank steps before every rank formed its group.
-  const std::string formed = (test_support::scratch() / "formed").string();
+  const std::string formed = (harness::scratch() / "formed").string();
   const std::string script =
       "d=" + formed +
       R"(/$GROUP_RANK-$TORCHELASTIC_RESTART_COUNT; mkdir -p $d; )"
@@ -697,7 +697,7 @@ TEST(MultiNode, EachNodesDowntimeShowsInMetricsAndStatus) {
     return out;
   };
   // Published when an incident ends: both nodes' workers stepped again.
-  const bool published = test_support::waitUntil(
+  const bool published = harness::waitUntil(
       [&] {
         m = parseMetrics(httpGet(daemon.metricsPort, "/metrics").second);
         std::size_t ended = 0;
@@ -732,7 +732,7 @@ TEST(MultiNode, EachNodesDowntimeShowsInMetricsAndStatus) {
   }
   EXPECT_EQ(counts, 14u) << httpGet(daemon.metricsPort, "/metrics").second;  // 2 nodes x 7 phases
   EXPECT_EQ(infinite, 14u);
-  const auto status = test_support::runDdprun(
+  const auto status = harness::runDdprun(
       {"status", fmt::format("--rdzv_endpoint=127.0.0.1:{}", daemon.port), "--rdzv_id=job"},
       {{"DDPRUN_TOKEN", kToken}});
   EXPECT_EQ(status.code, 0) << status.err;
@@ -744,9 +744,9 @@ TEST(MultiNode, EachNodesDowntimeShowsInMetricsAndStatus) {
   }
   EXPECT_EQ(lines, 2u) << status.out;
   const auto json =
-      test_support::runDdprun({"status", fmt::format("--rdzv_endpoint=127.0.0.1:{}", daemon.port),
-                               "--rdzv_id=job", "--json"},
-                              {{"DDPRUN_TOKEN", kToken}});
+      harness::runDdprun({"status", fmt::format("--rdzv_endpoint=127.0.0.1:{}", daemon.port),
+                          "--rdzv_id=job", "--json"},
+                         {{"DDPRUN_TOKEN", kToken}});
   EXPECT_NE(json.out.find("\"downtime\""), std::string::npos) << json.out;
   EXPECT_NE(json.out.find("\"goodput\""), std::string::npos) << json.out;
   stop.create();

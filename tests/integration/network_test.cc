@@ -1,4 +1,4 @@
-// Jobs across hosts that are network namespaces (tests/support/host_network.h):
+// Jobs across hosts that are network namespaces (harness/host_network.h):
 // a host cut off silently at the switch, the store's host cut off, a
 // partition that heals, a slow and lossy network, two interfaces, IPv6 only.
 // Workers are Python under the project's PyTorch (Gloo across the hosts).
@@ -30,10 +30,10 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::HostNetwork;
-using test_support::kDdprun;
-using test_support::kToken;
-using test_support::Node;
+using harness::HostNetwork;
+using harness::kDdprun;
+using harness::kToken;
+using harness::Node;
 using Clock = std::chrono::steady_clock;
 
 const std::string kPython = std::string(DDPRUN_VENV_BIN) + "/python";
@@ -65,7 +65,7 @@ dist.destroy_process_group()
 // A file that ends kTrainScript's training when it appears (untilStopped()).
 class StopFile {
  public:
-  StopFile() : path_(test_support::scratch() / "stop") {}
+  StopFile() : path_(harness::scratch() / "stop") {}
   std::map<std::string, std::string> env() const { return {{"STOP_FILE", path_.string()}}; }
   void stop() const { std::ofstream(path_).put('1'); }
 
@@ -115,15 +115,15 @@ std::vector<std::string> elasticOptions(const HostNetwork& net, std::uint16_t po
 // its switch (with its TAP devices) dies with it.
 TEST(Network, WhatAKilledTestLeftIsRemoved) {
   SKIP_WITHOUT_NAMESPACES();
-  test_support::ChildProcess victim({"/proc/self/exe", "--gtest_also_run_disabled_tests",
-                                     "--gtest_filter=Network.DISABLED_HoldHosts"});
+  harness::ChildProcess victim({"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                "--gtest_filter=Network.DISABLED_HoldHosts"});
   std::optional<std::string> line;
   while ((line = victim.readStdoutLine(30s)) && *line != "hosts ready") {
   }
   ASSERT_TRUE(line.has_value()) << victim.stderrText();
   const std::string prefix = fmt::format("ddprun-{}-", victim.pid());
   const auto listed = [&prefix] {
-    test_support::ChildProcess ip({"/bin/sh", "-c", "ip netns list; ip link show"});
+    harness::ChildProcess ip({"/bin/sh", "-c", "ip netns list; ip link show"});
     ip.wait(10s);
     return ip.stdoutText().find(prefix) != std::string::npos;
   };
@@ -171,7 +171,7 @@ TEST(Network, KubeflowTrainerPodsRunDdprunInTorchrunsPlace) {
   HostNetwork net({.hosts = 2, .ipv6 = false});
   const auto pod = [](int h) { return fmt::format("mnist-node-0-{}", h); };
   // The cluster's DNS for the pods, as each pod's /etc/hosts.
-  const auto hosts = test_support::scratch() / "hosts";
+  const auto hosts = harness::scratch() / "hosts";
   std::ofstream(hosts) << fmt::format("127.0.0.1 localhost\n{} {}.mnist {}\n{} {}.mnist {}\n",
                                       net.address(0), pod(0), pod(0), net.address(1), pod(1),
                                       pod(1));
@@ -208,7 +208,7 @@ TEST(Network, KubeflowTrainerPodsRunDdprunInTorchrunsPlace) {
   std::size_t workers = 0;
   for (auto& node : nodes) {
     ASSERT_EQ(node.finish(120s), 0) << node.out << node.err;
-    for (const auto& line : test_support::linesWith(node.out, "[rank ")) {
+    for (const auto& line : harness::linesWith(node.out, "[rank ")) {
       std::smatch m;
       if (std::regex_search(line, m, std::regex(R"(done rank \d+ world (\d+))"))) {
         worlds.insert(m[1]);
@@ -258,8 +258,8 @@ TEST(Network, StoreHostCutOffC10d) {
   HostNetwork net({.hosts = 3});
   const std::uint16_t port = 29400;
   auto daemon = net.start(0,
-                          {test_support::kBinDir + "/ddprun-rendezvous", "--port",
-                           std::to_string(port), "--host", "0.0.0.0"},
+                          {harness::kBinDir + "/ddprun-rendezvous", "--port", std::to_string(port),
+                           "--host", "0.0.0.0"},
                           {{"DDPRUN_TOKEN", kToken}});
   std::vector<Node> nodes;
   const StopFile training;  // never created: the job ends by losing its store
@@ -345,24 +345,23 @@ TEST(Network, HealedPartitionDoesNotDisturbTheNewRound) {
   for (int h = 0; h < 2; ++h) {
     EXPECT_EQ(nodes[h].finish(60s), 0) << nodes[h].err;
     // One new round of two, trained to the end: never a third node again.
-    EXPECT_EQ(test_support::linesWith(nodes[h].out, "training").size(), 2u) << nodes[h].out;
+    EXPECT_EQ(harness::linesWith(nodes[h].out, "training").size(), 2u) << nodes[h].out;
     EXPECT_TRUE(finishedInWorld(nodes[h], 2)) << nodes[h].out;
   }
 }
 
 // --- etcd: members on hosts 0..2 ---------------------------------------------
 
-std::unique_ptr<test_support::EtcdCluster> etcdOnHosts(const HostNetwork& net) {
-  test_support::EtcdHosts hosts;
+std::unique_ptr<harness::EtcdCluster> etcdOnHosts(const HostNetwork& net) {
+  harness::EtcdHosts hosts;
   for (int h = 0; h < 3; ++h) hosts.addresses.push_back(net.address(h));
   hosts.inHost = [&net](int h, std::vector<std::string> argv) { return net.inHost(h, argv); };
-  return std::make_unique<test_support::EtcdCluster>(3, std::nullopt, test_support::EtcdTiming{},
-                                                     hosts);
+  return std::make_unique<harness::EtcdCluster>(3, std::nullopt, harness::EtcdTiming{}, hosts);
 }
 
 // keepAlive: "keep_alive_interval=I,keep_alive_max_attempt=A".
 std::vector<std::string> etcdOptions(
-    const test_support::EtcdCluster& etcd, const std::string& nnodes,
+    const harness::EtcdCluster& etcd, const std::string& nnodes,
     const std::string& keepAlive = "keep_alive_interval=0.5,keep_alive_max_attempt=3") {
   return {"--nnodes=" + nnodes,  "--nproc_per_node=1",
           "--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.endpoints(),
@@ -420,15 +419,15 @@ TEST(Network, EtcdMemberHostCutOffJobGoesOn) {
   // lease they held at the cut would have ended unrenewed: etcd's own clock
   // says when the failover has been proven (asked from host 1, a member).
   const std::string live = net.address(1) + ":2379," + net.address(2) + ":2379";
-  test_support::ChildProcess probe(net.inHost(1, {"/proc/" + std::to_string(::getpid()) + "/exe",
-                                                  "--gtest_also_run_disabled_tests",
-                                                  "--gtest_filter=Network.DISABLED_OneLease"}),
-                                   {{"ETCD_ENDPOINTS", live}, {"LEASE_SECONDS", "4"}});
+  harness::ChildProcess probe(net.inHost(1, {"/proc/" + std::to_string(::getpid()) + "/exe",
+                                             "--gtest_also_run_disabled_tests",
+                                             "--gtest_filter=Network.DISABLED_OneLease"}),
+                              {{"ETCD_ENDPOINTS", live}, {"LEASE_SECONDS", "4"}});
   ASSERT_EQ(probe.wait(60s), 0) << probe.stdoutText() << probe.stderrText();
   training.stop();
   for (auto& node : nodes) {
     EXPECT_EQ(node.finish(60s), 0) << node.err;
-    EXPECT_EQ(test_support::linesWith(node.out, "training").size(), 1u) << node.out;
+    EXPECT_EQ(harness::linesWith(node.out, "training").size(), 1u) << node.out;
     EXPECT_NE(node.out.find("done rank"), std::string::npos) << node.out;
   }
 }
@@ -547,7 +546,7 @@ TEST(Network, ThreeHostsOfFourWorkersTrainDdpThroughTheirRelays) {
   HostNetwork net({.hosts = 3});
   std::vector<std::string> pythons = {kPython};
   if (std::filesystem::exists("/usr/bin/python3") &&
-      test_support::ChildProcess({"/usr/bin/python3", "-c", "import torch"}).wait(60s) == 0) {
+      harness::ChildProcess({"/usr/bin/python3", "-c", "import torch"}).wait(60s) == 0) {
     pythons.push_back("/usr/bin/python3");  // PyTorch 1.13.1
   }
   std::uint16_t port = 29450;
@@ -579,7 +578,7 @@ TEST(Network, ThreeHostsOfFourWorkersTrainDdpThroughTheirRelays) {
     for (auto& node : nodes) {
       ASSERT_EQ(codes[&node - nodes.data()], 0) << all;
       logs += node.err;
-      for (const auto& line : test_support::linesWith(node.out, "ddp done")) {
+      for (const auto& line : harness::linesWith(node.out, "ddp done")) {
         std::smatch m;
         ASSERT_TRUE(
             std::regex_search(line, m, std::regex(R"(world (\d+) master (\S+) weights (\S+))")))
@@ -628,10 +627,10 @@ TEST(Network, Ipv6Only) {
 TEST(Network, Ipv6OnlyEtcd) {
   SKIP_WITHOUT_NAMESPACES();
   HostNetwork net({.hosts = 3, .ipv4 = false});
-  test_support::EtcdHosts hosts;
+  harness::EtcdHosts hosts;
   for (int h = 0; h < 3; ++h) hosts.addresses.push_back("[" + net.ipv6(h) + "]");
   hosts.inHost = [&net](int h, std::vector<std::string> argv) { return net.inHost(h, argv); };
-  test_support::EtcdCluster etcd(3, std::nullopt, test_support::EtcdTiming{}, hosts);
+  harness::EtcdCluster etcd(3, std::nullopt, harness::EtcdTiming{}, hosts);
   std::vector<Node> nodes;
   for (int h = 1; h < 3; ++h) {
     nodes.push_back(startAgent(

@@ -12,7 +12,7 @@
 
 #include "launcher_support.h"
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 using namespace std::chrono_literals;
 
@@ -69,4 +69,4 @@ inline Node startNode(std::vector<std::string> options, const std::string& scrip
   return Node{std::make_unique<ChildProcess>(argv, env), "", ""};
 }
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -20,14 +20,14 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::goneWithin;
-using test_support::linesWith;
-using test_support::processGone;
-using test_support::runDdprun;
-using test_support::scratch;
-using test_support::startAndWait;
-using test_support::testPython;
-using test_support::writeScript;
+using harness::goneWithin;
+using harness::linesWith;
+using harness::processGone;
+using harness::runDdprun;
+using harness::scratch;
+using harness::startAndWait;
+using harness::testPython;
+using harness::writeScript;
 namespace fs = std::filesystem;
 
 const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()},
@@ -62,7 +62,7 @@ std::vector<pid_t> zygotesOf(pid_t parent) {
 }
 
 // Two workers forked from a zygote that preloaded torch, one restart.
-test_support::RunResult runWithOneRestart(const fs::path& script) {
+harness::RunResult runWithOneRestart(const fs::path& script) {
   return runDdprun({"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", "--preload=torch",
                     script.string()},
                    kPython, 120s);
@@ -74,7 +74,7 @@ TEST(Preload, DdpTrainsToTheSameChecksumAsWithout) {
   const auto script =
       writeScript(scratch(), "ddp_train.py",
                   std::string("import sys\nprint('preloaded', 'torch' in sys.modules)\n") +
-                      test_support::kDdpTrainScript);
+                      harness::kDdpTrainScript);
   const auto plain = runDdprun(
       {"--nproc_per_node=2", "--log_prefix=", "--preload=off", script.string()}, kPython, 120s);
   ASSERT_EQ(plain.code, 0) << plain.err;
@@ -154,9 +154,9 @@ TEST(Preload, EachRankHasTheProcessStateOfAnExecdWorker) {
     args.insert(args.begin(), "--preload=off");
     auto run = [&](const std::vector<std::string>& a) {
       std::vector<std::string> full = {"/bin/sh",    "-c", "cd \"$0\" && shift && exec \"$@\"",
-                                       dir.string(), "_",  test_support::kDdprun};
+                                       dir.string(), "_",  harness::kDdprun};
       full.insert(full.end(), a.begin(), a.end());
-      return test_support::runCommand(full, kPython, 120s);
+      return harness::runCommand(full, kPython, 120s);
     };
     const auto plain = run(args);
     ASSERT_EQ(plain.code, 0) << plain.err;
@@ -201,7 +201,7 @@ main()
 // regression of python_workers_test.cc (rank 0 fails in attempt 0).
 std::string flakyPreloaded() {
   return std::string("import sys\nprint('preloaded', 'torch' in sys.modules)\n") +
-         test_support::kFlakyScript;
+         harness::kFlakyScript;
 }
 
 // Attempt 1 must again be forked from the zygote, which imported torch once
@@ -225,8 +225,7 @@ TEST(Preload, TwoNodesForkTheirWorkersFromTheirZygotes) {
   const auto script = writeScript(scratch(), "flaky_nodes.py", flakyPreloaded());
   std::vector<std::string> attempts;
   std::vector<std::string> preloaded;
-  for (const auto& node :
-       test_support::runTwoStaticNodes(script, testPython(), {"--preload=torch"})) {
+  for (const auto& node : harness::runTwoStaticNodes(script, testPython(), {"--preload=torch"})) {
     ASSERT_TRUE(node.code) << node.err;
     EXPECT_EQ(*node.code, 0) << node.err;
     for (const auto& line : linesWith(node.out, "attempt ")) attempts.push_back(line);
@@ -324,7 +323,7 @@ TEST(Preload, SignalsAndLogsReachForkedWorkers) {
     const std::string line = fmt::format("rank {} got {}", rank, SIGTERM);
     EXPECT_NE(out.find(fmt::format("[rank {}]: {}", rank, line)), std::string::npos) << out;
     const fs::path file =
-        test_support::launchDir(logs, "sig") / "attempt_0" / std::to_string(rank) / "stdout.log";
+        harness::launchDir(logs, "sig") / "attempt_0" / std::to_string(rank) / "stdout.log";
     std::ifstream in(file);
     const std::string text((std::istreambuf_iterator<char>(in)), {});
     EXPECT_NE(text.find(line), std::string::npos) << file;
@@ -340,9 +339,8 @@ TEST(Preload, ASignalDuringTheImportStopsDdprunAtOnce) {
   writeScript(dir, "slow_module.py",
               "import time\nopen('" + started.string() + "', 'w').close()\ntime.sleep(60)\n");
   const auto script = writeScript(dir, "main.py", "print('ran')\n");
-  test_support::ChildProcess process(
-      {test_support::kDdprun, "--nproc_per_node=2", "--preload=slow_module", script.string()},
-      kPython);
+  harness::ChildProcess process(
+      {harness::kDdprun, "--nproc_per_node=2", "--preload=slow_module", script.string()}, kPython);
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   while (!fs::exists(started) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);
@@ -357,12 +355,12 @@ TEST(Preload, ASignalDuringTheImportStopsDdprunAtOnce) {
 }
 
 // A node of an elastic c10d job on 127.0.0.1:port (node 0 hosts the store).
-std::unique_ptr<test_support::ChildProcess> startElasticNode(std::uint16_t port, int index,
-                                                             const std::string& nnodes,
-                                                             const std::string& preload,
-                                                             const fs::path& script) {
+std::unique_ptr<harness::ChildProcess> startElasticNode(std::uint16_t port, int index,
+                                                        const std::string& nnodes,
+                                                        const std::string& preload,
+                                                        const fs::path& script) {
   std::vector<std::string> argv = {
-      test_support::kDdprun,
+      harness::kDdprun,
       "--nnodes=" + nnodes,
       "--nproc_per_node=2",
       "--rdzv_backend=c10d",
@@ -377,7 +375,7 @@ std::unique_ptr<test_support::ChildProcess> startElasticNode(std::uint16_t port,
   argv.push_back(script.string());
   auto env = kPython;
   env["DDPRUN_TOKEN"] = "preload-test";
-  return std::make_unique<test_support::ChildProcess>(argv, env);
+  return std::make_unique<harness::ChildProcess>(argv, env);
 }
 
 const char kSumScript[] = R"py(
@@ -397,13 +395,13 @@ struct SlowImportJob {
                             "os.rename('{0}.tmp', '{0}')\ntime.sleep({1})\n",
                             started.string(), seconds));
   }
-  std::unique_ptr<test_support::ChildProcess> node(int index, const std::string& nnodes,
-                                                   const std::string& preload) const {
+  std::unique_ptr<harness::ChildProcess> node(int index, const std::string& nnodes,
+                                              const std::string& preload) const {
     return startElasticNode(port, index, nnodes, preload, script);
   }
   // Waits until `node` is in round 1 and its zygote imports the slow
   // module; `err` gets its stderr so far.
-  bool inRoundAndImporting(test_support::ChildProcess& node, std::string& err) const {
+  bool inRoundAndImporting(harness::ChildProcess& node, std::string& err) const {
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (std::chrono::steady_clock::now() < deadline &&
            !(fs::exists(started) && err.find("Round 1:") != std::string::npos)) {
@@ -415,7 +413,7 @@ struct SlowImportJob {
   fs::path dir = scratch();
   fs::path started = dir / "importing";
   fs::path script = writeScript(dir, "sum.py", kSumScript);
-  std::uint16_t port = test_support::freePort();
+  std::uint16_t port = harness::freePort();
 };
 
 // Elastic: node A's round ends (node B joins) while A's group still waits

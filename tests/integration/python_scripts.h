@@ -1,7 +1,7 @@
 // Python training scripts shared by the tests that run PyTorch workers.
 #pragma once
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 // A 2-rank DDP regression: loss must fall, and both ranks end identical.
 inline constexpr char kDdpTrainScript[] = R"(
@@ -113,4 +113,4 @@ if hasattr(dist.Store, "barrier"):
 dist.destroy_process_group()
 )";
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

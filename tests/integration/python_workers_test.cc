@@ -20,17 +20,17 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::linesWith;
-using test_support::runDdprun;
-using test_support::scratch;
-using test_support::testPython;
-using test_support::writeScript;
+using harness::linesWith;
+using harness::runDdprun;
+using harness::scratch;
+using harness::testPython;
+using harness::writeScript;
 namespace fs = std::filesystem;
 
 const std::map<std::string, std::string> kPython = {{"PYTHON_EXEC", testPython()}};
 
 TEST(PythonWorkers, DdpTrainingConvergesOnTheAgentStore) {
-  const auto script = writeScript(scratch(), "ddp_train.py", test_support::kDdpTrainScript);
+  const auto script = writeScript(scratch(), "ddp_train.py", harness::kDdpTrainScript);
   const auto r = runDdprun({"--nproc_per_node=2", "--log_prefix=", script.string()}, kPython, 120s);
   ASSERT_EQ(r.code, 0) << r.err;
   std::smatch m;
@@ -66,7 +66,7 @@ main()
 TEST(PythonWorkers, AFullLogDiskMovesTheProgressHookAndTheErrorFileSaysWhy) {
   // --log_dir is a 64 KiB tmpfs, full before ddprun starts, in a mount
   // namespace of the run's own (gone with it).
-  if (test_support::runCommand({"/usr/bin/unshare", "-m", "/bin/true"}, {}, 10s).code != 0) {
+  if (harness::runCommand({"/usr/bin/unshare", "-m", "/bin/true"}, {}, 10s).code != 0) {
     GTEST_SKIP() << "this machine cannot make a mount namespace (needs root)";
   }
   const fs::path full = scratch() / "full";
@@ -92,8 +92,8 @@ sys.exit(3)
       "2>/dev/null || true; set +e; TORCHELASTIC_ERROR_FILE={0}/error.json {1} "
       "--nproc_per_node=2 --log_prefix= --log_dir={0}/logs {2} {3}; code=$?; "
       "echo left: $(ls {0}); exit $code",
-      full.string(), test_support::kDdprun, testPython(), script.string());
-  const auto r = test_support::runCommand(
+      full.string(), harness::kDdprun, testPython(), script.string());
+  const auto r = harness::runCommand(
       {"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c", inner}, {}, 120s);
   ASSERT_EQ(r.code, 3) << r.out << r.err;
   // The workers ran the hook from a private temporary directory, removed
@@ -122,7 +122,7 @@ TEST(PythonWorkers, FailsOnceThenSucceedsAfterARestart) {
   // PyTorch 2.x uses the agent store without a per-attempt key prefix:
   // attempt 1 must not see attempt 0's Gloo addresses (torchrun 2.6 hangs
   // here; ddprun gives each attempt a new store).
-  const auto script = writeScript(scratch(), "flaky.py", test_support::kFlakyScript);
+  const auto script = writeScript(scratch(), "flaky.py", harness::kFlakyScript);
   const auto r = runDdprun(
       {"--nproc_per_node=2", "--max_restarts=1", "--log_prefix=", script.string()}, kPython, 120s);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -132,9 +132,9 @@ TEST(PythonWorkers, FailsOnceThenSucceedsAfterARestart) {
 // The same on two nodes: the restarted round's workers get a store (on the
 // node of group rank 0) that no earlier worker has written to.
 TEST(PythonWorkers, TwoNodesRestartAfterAFailure) {
-  const auto script = writeScript(scratch(), "flaky_nodes.py", test_support::kFlakyScript);
+  const auto script = writeScript(scratch(), "flaky_nodes.py", harness::kFlakyScript);
   std::vector<std::string> lines;
-  for (const auto& node : test_support::runTwoStaticNodes(script, testPython(), {})) {
+  for (const auto& node : harness::runTwoStaticNodes(script, testPython(), {})) {
     ASSERT_TRUE(node.code) << node.err;
     EXPECT_EQ(*node.code, 0) << node.err;
     for (const auto& line : linesWith(node.out, "attempt ")) lines.push_back(line);
@@ -174,7 +174,7 @@ void expectStoreOps(const std::string& out, int world) {
 }
 
 TEST(PythonWorkers, QueuesListKeysAndBarrierOnTheAgentStore) {
-  const auto script = writeScript(scratch(), "store_ops.py", test_support::kStoreOpsScript);
+  const auto script = writeScript(scratch(), "store_ops.py", harness::kStoreOpsScript);
   const auto r = runDdprun({"--nproc_per_node=3", "--log_prefix=", script.string()}, kPython, 120s);
   ASSERT_EQ(r.code, 0) << r.err;
   expectStoreOps(r.out, 3);
@@ -182,9 +182,9 @@ TEST(PythonWorkers, QueuesListKeysAndBarrierOnTheAgentStore) {
 
 // The same on the store of a two-node round (hosted by node 0's agent).
 TEST(PythonWorkers, QueuesListKeysAndBarrierOnARoundStore) {
-  const auto script = writeScript(scratch(), "store_ops_nodes.py", test_support::kStoreOpsScript);
+  const auto script = writeScript(scratch(), "store_ops_nodes.py", harness::kStoreOpsScript);
   std::string out;
-  for (const auto& node : test_support::runTwoStaticNodes(script, testPython(), {})) {
+  for (const auto& node : harness::runTwoStaticNodes(script, testPython(), {})) {
     ASSERT_TRUE(node.code) << node.err;
     EXPECT_EQ(*node.code, 0) << node.err;
     out += node.out;
@@ -193,7 +193,7 @@ TEST(PythonWorkers, QueuesListKeysAndBarrierOnARoundStore) {
 }
 
 TEST(PythonWorkers, Torch113BehaviourWithRank0Store) {
-  const auto script = writeScript(scratch(), "ddp_train_rank0.py", test_support::kDdpTrainScript);
+  const auto script = writeScript(scratch(), "ddp_train_rank0.py", harness::kDdpTrainScript);
   const auto r =
       runDdprun({"--nproc_per_node=2", "--worker_store=rank0", "--log_prefix=", script.string()},
                 kPython, 120s);
@@ -237,7 +237,7 @@ dist.destroy_process_group()
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("default0| hello from 0 0 0 SIGTERM,SIGUSR1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("default1| hello from 1 0 1 SIGTERM,SIGUSR1"), std::string::npos) << r.out;
-  const fs::path launch = test_support::launchDir(dir, "opts");
+  const fs::path launch = harness::launchDir(dir, "opts");
   EXPECT_TRUE(fs::exists(launch / "attempt_0/filtered_stdout.log")) << r.err;
 }
 
@@ -287,8 +287,8 @@ std::vector<std::string> legacyRecords(const fs::path& dir, int workers) {
 TEST(PythonWorkers, LegacyLaunchGivesWhatTorchDistributedLaunchGives) {
   const auto script = writeScript(scratch(), "legacy.py", kLegacyScript);
   for (const bool useEnv : {false, true}) {
-    std::vector<std::string> options = {
-        "--nproc_per_node=3", "--master_port=" + std::to_string(test_support::freePort())};
+    std::vector<std::string> options = {"--nproc_per_node=3",
+                                        "--master_port=" + std::to_string(harness::freePort())};
     // Debian's PyTorch 1.13 under Python 3.11 needs these output options.
     for (const char* o : {"--redirects=1", "--tee=2"}) options.push_back(o);
     if (useEnv) options.push_back("--use_env");
@@ -296,14 +296,14 @@ TEST(PythonWorkers, LegacyLaunchGivesWhatTorchDistributedLaunchGives) {
     for (const bool ours : {false, true}) {
       const fs::path out = scratch(fmt::format("out_{}_{}", useEnv, ours));
       std::vector<std::string> argv =
-          ours ? std::vector<std::string>{test_support::kBinDir + "/ddprun-launch"}
+          ours ? std::vector<std::string>{harness::kBinDir + "/ddprun-launch"}
                : std::vector<std::string>{testPython(), "-m", "torch.distributed.launch"};
       argv.insert(argv.end(), options.begin(), options.end());
       argv.push_back("--log_dir=" + scratch(fmt::format("logs_{}_{}", useEnv, ours)).string());
       for (const char* a : {"--epochs", "2"}) argv.push_back(a);
       argv.insert(argv.end() - 2, script.string());
       const auto r =
-          test_support::runCommand(argv, {{"PYTHON_EXEC", testPython()}, {"OUT_DIR", out}}, 120s);
+          harness::runCommand(argv, {{"PYTHON_EXEC", testPython()}, {"OUT_DIR", out}}, 120s);
       ASSERT_EQ(r.code, 0) << (ours ? "ddprun-launch: " : "torch.distributed.launch: ") << r.err;
       records.push_back(legacyRecords(out, 3));
     }
@@ -458,7 +458,7 @@ TEST(PythonWorkers, TheWatchdogCountsPagingInAMemoryMapAsProgress) {
   const auto script = writeScript(scratch(), "page_in.py", kPageIn);
   // On the build tree's disk (a /tmp on tmpfs would never read from a disk).
   const fs::path data =
-      fs::path(test_support::kBinDir) / ("page-in-" + std::to_string(::getpid()) + ".bin");
+      fs::path(harness::kBinDir) / ("page-in-" + std::to_string(::getpid()) + ".bin");
   {
     const std::string chunk(1 << 20, 'x');
     std::ofstream out(data, std::ios::binary);

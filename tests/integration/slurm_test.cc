@@ -1,4 +1,4 @@
-// ddprun under a real Slurm 22.05 cluster (tests/support/slurm_cluster.h):
+// ddprun under a real Slurm 22.05 cluster (harness/slurm_cluster.h):
 // three nodes, each a network namespace with its own host name, jobs
 // submitted with sbatch by an unprivileged user. The short form (everything
 // from SLURM_*), torchrun's c10d recipe, and scancel leaving no process of
@@ -32,8 +32,8 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::kBinDir;
-using test_support::SlurmCluster;
+using harness::kBinDir;
+using harness::SlurmCluster;
 namespace fs = std::filesystem;
 
 // The project's environment (the current PyTorch, Lightning, NequIP) and
@@ -301,7 +301,7 @@ TEST_F(Slurm, ScancelLeavesNothingBehind) {
   EXPECT_EQ(cluster_->userProcesses(), std::vector<pid_t>{});
   EXPECT_EQ(processesMentioning(folder_.string()), std::vector<pid_t>{});
   for (const pid_t pid : workers) {
-    EXPECT_TRUE(test_support::processGone(pid)) << "worker " << pid << " survived scancel";
+    EXPECT_TRUE(harness::processGone(pid)) << "worker " << pid << " survived scancel";
   }
 }
 
@@ -466,7 +466,7 @@ TEST_F(Slurm, OneCommandInABatchScriptRunsOnEveryNode) {
 // the 4 replicas end identical.
 TEST_F(Slurm, PythonDdpUnderBothPyTorches) {
   const fs::path script = folder_ / "ddp_train.py";
-  std::ofstream(script) << test_support::kDdpTrainScript;
+  std::ofstream(script) << harness::kDdpTrainScript;
   fs::permissions(script, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
   const std::vector<std::pair<std::string, std::string>> pythons = {
       {kDebianPython, R"(torch 1\.13\.)"}, {kVenvPython, R"(torch [2-9]\.)"}};

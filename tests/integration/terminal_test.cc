@@ -17,13 +17,13 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::args;
-using test_support::kDdprun;
-using test_support::launchDir;
-using test_support::runDdprun;
-using test_support::scratch;
-using test_support::TerminalProcess;
-using test_support::writeScript;
+using harness::args;
+using harness::kDdprun;
+using harness::launchDir;
+using harness::runDdprun;
+using harness::scratch;
+using harness::TerminalProcess;
+using harness::writeScript;
 namespace fs = std::filesystem;
 
 // Reports whether its streams are terminals and the width of stderr's, then

@@ -20,17 +20,17 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::args;
-using test_support::ChildProcess;
-using test_support::freePort;
-using test_support::kDdprun;
-using test_support::launchDir;
-using test_support::linesWith;
-using test_support::runCommand;
-using test_support::runDdprun;
-using test_support::RunResult;
-using test_support::scratch;
-using test_support::sh;
+using harness::args;
+using harness::ChildProcess;
+using harness::freePort;
+using harness::kDdprun;
+using harness::launchDir;
+using harness::linesWith;
+using harness::runCommand;
+using harness::runDdprun;
+using harness::RunResult;
+using harness::scratch;
+using harness::sh;
 namespace fs = std::filesystem;
 
 std::string readFile(const fs::path& path) {

@@ -16,7 +16,7 @@
 #include "launcher_support.h"
 #include "slurm_variables.h"
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 namespace {
 
 using namespace std::chrono_literals;
@@ -206,4 +206,4 @@ TEST(TrainMlp, UnderAPlainSrunStyleStartItTrainsTheSameModel) {
 }
 
 }  // namespace
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

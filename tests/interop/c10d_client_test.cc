@@ -19,7 +19,7 @@ std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 class C10dClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    daemon_ = std::make_unique<test_support::ChildProcess>(
+    daemon_ = std::make_unique<harness::ChildProcess>(
         std::vector<std::string>{std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous", "--host",
                                  "127.0.0.1", "--port", "0", "--trusted-address", "127.0.0.1"},
         std::map<std::string, std::string>{{"DDPRUN_TOKEN", "c10d-test"}});
@@ -35,7 +35,7 @@ class C10dClientTest : public ::testing::Test {
     options.timeout = std::chrono::milliseconds(5000);
     return std::make_unique<c10d::TCPStore>("127.0.0.1", options);
   }
-  std::unique_ptr<test_support::ChildProcess> daemon_;
+  std::unique_ptr<harness::ChildProcess> daemon_;
   std::uint16_t port_ = 0;
 };
 

@@ -79,7 +79,7 @@ class RendezvousTest : public ::testing::Test {
   static protocol::RendezvousStatus statusOnceJoined(RendezvousClient& watcher,
                                                      std::uint32_t joined) {
     protocol::RendezvousStatus st;
-    test_support::waitUntil([&] {
+    harness::waitUntil([&] {
       st = watcher.status("job");
       return st.joined >= joined;
     });

@@ -27,7 +27,7 @@ namespace ddprun::rendezvous {
 namespace {
 
 using namespace std::chrono_literals;
-using ddprun::test_support::RawSocket;
+using ddprun::harness::RawSocket;
 
 constexpr char kToken[] = "test-token";
 

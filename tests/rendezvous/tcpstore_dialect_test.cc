@@ -20,7 +20,7 @@ namespace ddprun::rendezvous {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::RawSocket;
+using harness::RawSocket;
 
 std::string u64(std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
 std::string u32(std::uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
@@ -45,7 +45,7 @@ class TcpStoreDialectTest : public ::testing::Test {
   }
   // Waits until the server holds `n` pending waits (WAIT or BARRIER).
   bool waitForServerWaiters(std::size_t n) {
-    return test_support::waitUntil([&] { return server_->stats().waiters == n; });
+    return harness::waitUntil([&] { return server_->stats().waiters == n; });
   }
   std::unique_ptr<StoreServer> server_;
 };
@@ -71,7 +71,7 @@ class TcpStoreOpsTest : public TcpStoreDialectTest, public ::testing::WithParamI
   // store, or in the relay (where callers of one key share a wait).
   bool waitForWaiters(std::size_t n) {
     if (!throughRelay()) return waitForServerWaiters(n);
-    return test_support::waitUntil([&] { return relay_->counters().waiting == n; });
+    return harness::waitUntil([&] { return relay_->counters().waiting == n; });
   }
   std::unique_ptr<rendezvous::RelayThread> relay_;
 };

@@ -36,7 +36,7 @@ namespace ddprun::worker {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::freePort;
+using harness::freePort;
 
 TEST(ProcessGroup, CollectivesOnThreeRanks) {
   spawn(3, [](int rank) {
@@ -239,7 +239,7 @@ TEST(ProcessGroup, NodeGroupHoldsTheRanksOfThisNode) {
 // it) until it returns or throws; the others block in flock() meanwhile.
 class RankZeroDone {
  public:
-  RankZeroDone() : path_(test_support::scratch() / "rank0-done") { std::ofstream(path_).put('1'); }
+  RankZeroDone() : path_(harness::scratch() / "rank0-done") { std::ofstream(path_).put('1'); }
   // In rank 0, before the group forms: a Mark of path() holds the lock
   // until it dies.
   class Mark {
@@ -425,7 +425,7 @@ TEST(ProcessGroup, UnderPlainSrunRankZeroHostsTheStore) {
                              "DDPRUN_STORE_HOST", "DDPRUN_STORE_PORT", "DDPRUN_STORE_PREFIX"}) {
       ::unsetenv(name);
     }
-    const auto slurm = test_support::slurmVariables(rank, 2, port, "4242");
+    const auto slurm = harness::slurmVariables(rank, 2, port, "4242");
     for (const auto& [name, value] : slurm) ::setenv(name.c_str(), value.c_str(), 1);
     const auto env = Environment::detect();
     require(env.source == Environment::Source::kSlurm, env.describe());

@@ -126,7 +126,7 @@ TEST(Training, ProgressBarWritesOneLinePerTenthWithoutATerminal) {
 }
 
 TEST(Checkpoint, RoundTripsModelOptimizerAndStepAtomically) {
-  const std::string dir = test_support::scratch().string();
+  const std::string dir = harness::scratch().string();
   const std::string path = dir + "/ckpt.pt";
   spawn(2, [&](int rank) {
     torch::set_num_threads(1);
@@ -171,7 +171,7 @@ TEST(Checkpoint, RoundTripsModelOptimizerAndStepAtomically) {
 }
 
 TEST(Checkpoint, AcceptsTheDdpModulePrefixAndNamesWhatIsMissing) {
-  const std::string dir = test_support::scratch().string();
+  const std::string dir = harness::scratch().string();
   torch::manual_seed(1);
   torch::nn::Linear model(2, 2);
   // A checkpoint whose names carry "module." (as a wrapped model's do).
@@ -210,7 +210,7 @@ TEST(Checkpoint, AcceptsTheDdpModulePrefixAndNamesWhatIsMissing) {
 // or the environment's current one) on `script`; returns its stdout, or
 // fails the test with its output.
 std::string runPython(const std::string& script) {
-  test_support::ChildProcess python({DDPRUN_TORCH_PYTHON, "-c", script});
+  harness::ChildProcess python({DDPRUN_TORCH_PYTHON, "-c", script});
   const auto code = python.wait(120s);
   const std::string out = python.stdoutText();
   EXPECT_TRUE(code.has_value() && *code == 0) << out << python.stderrText();
@@ -218,7 +218,7 @@ std::string runPython(const std::string& script) {
 }
 
 bool pythonTorchAvailable() {
-  test_support::ChildProcess python({DDPRUN_TORCH_PYTHON, "-c", "import torch"});
+  harness::ChildProcess python({DDPRUN_TORCH_PYTHON, "-c", "import torch"});
   const auto code = python.wait(120s);
   return code.has_value() && *code == 0;
 }
@@ -241,7 +241,7 @@ void expectSameParameters(const std::vector<at::Tensor>& parameters, const std::
 TEST(Checkpoint, PythonReadsItAsAStateDict) {
   ASSERT_TRUE(pythonTorchAvailable())
       << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
-  const std::string dir = test_support::scratch().string();
+  const std::string dir = harness::scratch().string();
   const std::string path = dir + "/cpp.pt";
   torch::manual_seed(3);
   auto model = torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
@@ -286,7 +286,7 @@ print(d["step"], " ".join("%.9g" % p.double().sum().item() for p in m.parameters
 TEST(Checkpoint, APythonStateDictLoadsInCpp) {
   ASSERT_TRUE(pythonTorchAvailable())
       << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
-  const std::string dir = test_support::scratch().string();
+  const std::string dir = harness::scratch().string();
   // A plain model.state_dict(), and a DDP-style {"model", "optimizer",
   // "step"} whose names carry "module.".
   runPython(fmt::format(R"(
@@ -343,7 +343,7 @@ torch.save([p.detach() for p in m.parameters()], "{0}/after.pt")
 TEST(Checkpoint, ALightningStyleCheckpointOfThisPyTorchLoads) {
   ASSERT_TRUE(pythonTorchAvailable())
       << DDPRUN_TORCH_PYTHON << " cannot import torch: scripts/setup installs it";
-  const std::string dir = test_support::scratch().string();
+  const std::string dir = harness::scratch().string();
   runPython(fmt::format(R"(
 import collections, pathlib, argparse, torch
 torch.manual_seed(5)
@@ -409,7 +409,7 @@ TEST(Checkpoint, RealLightningCheckpointsLoad) {
 // exception: the real Lightning checkpoint cut short at many lengths and
 // with bytes flipped all along it, and files that are not archives.
 TEST(Checkpoint, DamagedFilesAreClearErrors) {
-  const std::string dir = test_support::scratch().string();
+  const std::string dir = harness::scratch().string();
   std::ifstream in(std::string(DDPRUN_TEST_DATA_DIR) + "/lightning_plain.ckpt", std::ios::binary);
   const std::string good((std::istreambuf_iterator<char>(in)), {});
   const std::string path = dir + "/damaged.ckpt";
@@ -447,7 +447,7 @@ TEST(Checkpoint, DamagedFilesAreClearErrors) {
 }
 
 TEST(Checkpoint, AFailedSaveReachesEveryRankAndLeavesNoTemporary) {
-  const std::string dir = test_support::scratch().string() + "/failed-save";
+  const std::string dir = harness::scratch().string() + "/failed-save";
   std::filesystem::create_directories(dir);
   // The checkpoint's directory would have to be a regular file.
   std::ofstream(dir + "/blocker") << "x";
@@ -473,7 +473,7 @@ TEST(Checkpoint, AFailedSaveReachesEveryRankAndLeavesNoTemporary) {
 // Rank 1 sees no file at its path (no shared file system): it resumes from
 // rank 0's checkpoint anyway, at rank 0's step.
 TEST(Checkpoint, RankZeroDecidesTheResumeForEveryRank) {
-  const std::string dir = test_support::scratch().string();
+  const std::string dir = harness::scratch().string();
   torch::manual_seed(4);
   torch::nn::Linear saved(3, 2);
   writeCheckpoint(dir + "/rank0.pt", *saved.ptr(), nullptr, 17);

@@ -29,7 +29,7 @@
 #include "ddprun/rendezvous/etcd_client.h"
 #include "unused_port.h"
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 // Certificates for an etcd that speaks TLS and checks client certificates
 // (--client-cert-auth): a CA, the members' certificate for 127.0.0.1 and a
@@ -208,4 +208,4 @@ class EtcdCluster {
   std::vector<std::unique_ptr<ChildProcess>> members_;
 };
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

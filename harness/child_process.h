@@ -21,7 +21,7 @@
 
 extern char** environ;
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 class ChildProcess {
  public:
@@ -177,4 +177,4 @@ class ChildProcess {
   int deathSignal_ = 0;
 };
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 // True once `condition()` is; false when `limit` passed first.
 template <typename Condition>
@@ -21,4 +21,4 @@ bool waitUntil(Condition condition, std::chrono::milliseconds limit = std::chron
   return true;
 }
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

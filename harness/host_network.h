@@ -41,7 +41,7 @@
 
 #include "child_process.h"
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 class HostNetwork {
  public:
@@ -246,4 +246,4 @@ class HostNetwork {
   std::unique_ptr<ChildProcess> isolated_;
 };
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -13,7 +13,7 @@
 #include <string>
 #include <utility>
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 // One HTTP GET on 127.0.0.1:port (Connection: close): status line and body.
 inline std::pair<std::string, std::string> httpGet(std::uint16_t port, const std::string& path) {
@@ -52,4 +52,4 @@ inline std::map<std::string, double> parseMetrics(const std::string& text) {
   return samples;
 }
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 class TerminalProcess {
  public:
@@ -112,4 +112,4 @@ class TerminalProcess {
   std::optional<int> exitCode_;
 };
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

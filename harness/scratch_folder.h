@@ -19,7 +19,7 @@
 #include <string>
 #include <system_error>
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 inline std::filesystem::path scratch(const std::string& subfolder = "") {
   namespace fs = std::filesystem;
@@ -42,4 +42,4 @@ inline std::filesystem::path scratch(const std::string& subfolder = "") {
   return subfolder.empty() ? dir : dir / subfolder;
 }
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 // Below the kernel's ephemeral range (32768+), so that no outgoing
 // connection of a test running in parallel takes it between this check and
@@ -45,4 +45,4 @@ inline std::vector<std::uint16_t> freePorts(std::size_t count) {
   return ports;
 }
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

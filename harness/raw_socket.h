@@ -17,7 +17,7 @@
 
 #include "ddprun/rendezvous/protocol.h"
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 namespace protocol = ::ddprun::rendezvous::protocol;
 
@@ -143,4 +143,4 @@ class RawSocket {
   std::string pending_;
 };
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 inline std::map<std::string, std::string> slurmVariables(int rank, int tasks, std::uint16_t port,
                                                          const std::string& jobId) {
@@ -23,4 +23,4 @@ inline std::map<std::string, std::string> slurmVariables(int rank, int tasks, st
           {"MASTER_PORT", std::to_string(port)}};
 }
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -14,7 +14,7 @@
 #include "child_process.h"
 #include "ddprun/rendezvous/store_client.h"
 
-namespace ddprun::test_support {
+namespace ddprun::harness {
 
 using namespace std::chrono_literals;
 
@@ -65,4 +65,4 @@ class Daemon {
   std::uint16_t port_ = 0;
 };
 
-}  // namespace ddprun::test_support
+}  // namespace ddprun::harness

@@ -1,5 +1,5 @@
 // netns-switch: the Ethernet switch between the tests' hosts (network
-// namespaces, tests/support/host_network.h).
+// namespaces, harness/host_network.h).
 //
 // It creates one TAP device per port (the harness moves each into a host's
 // namespace) and forwards frames between them in user space as a learning
