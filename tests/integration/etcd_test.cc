@@ -1,6 +1,6 @@
 // --rdzv_backend=etcd against a real 3-member etcd cluster on loopback:
 // static and elastic jobs, a node killed with SIGKILL, the coordinator
-// killed or paused and its successor, host exclusion, a killed job's keys
+// killed or paused and its successor, a killed job's keys
 // expiring, 512 simulated nodes' requests and watch events, an etcd member
 // killed mid-job, etcd unreachable, and PyTorch workers over it.
 #include <signal.h>
@@ -417,43 +417,6 @@ TEST_F(EtcdRendezvousTest, ACoordinatorWithoutItsAliveKeyWritesNothing) {
 // Three agents on 127.0.0.2-4 (2:3 nodes); the one on .4 always fails. It
 // is excluded after two failures in a row and exits; the others log the
 // exclusion and its end, re-form without it and finish within the budget.
-TEST_F(EtcdRendezvousTest, AHostThatKeepsFailingIsExcludedAndTheOthersFinish) {
-  const std::string good =
-      fmt::format("echo world $WORLD_SIZE; while [ ! -e {}/stop ]; do sleep 0.05; done; echo done",
-                  dir_.string());
-  std::vector<Node> nodes;
-  for (int i = 1; i <= 3; ++i) {
-    nodes.push_back(
-        node(options("2:3", {fmt::format("--local_addr=127.0.0.{}", i + 1), "--max_restarts=3",
-                             "--rdzv_conf=max_node_failures=2,node_cooldown=2,last_call_timeout=1,"
-                             "keep_alive_interval=1,keep_alive_max_attempt=3"}),
-             i == 3 ? "echo bad disk >&2; exit 7" : good));
-  }
-  // The good nodes train until both saw the cooldown end.
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(nodes[i].waitFor("the cooldown of 127.0.0.4", 1, 60s, true)) << nodes[i].err;
-  }
-  std::ofstream(dir_ / "stop").put('1');
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
-    EXPECT_NE(nodes[i].out.find("done"), std::string::npos) << nodes[i].out;
-    EXPECT_NE(nodes[i].out.find("world 4"), std::string::npos) << nodes[i].out;
-    EXPECT_NE(nodes[i].err.find(fmt::format("at 127.0.0.4 is excluded from rendezvous '{}' for 2 "
-                                            "s: its workers failed first in 2 rounds in a row",
-                                            rdzvId_)),
-              std::string::npos)
-        << nodes[i].err;
-    EXPECT_NE(nodes[i].err.find(
-                  fmt::format("the cooldown of 127.0.0.4 in rendezvous '{}' ended", rdzvId_)),
-              std::string::npos)
-        << nodes[i].err;
-  }
-  const auto bad = nodes[2].finish(60s);
-  EXPECT_EQ(bad, 7) << nodes[2].err;
-  EXPECT_NE(nodes[2].err.find("this node is left out of the job"), std::string::npos)
-      << nodes[2].err;
-}
-
 // Every node of a job SIGKILLed: its keys stay (ddprun status says for how
 // long), expire after job_ttl, and the id then starts afresh: no restart
 // of the killed job is counted against the new one.
@@ -665,24 +628,6 @@ TEST_F(EtcdRendezvousTest, InASlurmStepALostNodeEndsTheJobAtOnce) { loseANodeOfA
 // when it takes over.
 TEST_F(EtcdRendezvousTest, InASlurmStepANodeStoppedBySigtermIsNamedAndEndsTheJobAtOnce) {
   loseANodeOfASlurmStep(false, SIGTERM);
-}
-
-TEST_F(EtcdRendezvousTest, ANodeThatLeavesOnSigtermIsNamedAndTheOthersGoOn) {
-  std::vector<Node> nodes = startThreeWaitingNodes();
-  if (HasFailure()) return;
-  nodes[2].process->signal(SIGTERM);
-  ASSERT_EQ(nodes[2].finish(), 128 + SIGTERM) << nodes[2].err;
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(nodes[i].waitFor("started group=", 4, 30s)) << nodes[i].err;
-  }
-  std::ofstream(dir_ / "go").put('1');
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(nodes[i].finish(), 0) << nodes[i].err;
-    EXPECT_NE(nodes[i].out.find("finished world=4"), std::string::npos) << nodes[i].out;
-    EXPECT_NE(nodes[i].err.find("lost (it left the job (its ddprun exits with code 143, SIGTERM))"),
-              std::string::npos)
-        << nodes[i].err;
-  }
 }
 
 TEST_F(EtcdRendezvousTest, InASlurmStepALostCoordinatorEndsTheJobAtOnce) {

@@ -19,6 +19,7 @@
 #include "http_metrics.h"
 #include "launcher_support.h"
 #include "node_process.h"
+#include "stop_file.h"
 #include "wait_until.h"
 
 namespace ddprun {
@@ -33,6 +34,7 @@ using harness::kDdprun;
 using harness::kToken;
 using harness::Node;
 using harness::startNode;
+using harness::StopFile;
 
 // The port a ddprun-rendezvous started with --port 0 prints; 0 if none.
 std::uint16_t daemonPort(ChildProcess& daemon) {
@@ -59,16 +61,6 @@ std::vector<std::string> dynamicOptions(std::uint16_t port, int index, const std
           "--log_prefix=",
           "--max_restarts=0"};
 }
-
-// A worker that prints `what` and then waits until the test says stop (a
-// file), not for a time a loaded machine may outlast.
-struct StopFile {
-  std::filesystem::path path = harness::scratch() / "stop";
-  std::string script(const std::string& what) const {
-    return fmt::format("echo {}; while [ ! -e {} ]; do sleep 0.05; done", what, path.string());
-  }
-  void create() const { std::ofstream(path).put('1'); }
-};
 
 TEST(MultiNode, StaticJobWithUnequalNodes) {
   const std::uint16_t port = freePort();
@@ -243,49 +235,6 @@ TEST(MultiNode, JobWideBudgetGivesEveryAgentTheSameRootCause) {
   // Restarts are counted once per failed round for the whole job: 0, 1, 2.
   EXPECT_EQ(harness::linesWith(nodes[0].out, "[rank 0]: attempt "),
             (std::vector<std::string>{"0", "1", "2"}));
-}
-
-// A host whose workers fail round after round is left out of an elastic job
-// (rdzv_conf max_node_failures, node_cooldown): three agents on
-// 127.0.0.2-4 (2:3 nodes) with a standalone daemon, the one on .4 always
-// fails. It is excluded after two failures in a row and exits; the others
-// log the exclusion and its end, re-form without it and finish within the
-// restart budget.
-TEST(MultiNode, AHostThatKeepsFailingIsExcludedAndTheOthersFinish) {
-  ChildProcess daemon = startLoopbackDaemon();
-  const std::uint16_t port = daemonPort(daemon);
-  ASSERT_NE(port, 0);
-  const StopFile stop;
-  std::vector<Node> nodes;
-  for (int i = 1; i <= 3; ++i) {
-    auto options = dynamicOptions(port, i, "2:3", ",is_host=0,max_node_failures=2,node_cooldown=2");
-    options.back() = "--max_restarts=3";
-    nodes.push_back(startNode(options, i == 3 ? "echo bad disk >&2; exit 7"
-                                              : stop.script("world $WORLD_SIZE") + "; echo done"));
-  }
-  // The good nodes train until both saw the cooldown end.
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(nodes[i].waitFor("the cooldown of 127.0.0.4", 1, 60s, true)) << nodes[i].err;
-  }
-  stop.create();
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(nodes[i].finish(60s), 0) << nodes[i].err;
-    EXPECT_NE(nodes[i].out.find("done"), std::string::npos) << nodes[i].out;
-    EXPECT_NE(nodes[i].out.find("world 4"), std::string::npos) << nodes[i].out;
-    EXPECT_NE(nodes[i].err.find("at 127.0.0.4 is excluded from rendezvous 'job' for 2 s: its "
-                                "workers failed first in 2 rounds in a row"),
-              std::string::npos)
-        << nodes[i].err;
-    EXPECT_NE(nodes[i].err.find("the cooldown of 127.0.0.4 in rendezvous 'job' ended"),
-              std::string::npos)
-        << nodes[i].err;
-  }
-  const auto bad = nodes[2].finish(60s);
-  EXPECT_EQ(bad, 7) << nodes[2].err;
-  EXPECT_NE(nodes[2].err.find("this node is left out of the job"), std::string::npos)
-      << nodes[2].err;
-  daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait(10s), 0);
 }
 
 // A static job cannot leave a host out: the report names it as the
