@@ -5,13 +5,20 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/io_context.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,8 +26,10 @@
 #include "ddprun/agent/features/event_log_feature.h"
 #include "ddprun/agent/features/file_timer_feature.h"
 #include "ddprun/agent/features/flight_recorder_setup.h"
+#include "ddprun/agent/features/hang_watchdog_feature.h"
 #include "ddprun/agent/features/node_notes.h"
 #include "ddprun/agent/features/registry.h"
+#include "ddprun/agent/features/trained_alone_note.h"
 #include "ddprun/common/env.h"
 #include "ddprun/common/node_telemetry.h"
 #include "ddprun/common/unique_directory.h"
@@ -108,6 +117,29 @@ class NoStore : public WorkersStoreView {
   std::optional<std::uint64_t> workerConnections() const override { return std::nullopt; }
 };
 
+class CountedStore : public WorkersStoreView {
+ public:
+  std::optional<std::uint64_t> connections = 0;
+  std::optional<std::uint64_t> workerConnections() const override { return connections; }
+};
+
+// What the features log while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
 // Runs `io` until `done` holds (a real pipe's bytes arrive on the loop).
 bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done) {
   const auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -136,6 +168,65 @@ class FeatureTest : public ::testing::Test {
   Facts facts;
   FeaturePorts ports{lifecycle, workers, facts};
 };
+
+// A Python job of several workers that succeeded while none of them reached
+// the store trained as worlds of one: group rank 0 says so.
+TEST_F(FeatureTest, TheTrainedAloneNoteWarnsOnlyWhenNoWorkerReachedTheStore) {
+  AgentConfig config;
+  config.pythonProgram = true;
+  config.nprocPerNode = 2;
+  CountedStore store;
+  TrainedAloneNote note(config, store);
+  Attempt attempt;
+  attempt.assignment.worldSize = 4;
+  attempt.assignment.groupWorldSize = 2;
+  GroupOutcome succeeded;
+  succeeded.succeeded = true;
+  const auto warned = [&](const Attempt& a, const GroupOutcome& outcome) {
+    LogCapture log;
+    note.attemptEnded(a, outcome);
+    return log.text().find("each ran alone, as a world of one") != std::string::npos;
+  };
+  EXPECT_TRUE(warned(attempt, succeeded));
+  EXPECT_FALSE(warned(attempt, GroupOutcome{}));  // a failure says more than this
+  store.connections = 3;
+  EXPECT_FALSE(warned(attempt, succeeded));
+  store.connections = std::nullopt;  // the store is not served here
+  EXPECT_FALSE(warned(attempt, succeeded));
+  store.connections = 0;
+  Attempt other = attempt;
+  other.assignment.groupRank = 1;
+  EXPECT_FALSE(warned(other, succeeded));
+  other = attempt;
+  other.assignment.worldSize = 1;
+  EXPECT_FALSE(warned(other, succeeded));
+}
+
+// A real worker stopped by SIGSTOP: the watchdog blames it, tells the others
+// (HangFound) and kills it through the running workers, never a raw pid.
+TEST_F(FeatureTest, TheWatchdogTellsTheHangAndKillsThroughTheWorkers) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::raise(SIGSTOP);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);  // stopped now
+  workers.running = {{0, child}};
+  HangWatchdogFeature watchdog(io, 200ms, workers, facts);
+  watchdog.attemptStarted(Attempt{});
+  EXPECT_TRUE(runUntil(io, [&] { return !workers.signals.empty(); }));
+  watchdog.attemptEnded(Attempt{}, GroupOutcome{});
+  ::kill(child, SIGKILL);
+  ::waitpid(child, &status, 0);
+  ASSERT_EQ(workers.signals.size(), 1u);
+  EXPECT_EQ(workers.signals[0], (std::pair<int, int>{child, SIGKILL}));
+  ASSERT_EQ(facts.of<HangFound>().size(), 1u);
+  ASSERT_EQ(workers.causes.size(), 1u);
+  EXPECT_NE(workers.causes[0].second.find("stopped by a signal"), std::string::npos)
+      << workers.causes[0].second;
+}
 
 TEST_F(FeatureTest, TheRelayLossIsNotedAsEveryRunningWorkersCause) {
   workers.running = {{0, 100}, {1, 101}};
