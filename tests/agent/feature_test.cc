@@ -172,11 +172,8 @@ class FeatureTest : public ::testing::Test {
 // A Python job of several workers that succeeded while none of them reached
 // the store trained as worlds of one: group rank 0 says so.
 TEST_F(FeatureTest, TheTrainedAloneNoteWarnsOnlyWhenNoWorkerReachedTheStore) {
-  AgentConfig config;
-  config.pythonProgram = true;
-  config.nprocPerNode = 2;
   CountedStore store;
-  TrainedAloneNote note(config, store);
+  TrainedAloneNote note({true, 2}, store);
   Attempt attempt;
   attempt.assignment.worldSize = 4;
   attempt.assignment.groupWorldSize = 2;

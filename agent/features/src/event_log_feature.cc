@@ -4,33 +4,28 @@
 
 namespace ddprun::agent {
 
-EventLogFeature::EventLogFeature(const AgentConfig& config,
-                                 const std::filesystem::path& runDirectory)
-    : config_(config),
-      log_(config.eventLog),
+EventLogFeature::EventLogFeature(Settings settings, const std::filesystem::path& runDirectory)
+    : settings_(std::move(settings)),
+      log_(settings_.handler),
       runLog_(EventLogConfig{EventLogConfig::Kind::kFile, runDirectory / "events.jsonl"}) {}
 
 void EventLogFeature::record(const std::string& name, const std::string& source,
                              std::map<std::string, std::string> metadata) {
-  metadata.emplace("run_id", config_.runId);
-  metadata.emplace("hostname", config_.hostname);
+  metadata.emplace("run_id", settings_.runId);
+  metadata.emplace("hostname", settings_.hostname);
   log_.record(name, source, metadata);
   runLog_.record(name, source, metadata);
 }
 
 void EventLogFeature::workerEvent(const WorkerEvent& event) {
-  const auto& r = config_.rendezvous;
-  const char* backend = r.backend == RendezvousBackendKind::kEtcd ? "etcd"
-                        : r.mode == RendezvousMode::kDynamic      ? "c10d"
-                                                                  : "static";
   record("torchelastic.worker.status." + event.state, "WORKER",
          {{"global_rank", std::to_string(event.rank)},
           {"group_rank", std::to_string(event.groupRank)},
           {"local_rank", std::to_string(event.localRank)},
           {"worker_id", std::to_string(event.pid)},
-          {"role", config_.role},
+          {"role", settings_.role},
           {"state", event.state},
-          {"rdzv_backend", backend},
+          {"rdzv_backend", settings_.rdzvBackend},
           {"raw_error", event.rawError},
           {"exit_code", event.exitCode ? std::to_string(*event.exitCode) : std::string()},
           {"agent_restarts", std::to_string(event.restartCount)}});
@@ -53,7 +48,7 @@ void EventLogFeature::restarting(const RestartNote& note) {
   record("torchelastic.agent.RESTART", "AGENT",
          {{"round", std::to_string(note.round)},
           {"restart", spent ? std::to_string(note.restarts) : std::string()},
-          {"max_restarts", std::to_string(config_.maxRestarts)},
+          {"max_restarts", std::to_string(settings_.maxRestarts)},
           {"exit_code", spent ? std::to_string(note.failedCode) : std::string()},
           {"reason", note.reason.empty() ? "a worker of this node failed" : note.reason}});
 }

@@ -12,40 +12,36 @@
 namespace ddprun::agent {
 
 FailureReportFeature::FailureReportFeature(
-    const AgentConfig& config, bool filesKept, std::function<void()> flushConsole,
+    Settings settings, std::function<void()> flushConsole,
     std::function<std::filesystem::path(const Attempt&)> flightRecorderDir)
-    : config_(config),
-      filesKept_(filesKept),
+    : settings_(std::move(settings)),
       flushConsole_(std::move(flushConsole)),
       flightRecorderDir_(std::move(flightRecorderDir)) {}
 
 std::string FailureReportFeature::describe(const GroupOutcome& outcome,
                                            const FailureContext& context) const {
   FailureSummary summary;
-  summary.programName = config_.programName;
+  summary.programName = settings_.programName;
   summary.attempts = context.attempt.restartCount + 1;
-  summary.maxRestarts = config_.maxRestarts;
+  summary.maxRestarts = settings_.maxRestarts;
   summary.rootCause = *outcome.rootCause;
   summary.otherFailures = outcome.otherFailures;
   summary.stoppedRanks = outcome.stoppedRanks;
   summary.history = context.history;
-  const bool multiNode = config_.rendezvous.mode != RendezvousMode::kStandalone;
-  if (multiNode && context.failedRunsInARow >= 2) {
+  if (settings_.multiNode && context.failedRunsInARow >= 2) {
     // In a static job this host cannot be left out: name it.
     summary.repeatedFailure = fmt::format(
         "workers on this node ({}, {}) failed in {} rounds in a row; if they failed first (see "
         "the root cause), check this host",
-        config_.hostname,
-        config_.rendezvous.localAddr.empty() ? context.attempt.assignment.masterAddr
-                                             : config_.rendezvous.localAddr,
+        settings_.hostname,
+        settings_.localAddr.empty() ? context.attempt.assignment.masterAddr : settings_.localAddr,
         context.failedRunsInARow);
   }
-  summary.filesKept = filesKept_;
+  summary.filesKept = settings_.filesKept;
   summary.startedTraining = context.progressed;
   if (flightRecorderDir_) {
     const auto dir = flightRecorderDir_(context.attempt);
-    const FlightRecorderFindings found = analyzeFlightRecorder(
-        dir, config_.pythonProgram && !config_.command.empty() ? config_.command.front() : "");
+    const FlightRecorderFindings found = analyzeFlightRecorder(dir, settings_.python);
     if (!found.dumpedRanks.empty()) {
       summary.flightRecorder = fmt::format("{}{}; dumps of rank{} {} in {}", found.verdict,
                                            found.tool.empty() ? "" : " (" + found.tool + ")",

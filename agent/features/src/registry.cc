@@ -14,6 +14,29 @@ namespace ddprun::agent {
 
 namespace {
 
+// Each feature's slice of the configuration.
+EventLogFeature::Settings eventLogSettings(const AgentConfig& c) {
+  const auto& r = c.rendezvous;
+  return {c.eventLog,
+          c.runId,
+          c.hostname,
+          c.role,
+          r.backend == RendezvousBackendKind::kEtcd ? "etcd"
+          : r.mode == RendezvousMode::kDynamic      ? "c10d"
+                                                    : "static",
+          c.maxRestarts};
+}
+
+FailureReportFeature::Settings failureReportSettings(const AgentConfig& c, bool filesKept) {
+  return {c.programName,
+          c.maxRestarts,
+          c.rendezvous.mode != RendezvousMode::kStandalone,
+          c.hostname,
+          c.rendezvous.localAddr,
+          c.pythonProgram && !c.command.empty() ? c.command.front() : "",
+          filesKept};
+}
+
 template <typename T>
 T& add(std::vector<std::unique_ptr<Feature>>& list, std::unique_ptr<T> feature) {
   T& added = *feature;
@@ -29,7 +52,7 @@ T& add(std::vector<std::unique_ptr<Feature>>& list, std::unique_ptr<T> feature) 
 FeatureSet::FeatureSet(FeatureContext c) {
   const AgentConfig& config = c.config;
   const FeaturePorts ports{*this, c.workers, *this};
-  auto events = std::make_unique<EventLogFeature>(config, c.runDirectory);
+  auto events = std::make_unique<EventLogFeature>(eventLogSettings(config), c.runDirectory);
   auto downtime = std::make_unique<DowntimeFeature>(c.io, c.runDirectory, config.progressHook,
                                                     config.nprocPerNode, ports, *events, *this);
   const bool multiNode = config.rendezvous.mode != RendezvousMode::kStandalone;
@@ -43,7 +66,10 @@ FeatureSet::FeatureSet(FeatureContext c) {
     add(features_, std::make_unique<UninterruptibleFeature>(
                        c.io, config.uninterruptibleStateTimeout, c.workers, *this));
   }
-  add(features_, std::make_unique<TrainedAloneNote>(config, c.workersStore));
+  add(features_, std::make_unique<TrainedAloneNote>(
+                     TrainedAloneNote::Settings{config.pythonProgram && config.useAgentStore,
+                                                config.nprocPerNode},
+                     c.workersStore));
   add(features_, std::make_unique<RelayLossNote>(c.workers));
   if (auto timer = FileTimerFeature::fromEnvironment(c.io, c.environment, c.runDirectory, c.workers,
                                                      *this)) {
@@ -51,8 +77,8 @@ FeatureSet::FeatureSet(FeatureContext c) {
   }
   add(features_, std::make_unique<FlightRecorderSetup>(c.flightRecorderDir));
   failureReport_ = &add(features_, std::make_unique<FailureReportFeature>(
-                                       config, c.filesKept, std::move(c.flushConsole),
-                                       std::move(c.flightRecorderDir)));
+                                       failureReportSettings(config, c.filesKept),
+                                       std::move(c.flushConsole), std::move(c.flightRecorderDir)));
   if (config.launcherErrorFile) {
     add(features_, std::make_unique<LauncherErrorFileFeature>(*config.launcherErrorFile));
   }

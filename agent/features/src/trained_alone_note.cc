@@ -6,7 +6,7 @@ namespace ddprun::agent {
 
 void TrainedAloneNote::attemptEnded(const Attempt& attempt, const GroupOutcome& outcome) {
   if (!outcome.succeeded) return;
-  if (!config_.pythonProgram || !config_.useAgentStore || attempt.assignment.worldSize < 2) return;
+  if (!settings_.pythonOnTheAgentStore || attempt.assignment.worldSize < 2) return;
   if (attempt.assignment.groupRank != 0) return;
   const auto connections = store_.workerConnections();
   if (!connections || *connections > 0) return;
@@ -16,7 +16,7 @@ void TrainedAloneNote::attemptEnded(const Attempt& attempt, const GroupOutcome& 
       "were meant to train together: PyTorch Lightning does this on CPU with devices=\"auto\" "
       "(one device per process, silently): give Trainer(devices={}, num_nodes={}) "
       "(docs/frameworks.md).",
-      attempt.assignment.worldSize, config_.nprocPerNode, attempt.assignment.groupWorldSize);
+      attempt.assignment.worldSize, settings_.localWorkers, attempt.assignment.groupWorldSize);
 }
 
 }  // namespace ddprun::agent

@@ -26,7 +26,15 @@ class EventLogFeature : public Feature, public EventRecorder {
   // Writes to the user's log (--event_log_handler) and always to
   // `runDirectory`/events.jsonl (what `ddprun report` reads). Throws
   // ddprun::Error when a log's file cannot be opened.
-  EventLogFeature(const AgentConfig& config, const std::filesystem::path& runDirectory);
+  struct Settings {
+    EventLogConfig handler;  // --event_log_handler
+    std::string runId;
+    std::string hostname;
+    std::string role;
+    std::string rdzvBackend;  // torchelastic's name: "static", "c10d" or "etcd"
+    int maxRestarts = 0;
+  };
+  EventLogFeature(Settings settings, const std::filesystem::path& runDirectory);
 
   // One event, with run_id and hostname added to `metadata`.
   void record(const std::string& name, const std::string& source,
@@ -39,7 +47,7 @@ class EventLogFeature : public Feature, public EventRecorder {
   void exiting(const NodeExit& exit) override;
 
  private:
-  const AgentConfig& config_;
+  const Settings settings_;
   EventLog log_;
   EventLog runLog_;  // the run directory's events.jsonl
   std::chrono::steady_clock::time_point joinedAt_ = std::chrono::steady_clock::now();

@@ -12,18 +12,24 @@
 #include <functional>
 #include <string>
 
-#include "ddprun/agent/agent_config.h"
 #include "ddprun/agent/core/feature.h"
 
 namespace ddprun::agent {
 
 class FailureReportFeature : public Feature {
  public:
-  // `filesKept`: the run directory stays (--log_dir); `flushConsole` writes
-  // out the workers' pending console lines.
+  struct Settings {
+    std::string programName;
+    int maxRestarts = 0;
+    bool multiNode = false;
+    std::string hostname;
+    std::string localAddr;   // --local_addr ("": the round's address)
+    std::string python;      // the workers' interpreter ("": not a Python program)
+    bool filesKept = false;  // the run directory stays (--log_dir)
+  };
+  // `flushConsole` writes out the workers' pending console lines;
   // `flightRecorderDir`: where an attempt's flight recorder dumps are.
-  FailureReportFeature(const AgentConfig& config, bool filesKept,
-                       std::function<void()> flushConsole,
+  FailureReportFeature(Settings settings, std::function<void()> flushConsole,
                        std::function<std::filesystem::path(const Attempt&)> flightRecorderDir);
 
   // LifecycleSettings::describeFailure.
@@ -31,8 +37,7 @@ class FailureReportFeature : public Feature {
   void exiting(const NodeExit& exit) override;
 
  private:
-  const AgentConfig& config_;
-  const bool filesKept_;
+  const Settings settings_;
   std::function<void()> flushConsole_;
   std::function<std::filesystem::path(const Attempt&)> flightRecorderDir_;
 };

@@ -7,7 +7,6 @@
 // Thread-safety: the agent's loop thread only.
 #pragma once
 
-#include "ddprun/agent/agent_config.h"
 #include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/core/workers_store_view.h"
 
@@ -15,12 +14,16 @@ namespace ddprun::agent {
 
 class TrainedAloneNote : public Feature {
  public:
-  TrainedAloneNote(const AgentConfig& config, const WorkersStoreView& store)
-      : config_(config), store_(store) {}
+  struct Settings {
+    bool pythonOnTheAgentStore = false;  // Python workers that use the agent's store
+    int localWorkers = 1;
+  };
+  TrainedAloneNote(Settings settings, const WorkersStoreView& store)
+      : settings_(settings), store_(store) {}
   void attemptEnded(const Attempt& attempt, const GroupOutcome& outcome) override;
 
  private:
-  const AgentConfig& config_;
+  const Settings settings_;
   const WorkersStoreView& store_;
 };
 
