@@ -1,4 +1,4 @@
-#include "ddprun/agent/features/error_hints.h"
+#include "ddprun/agent/features/failure_report/error_hints.h"
 
 #include <gtest/gtest.h>
 

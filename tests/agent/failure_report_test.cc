@@ -1,4 +1,4 @@
-#include "ddprun/agent/features/failure_report.h"
+#include "ddprun/agent/features/failure_report/failure_report.h"
 
 #include <signal.h>
 

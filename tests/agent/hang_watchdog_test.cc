@@ -1,5 +1,5 @@
-#include "ddprun/agent/features/hang_watchdog.h"
-#include "ddprun/agent/features/sampling_period.h"
+#include "ddprun/agent/features/hang_watchdog/hang_watchdog.h"
+#include "ddprun/agent/features/parts/sampling_period.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // on times the test gives: each phase of the start and of a failure, a
 // hang's detection lag, a restart that never trained, an attempt that
 // reports no step, and the goodput.
-#include "ddprun/agent/features/incident_timeline.h"
+#include "ddprun/agent/features/downtime/incident_timeline.h"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,14 @@
 #include "ddprun/agent/features/registry.h"
 
-#include "ddprun/agent/features/downtime_feature.h"
-#include "ddprun/agent/features/event_log_feature.h"
-#include "ddprun/agent/features/failure_report_feature.h"
-#include "ddprun/agent/features/file_timer_feature.h"
-#include "ddprun/agent/features/flight_recorder_setup.h"
-#include "ddprun/agent/features/hang_watchdog_feature.h"
-#include "ddprun/agent/features/node_notes.h"
-#include "ddprun/agent/features/trained_alone_note.h"
-#include "ddprun/agent/features/uninterruptible_feature.h"
+#include "ddprun/agent/features/downtime/downtime_feature.h"
+#include "ddprun/agent/features/event_log/event_log_feature.h"
+#include "ddprun/agent/features/failure_report/failure_report_feature.h"
+#include "ddprun/agent/features/file_timer/file_timer_feature.h"
+#include "ddprun/agent/features/flight_recorder/flight_recorder_setup.h"
+#include "ddprun/agent/features/hang_watchdog/hang_watchdog_feature.h"
+#include "ddprun/agent/features/node_notes/node_notes.h"
+#include "ddprun/agent/features/node_notes/trained_alone_note.h"
+#include "ddprun/agent/features/uninterruptible/uninterruptible_feature.h"
 
 namespace ddprun::agent {
 
