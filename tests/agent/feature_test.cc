@@ -30,6 +30,7 @@
 #include "ddprun/agent/features/node_notes/node_notes.h"
 #include "ddprun/agent/features/node_notes/trained_alone_note.h"
 #include "ddprun/agent/features/registry.h"
+#include "ddprun/agent/features/uninterruptible/uninterruptible_feature.h"
 #include "ddprun/common/env.h"
 #include "ddprun/common/node_telemetry.h"
 #include "ddprun/common/unique_directory.h"
@@ -223,6 +224,57 @@ TEST_F(FeatureTest, TheWatchdogTellsTheHangAndKillsThroughTheWorkers) {
   ASSERT_EQ(workers.causes.size(), 1u);
   EXPECT_NE(workers.causes[0].second.find("stopped by a signal"), std::string::npos)
       << workers.causes[0].second;
+}
+
+// A real worker in uninterruptible sleep (a vfork parent waits in D state):
+// past the timeout the node is unhealthy and the worker is killed through
+// the running workers.
+TEST_F(FeatureTest, AWorkerStuckInDStateMakesTheNodeUnhealthy) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setpgid(0, 0);
+    if (::vfork() == 0) {
+      for (;;) ::pause();  // the vfork child: only system calls until killed
+    }
+    ::_exit(0);
+  }
+  ::setpgid(child, child);
+  workers.running = {{0, child}};
+  UninterruptibleFeature watch(io, 300ms, workers, lifecycle);
+  watch.attemptStarted(Attempt{});
+  EXPECT_TRUE(runUntil(io, [&] { return !workers.signals.empty(); }));
+  watch.attemptEnded(Attempt{}, GroupOutcome{});
+  ::kill(-child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(lifecycle.unhealthy);
+  ASSERT_EQ(workers.signals.size(), 1u);
+  EXPECT_EQ(workers.signals[0], (std::pair<int, int>{child, SIGKILL}));
+  ASSERT_EQ(workers.causes.size(), 1u);
+  EXPECT_NE(workers.causes[0].second.find("stuck in uninterruptible sleep (D state)"),
+            std::string::npos)
+      << workers.causes[0].second;
+}
+
+// Each worker's start and end as torchelastic's event, with the job's names
+// from the feature's slice, into the run directory's events.jsonl.
+TEST_F(FeatureTest, TheEventLogRecordsWorkersWithItsSlice) {
+  {
+    EventLogFeature log({EventLogConfig{}, "job-7", "host-a", "trainer", "etcd", 3}, dir);
+    log.workerEvent(WorkerEvent{"FAILED", 5, 1, 1, 4242, 9, "boom", 2});
+    log.record("ddprun.custom", "AGENT", {{"k", "v"}});
+  }
+  std::ifstream in(dir / "events.jsonl");
+  std::string first, second;
+  ASSERT_TRUE(std::getline(in, first));
+  ASSERT_TRUE(std::getline(in, second));
+  for (const std::string piece :
+       {"torchelastic.worker.status.FAILED", "job-7", "host-a", "trainer", "\"etcd\"", "boom"}) {
+    EXPECT_NE(first.find(piece), std::string::npos) << piece << " in " << first;
+  }
+  EXPECT_NE(second.find("ddprun.custom"), std::string::npos) << second;
+  EXPECT_NE(second.find("job-7"), std::string::npos) << second;
 }
 
 TEST_F(FeatureTest, TheRelayLossIsNotedAsEveryRunningWorkersCause) {
