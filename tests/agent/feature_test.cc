@@ -34,9 +34,12 @@
 #include "ddprun/common/env.h"
 #include "ddprun/common/node_telemetry.h"
 #include "ddprun/common/unique_directory.h"
+#include "run_until.h"
 
 namespace ddprun::agent {
 namespace {
+
+using harness::runUntil;
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -140,16 +143,6 @@ class LogCapture {
   std::ostringstream text_;
   std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
 };
-
-// Runs `io` until `done` holds (a real pipe's bytes arrive on the loop).
-bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    io.restart();
-    io.run_for(20ms);
-  }
-  return done();
-}
 
 void writeLine(const fs::path& pipe, const std::string& line) {
   const int fd = ::open(pipe.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);

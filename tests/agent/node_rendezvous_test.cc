@@ -15,10 +15,13 @@
 
 #include "ddprun/rendezvous/rendezvous_client.h"
 #include "ddprun/rendezvous/store_server.h"
+#include "run_until.h"
 #include "unused_port.h"
 
 namespace ddprun::agent {
 namespace {
+
+using harness::runUntil;
 
 using namespace std::chrono_literals;
 
@@ -45,16 +48,6 @@ AgentConfig staticNode(std::uint16_t port, int nodeRank, int nnodes,
   r.closeTimeout = 10s;
   r.progressInterval = 0ms;
   return c;
-}
-
-// Runs `io` until `done` holds, at most 30 s.
-bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    io.restart();
-    io.run_for(20ms);
-  }
-  return done();
 }
 
 // A job of one node: its host forms round 1, the answer is the store's,
