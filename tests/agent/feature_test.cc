@@ -18,8 +18,10 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddprun/agent/features/downtime/downtime_feature.h"
@@ -34,6 +36,7 @@
 #include "ddprun/common/env.h"
 #include "ddprun/common/node_telemetry.h"
 #include "ddprun/common/unique_directory.h"
+#include "http_metrics.h"
 #include "run_until.h"
 
 namespace ddprun::agent {
@@ -268,6 +271,34 @@ TEST_F(FeatureTest, TheEventLogRecordsWorkersWithItsSlice) {
   }
   EXPECT_NE(second.find("ddprun.custom"), std::string::npos) << second;
   EXPECT_NE(second.find("job-7"), std::string::npos) << second;
+}
+
+// A node alone serves its own downtime at /metrics, read from the counters'
+// source at each request.
+TEST_F(FeatureTest, ANodeAloneServesItsCountersAtMetrics) {
+  struct Counters : NodeCountersSource {
+    mutable std::mutex mutex;  // read on the loop's thread
+    std::string text = "incidents=2 lost_ms=1500";
+    std::string countersText() const override {
+      std::lock_guard lock(mutex);
+      return text;
+    }
+  } counters;
+  NodeMetricsFeature metrics(io, 0, "job", "host-a", counters);
+  auto work = boost::asio::make_work_guard(io);
+  std::thread loop([this] { io.run(); });
+  const auto [status, body] = harness::httpGet(metrics.port(), "/metrics");
+  {
+    std::lock_guard lock(counters.mutex);
+    counters.text = "incidents=3 lost_ms=2500";
+  }
+  const auto later = harness::httpGet(metrics.port(), "/metrics").second;
+  work.reset();
+  io.stop();
+  loop.join();
+  EXPECT_NE(status.find("200"), std::string::npos) << status;
+  EXPECT_NE(body.find("host-a"), std::string::npos) << body;
+  EXPECT_NE(later.find(" 3"), std::string::npos) << later;
 }
 
 TEST_F(FeatureTest, TheRelayLossIsNotedAsEveryRunningWorkersCause) {

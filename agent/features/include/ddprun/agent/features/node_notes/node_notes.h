@@ -60,6 +60,7 @@ class NodeMetricsFeature : public Feature {
   // Throws ddprun::NetworkError naming the port when it cannot bind it.
   NodeMetricsFeature(boost::asio::io_context& io, std::uint16_t port, std::string runId,
                      std::string node, const NodeCountersSource& counters);
+  std::uint16_t port() const { return metrics_->port(); }
 
  private:
   std::unique_ptr<NodeMetrics> metrics_;
