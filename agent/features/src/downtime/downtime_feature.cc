@@ -285,13 +285,7 @@ void DowntimeFeature::recordEnded() {
   for (const Incident& incident : timeline_.takeEnded()) {
     ended = true;
     telemetry::IncidentRecord record;
-    record.number = incident.number;
-    record.kind = incident.kind;
-    record.cause = incident.cause;
-    record.failedAttempt = incident.failedAttempt;
-    record.startup = incident.startup;
-    record.complete = incident.complete;
-    record.assumed = incident.assumed;
+    static_cast<telemetry::IncidentFacts&>(record) = incident;
     record.beganMs = epochMillis(incident.began);
     record.lostMs = millis(incident.lostSeconds);
     for (Phase phase : kPhases) {

@@ -120,16 +120,24 @@ using Metadata = std::map<std::string, std::string>;
 inline constexpr char kProcessGroupEvent[] = "ddprun.worker.PROCESS_GROUP";
 inline constexpr char kFirstStepEvent[] = "ddprun.worker.FIRST_STEP";
 
+// What an incident is, however its times are kept: the agent's live model
+// (IncidentTimeline's Incident, in seconds) and the record below (in ms).
+struct IncidentFacts {
+  int number = 0;          // 0: the first start
+  std::string kind;        // "start", "worker failure", "hang", "round ended", ...
+  std::string cause;       // one line
+  int failedAttempt = -1;  // the attempt (its run index) that failed; -1: the start
+  bool startup = false;    // the failed attempt had not trained yet
+  bool complete = false;   // training resumed (else: the next failure or the exit)
+  // Complete without a step seen: the attempt ran long enough to count as
+  // training from its process group (or spawn) on.
+  bool assumed = false;
+  bool operator==(const IncidentFacts&) const = default;
+};
+
 // One incident, as the event log records it when it ends.
 inline constexpr char kIncidentEvent[] = "ddprun.agent.INCIDENT";
-struct IncidentRecord {
-  int number = 0;            // 0: the first start
-  std::string kind;          // "start", "worker failure", "hang", "round ended", ...
-  std::string cause;         // one line
-  int failedAttempt = -1;    // the attempt (its run index) that failed; -1: the start
-  bool startup = false;      // the failed attempt had not trained yet
-  bool complete = false;     // training resumed (else: the next failure or the exit)
-  bool assumed = false;      // complete without a step seen
+struct IncidentRecord : IncidentFacts {
   std::int64_t beganMs = 0;  // since the epoch: when the failure happened
   std::int64_t lostMs = 0;
   std::array<std::optional<std::int64_t>, kPhaseCount> phaseMs{};  // absent: never reached

@@ -40,16 +40,9 @@ using telemetry::kPhases;
 using telemetry::Phase;
 using telemetry::phaseName;
 
-struct Incident {
-  int number = 0;          // 0: the first start
-  std::string kind;        // "start", "worker failure", "hang", "round ended", ...
-  std::string cause;       // one line
-  int failedAttempt = -1;  // the attempt (its run index) that failed; -1: the start
-  bool startup = false;    // the failed attempt had not trained yet
-  bool complete = false;   // training resumed (else: the next failure or the exit)
-  // Complete without a step seen: the attempt ran long enough to count as
-  // training from its process group (or spawn) on (assumeTraining).
-  bool assumed = false;
+// An incident's facts (telemetry::IncidentFacts: number, kind, cause, the
+// failed attempt, startup, complete, assumed) and its times.
+struct Incident : telemetry::IncidentFacts {
   std::chrono::system_clock::time_point began;  // when the failure happened
   std::array<std::optional<double>, kPhaseCount> seconds;
   double lostSeconds = 0;  // began -> its end
