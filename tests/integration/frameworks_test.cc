@@ -51,14 +51,18 @@ std::map<std::string, std::string> pythonEnv(std::map<std::string, std::string> 
   return extra;
 }
 
+// One launch is bounded well inside ctest's 300 s: a run that hangs fails
+// with what it printed (which launcher, which step), not a bare timeout.
+constexpr auto kLaunchLimit = 200s;
+
 RunResult ddprun(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
   args.insert(args.begin(), kDdprun);
-  return runCommand(args, pythonEnv(std::move(env)), 300s);
+  return runCommand(args, pythonEnv(std::move(env)), kLaunchLimit);
 }
 
 RunResult torchrun(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
   args.insert(args.begin(), kTorchrun);
-  return runCommand(args, pythonEnv(std::move(env)), 300s);
+  return runCommand(args, pythonEnv(std::move(env)), kLaunchLimit);
 }
 
 // Runs every command at once (the nodes of one job) and waits for all.
