@@ -13,14 +13,13 @@
 #include "ddprun/agent/features/registry.h"
 #include "ddprun/agent/output/output_router.h"
 #include "ddprun/agent/rounds/node_rounds.h"
+#include "ddprun/agent/workers/lifecycle_ports.h"
 #include "ddprun/agent/workers/numa_binding.h"
 #include "ddprun/agent/workers/orphan_guard.h"
 #include "ddprun/agent/workers/python_zygote.h"
 #include "ddprun/agent/workers/run_directory.h"
 #include "ddprun/agent/workers/worker_group_runner.h"
 #include "ddprun/common/environment.h"
-#include "lifecycle_settings.h"
-#include "loop_clock.h"
 #include "signal_source.h"
 
 namespace ddprun::agent {
