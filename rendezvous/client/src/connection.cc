@@ -15,6 +15,7 @@
 #include "ddprun/common/error.h"
 #include "ddprun/common/parse.h"
 #include "ddprun/common/tcp_liveness.h"
+#include "ddprun/rendezvous/reply_reader.h"
 #include "ddprun/rendezvous/store_client.h"
 #include "ddprun/rendezvous/tcp_connect.h"
 #include "poll_timeout.h"
@@ -198,75 +199,45 @@ bool Connection::readUntil(const std::function<bool()>& done, Clock::time_point 
 }
 
 void Connection::dispatchFrames() {
-  for (;;) {
-    protocol::FrameHeader header;
-    const std::string_view data = input_.readable();
-    const auto parsed = protocol::parseFrameHeader(data, kMaxReplyFrame, header);
-    if (parsed == protocol::ParseResult::kTooLarge) {
-      // Nothing a ddprun server sends is this large: the stream is not ours.
-      markBroken(Status::kBadRequest,
-                 fmt::format("the store at {} sent a frame of {} bytes, over the limit of {}",
-                             endpoint_, header.bodySize, kMaxReplyFrame));
-      return;
-    }
-    if (parsed == protocol::ParseResult::kNeedMore) {
-      if (data.size() >= protocol::kHeaderSize) {
-        std::size_t space = 0;
-        input_.writable(protocol::kHeaderSize + header.bodySize, space);
-      }
-      return;
-    }
-    const std::string_view body = data.substr(protocol::kHeaderSize, header.bodySize);
-    if (header.requestId == 0) {
-      // A push: the server refuses us or says goodbye, then closes.
-      if (header.code == static_cast<std::uint8_t>(Status::kEvent)) {
-        protocol::Event event;
-        if (protocol::decodeEvent(body, event)) {
-          std::lock_guard lock(mutex_);
-          events_.push_back(std::move(event));
-          delivered_.notify_all();
-        }
-        input_.consume(protocol::kHeaderSize + header.bodySize);
-        continue;
-      }
-      protocol::ErrorReply push;
-      if (!protocol::decodeError(header.code, body, push)) {
-        push = {Status::kBadRequest,
-                fmt::format("the store at {} pushed a frame that is not a ddprun reply (status "
-                            "{}, {} bytes)",
-                            endpoint_, header.code, body.size()),
-                {}};
-      }
-      const bool goodbye = push.status == Status::kGoodbye;
-      markBroken(push.status, goodbye ? fmt::format("the store at {} closed the connection: {}",
-                                                    endpoint_, push.message)
-                                      : push.message);
-      if (goodbye) goodbye_ = true;
-    } else {
+  const auto tooLarge = readReplies(input_, kMaxReplyFrame, [this](ReceivedFrame& frame) {
+    using Kind = ReceivedFrame::Kind;
+    if (frame.kind == Kind::kEvent) {
       std::lock_guard lock(mutex_);
-      auto it = pending_.find(header.requestId);
-      if (it != pending_.end()) {  // else: a late reply to a timed-out call
-        Slot& slot = *it->second;
-        bool decoded = false;
-        if (header.code == static_cast<std::uint8_t>(Status::kOk)) {
-          decoded = (*slot.decodeOk)(body);
-        } else {
-          decoded = protocol::decodeError(header.code, body, slot.error.emplace());
-        }
-        if (!decoded) {
-          slot.error = protocol::ErrorReply{
-              Status::kBadRequest,
-              fmt::format("the server's {} reply to {} has a malformed body of {} bytes",
-                          protocol::statusName(static_cast<Status>(header.code)),
-                          protocol::opName(slot.op), body.size()),
-              {}};
-        }
-        slot.done = true;
-        pending_.erase(it);
-        delivered_.notify_all();
-      }
+      events_.push_back(std::move(frame.event));
+      delivered_.notify_all();
+      return true;
     }
-    input_.consume(protocol::kHeaderSize + header.bodySize);
+    if (frame.kind == Kind::kGoodbye) {
+      markBroken(Status::kGoodbye, fmt::format("the store at {} closed the connection: {}",
+                                               endpoint_, frame.error.message));
+      goodbye_ = true;
+      return true;
+    }
+    if (frame.kind == Kind::kRefusal) {
+      markBroken(frame.error.status, frame.error.message);
+      return true;
+    }
+    std::lock_guard lock(mutex_);
+    auto it = pending_.find(frame.requestId);
+    if (it == pending_.end()) return true;  // a late reply to a timed-out call
+    Slot& slot = *it->second;
+    if (frame.status != Status::kOk) {
+      slot.error = std::move(frame.error);
+    } else if (!(*slot.decodeOk)(frame.body)) {
+      slot.error = protocol::ErrorReply{
+          Status::kBadRequest,
+          fmt::format("the server's OK reply to {} has a malformed body of {} bytes",
+                      protocol::opName(slot.op), frame.body.size()),
+          {}};
+    }
+    slot.done = true;
+    pending_.erase(it);
+    delivered_.notify_all();
+    return true;
+  });
+  if (tooLarge) {
+    // Nothing a ddprun server sends is this large: the stream is not ours.
+    markBroken(Status::kBadRequest, fmt::format("{} (the store at {})", *tooLarge, endpoint_));
   }
 }
 

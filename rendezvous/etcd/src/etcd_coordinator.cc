@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/common/retry_backoff.h"
 #include "ddprun/rendezvous/round_policy.h"
 #include "ddprun/rendezvous/round_text.h"
 #include "etcd_round.h"
@@ -299,7 +300,7 @@ void EtcdCoordinator::load() {
 }
 
 void EtcdCoordinator::runWatch() {
-  auto backoff = 100ms;
+  RetryBackoff backoff(100ms, 2000ms);
   for (;;) {
     EtcdWatch* watch = nullptr;
     {
@@ -310,7 +311,7 @@ void EtcdCoordinator::runWatch() {
     std::vector<EtcdWatchEvent> events;
     try {
       events = watch->next();
-      backoff = 100ms;
+      backoff.reset();
     } catch (const EtcdCompactedError&) {
       std::lock_guard lock(mutex_);
       reload_ = true;  // run() reads everything again and opens a new watch
@@ -321,8 +322,7 @@ void EtcdCoordinator::runWatch() {
       if (stopping_) return;
       DDPRUN_WARN("The coordinator's etcd watch of rendezvous '{}' broke ({}); retrying.",
                   options_.rdzvId, e.what());
-      changed_.wait_for(lock, backoff, [this] { return stopping_; });
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+      changed_.wait_for(lock, backoff.next(), [this] { return stopping_; });
       continue;
     }
     if (options_.watchEvents != nullptr) *options_.watchEvents += events.size();
@@ -343,16 +343,21 @@ void EtcdCoordinator::runWatch() {
 
 void EtcdCoordinator::run() {
   DDPRUN_INFO("Node {} coordinates rendezvous '{}' in etcd.", options_.nodeId, options_.rdzvId);
+  // etcd unreachable for now: reading, reloading and writing are each tried
+  // again with ddprun's back-off (250 ms doubling to 2 s, with jitter).
+  RetryBackoff loadBackoff(250ms, 2000ms);
+  RetryBackoff writeBackoff(250ms, 2000ms);
   for (;;) {
     try {
       load();
+      loadBackoff.reset();
       break;
     } catch (const Error& e) {
       std::unique_lock lock(mutex_);
       if (stopping_) return;
       DDPRUN_WARN("The coordinator could not read rendezvous '{}' from etcd ({}); retrying.",
                   options_.rdzvId, e.what());
-      changed_.wait_for(lock, 500ms, [this] { return stopping_; });
+      changed_.wait_for(lock, loadBackoff.next(), [this] { return stopping_; });
     }
   }
   watcher_ = std::thread([this] { runWatch(); });
@@ -387,15 +392,18 @@ void EtcdCoordinator::run() {
           DDPRUN_WARN("Reloading rendezvous '{}' from etcd failed: {}", options_.rdzvId, e.what());
           std::unique_lock retry(mutex_);
           reload_ = true;  // again after a back-off, or at once on the stop
-          changed_.wait_for(retry, 500ms, [this] { return stopping_; });
+          changed_.wait_for(retry, loadBackoff.next(), [this] { return stopping_; });
           continue;
         }
+        loadBackoff.reset();
         watcher_ = std::thread([this] { runWatch(); });
         continue;
       }
     }
     try {
-      if (!perform(action)) {
+      const bool coordinating = perform(action);
+      writeBackoff.reset();
+      if (!coordinating) {
         DDPRUN_INFO(
             "Node {} no longer coordinates rendezvous '{}': its alive key is gone (it left, or "
             "its etcd lease expired).",
@@ -407,7 +415,7 @@ void EtcdCoordinator::run() {
       DDPRUN_WARN("The coordinator of rendezvous '{}' could not write to etcd ({}); retrying.",
                   options_.rdzvId, e.what());
       std::unique_lock lock(mutex_);
-      changed_.wait_for(lock, 500ms, [this] { return stopping_; });
+      changed_.wait_for(lock, writeBackoff.next(), [this] { return stopping_; });
       dirty_ = true;
     }
   }

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <random>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/common/retry_backoff.h"
 #include "ddprun/rendezvous/round_policy.h"
 #include "ddprun/rendezvous/round_text.h"
 #include "ddprun/rendezvous/store_client.h"
@@ -47,15 +47,15 @@ void EtcdRendezvous::connect() {
   // Reaching etcd: retried with back-off until the connect timeout, so
   // nodes may start before the cluster is up; shutdown() ends the wait.
   const auto deadline = Clock::now() + options_.connectTimeout;
-  auto backoff = 50ms;
-  std::minstd_rand jitter(std::random_device{}());
+  RetryBackoff backoff(50ms, 1000ms);
   std::int64_t lease = 0;
   for (;;) {
     try {
       lease = client_.grantLease(std::max(1s, options_.leaseTtl));
       break;
     } catch (const NetworkError& e) {
-      if (Clock::now() + backoff >= deadline) {
+      const auto wait = backoff.next();
+      if (Clock::now() + wait >= deadline) {
         throw TimeoutError(fmt::format(
             "etcd at {} could not be reached within {} s ({}); check --rdzv_endpoint and that "
             "etcd runs there",
@@ -64,13 +64,11 @@ void EtcdRendezvous::connect() {
             e.what()));
       }
       std::unique_lock lock(mutex_);
-      changed_.wait_for(lock, backoff + std::chrono::milliseconds(jitter() % 50),
-                        [this] { return stopping_; });
+      changed_.wait_for(lock, wait, [this] { return stopping_; });
       if (stopping_) {
         throw NetworkError(
             fmt::format("reaching etcd at {} was cancelled", client_.endpointList()));
       }
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
   }
   std::lock_guard lock(mutex_);
@@ -265,7 +263,7 @@ void EtcdRendezvous::reload() {
 void EtcdRendezvous::runWatch() {
   const etcd::Keys keys{base()};
   const std::string assignKey = keys.assign(options_.nodeId);
-  auto backoff = 100ms;
+  RetryBackoff backoff(100ms, 2000ms);
   for (;;) {
     EtcdWatch* watch = nullptr;
     std::string predecessor;
@@ -278,7 +276,7 @@ void EtcdRendezvous::runWatch() {
     std::vector<EtcdWatchEvent> events;
     try {
       events = watch->next();
-      backoff = 100ms;
+      backoff.reset();
     } catch (const EtcdCompactedError&) {
       try {
         reload();
@@ -293,8 +291,7 @@ void EtcdRendezvous::runWatch() {
       if (stopping_) return;
       DDPRUN_WARN("The etcd watch of rendezvous '{}' broke ({}); retrying.", options_.rdzvId,
                   e.what());
-      changed_.wait_for(lock, backoff, [this] { return stopping_; });
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+      changed_.wait_for(lock, backoff.next(), [this] { return stopping_; });
       continue;
     }
     watchEvents_ += events.size();

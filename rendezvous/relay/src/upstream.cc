@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/common/logging.h"
+#include "ddprun/rendezvous/reply_reader.h"
 
 namespace ddprun::rendezvous::relay {
 
@@ -199,67 +200,44 @@ void Upstream::readLoop() {
           return;
         }
         self->input_.commit(n);
-        for (;;) {
-          const std::string_view data = self->input_.readable();
-          protocol::FrameHeader header;
-          const auto parsed =
-              protocol::parseFrameHeader(data, self->options_.maxFrameBytes, header);
-          if (parsed == protocol::ParseResult::kTooLarge) {
-            self->fail(fmt::format("the store sent a frame of {} bytes", header.bodySize));
-            return;
-          }
-          if (parsed == protocol::ParseResult::kNeedMore) {
-            if (data.size() >= protocol::kHeaderSize) {
-              self->input_.reserveExactly(protocol::kHeaderSize + header.bodySize + 4096);
-            }
-            break;
-          }
-          self->handleFrame(header, data.substr(protocol::kHeaderSize, header.bodySize));
-          if (self->lost_ || generation != self->generation_) return;  // lost, or connecting again
-          self->input_.consume(protocol::kHeaderSize + header.bodySize);
-        }
+        const auto tooLarge = rendezvous::readReplies(
+            self->input_, self->options_.maxFrameBytes, [&self, generation](ReceivedFrame& frame) {
+              self->handleFrame(frame);
+              return !self->lost_ && generation == self->generation_;  // else: lost, or anew
+            });
+        if (tooLarge) return self->fail(*tooLarge);
+        if (self->lost_ || generation != self->generation_) return;
         self->readLoop();
       });
 }
 
-void Upstream::handleFrame(const protocol::FrameHeader& header, std::string_view body) {
-  const auto status = static_cast<protocol::Status>(header.code);
-  if (header.requestId == 0) {
-    // Pushes: the store says goodbye (it stops, or idles us out); events
-    // are for agents' rendezvous connections, never this one.
-    protocol::ErrorReply error;
-    if (status == protocol::Status::kEvent || !protocol::decodeError(header.code, body, error)) {
-      return;
-    }
-    if (status == protocol::Status::kGoodbye && ready_ && pending_.empty()) {
-      // Idle for the store's idle limit (the workers train and ask
-      // nothing): nothing is lost by connecting again, as any client does.
-      DDPRUN_DEBUG("The node relay connects to the store again: {}.", printable(error.message));
-      ready_ = false;
-      connectDeadline_ = std::chrono::steady_clock::now() + options_.connectTimeout;
-      broken("idle");
-      return;
-    }
-    // A goodbye, or a refusal of the handshake (the token, the version):
-    // trying again would be refused again.
-    fail(status == protocol::Status::kGoodbye
-             ? fmt::format("the store closed the connection: {}", printable(error.message))
-             : fmt::format("the store refused the relay: {}", printable(error.message)));
+void Upstream::handleFrame(ReceivedFrame& frame) {
+  using Kind = ReceivedFrame::Kind;
+  // Events are for agents' rendezvous connections, never this one.
+  if (frame.kind == Kind::kEvent) return;
+  if (frame.kind == Kind::kGoodbye && ready_ && pending_.empty()) {
+    // Idle for the store's idle limit (the workers train and ask
+    // nothing): nothing is lost by connecting again, as any client does.
+    DDPRUN_DEBUG("The node relay connects to the store again: {}.", printable(frame.error.message));
+    ready_ = false;
+    connectDeadline_ = std::chrono::steady_clock::now() + options_.connectTimeout;
+    broken("idle");
+    return;
+  }
+  if (frame.kind != Kind::kReply) {
+    // A goodbye with requests pending (the store stops), or a refusal of
+    // the handshake (the token, the version): trying again would be
+    // refused again.
+    fail(frame.kind == Kind::kGoodbye
+             ? fmt::format("the store closed the connection: {}", printable(frame.error.message))
+             : fmt::format("the store refused the relay: {}", printable(frame.error.message)));
     return;
   }
   UpstreamReply reply;
-  reply.status = status;
-  if (status == protocol::Status::kOk) {
-    reply.body = body;
-  } else {
-    protocol::ErrorReply error;
-    if (!protocol::decodeError(header.code, body, error)) {
-      fail(fmt::format("the store sent an unreadable reply (status {})", header.code));
-      return;
-    }
-    reply.message = std::move(error.message);
-  }
-  if (header.requestId == helloId_) {
+  reply.status = frame.status;
+  reply.body = frame.body;
+  reply.message = std::move(frame.error.message);
+  if (frame.requestId == helloId_) {
     if (!reply.ok()) {
       fail(fmt::format("the store refused the relay: {}", printable(reply.message)));
       return;
@@ -273,7 +251,7 @@ void Upstream::handleFrame(const protocol::FrameHeader& header, std::string_view
     }
     return;
   }
-  auto it = pending_.find(header.requestId);
+  auto it = pending_.find(frame.requestId);
   if (it == pending_.end()) return;
   Handler handler = std::move(it->second);
   pending_.erase(it);

@@ -27,6 +27,7 @@
 #include "ddprun/common/retry_backoff.h"
 #include "ddprun/rendezvous/input_buffer.h"
 #include "ddprun/rendezvous/protocol.h"
+#include "ddprun/rendezvous/reply_reader.h"
 
 namespace ddprun::rendezvous::relay {
 
@@ -82,7 +83,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   // The connection broke: tried again before the HELLO's answer, else lost.
   void broken(const std::string& why);
   void readLoop();
-  void handleFrame(const rendezvous::protocol::FrameHeader& header, std::string_view body);
+  void handleFrame(ReceivedFrame& frame);
   void flush();
   void fail(const std::string& reason);
 
