@@ -63,8 +63,10 @@ Agent::Impl::Impl(AgentConfig c) : config(std::move(c)) {
     std::cerr << "ddprun: this launch's logs are in " << runDir.root().string() << "\n";
   }
   const bool multiNode = config.rendezvous.mode != RendezvousMode::kStandalone;
-  rounds = multiNode ? makeRendezvousRounds(io, config, [this](const auto& a) { onAssigned(a); })
-                     : makeLocalRounds(io, config);
+  const RoundsSettings roundsSettings = roundsSettingsOf(config);
+  rounds = multiNode
+               ? makeRendezvousRounds(io, roundsSettings, [this](const auto& a) { onAssigned(a); })
+               : makeLocalRounds(io, roundsSettings);
   features = std::make_unique<FeatureSet>(FeatureContext{
       io, config, inherited, runDir.root(), !runDir.temporary(), runner, rounds,
       rounds.rendezvous.get(), guard.notice(), [this] { router.flushConsole(); },

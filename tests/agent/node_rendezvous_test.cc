@@ -26,13 +26,11 @@ using harness::runUntil;
 using namespace std::chrono_literals;
 
 // Node `nodeRank` of a static job of `nnodes` whose store is 127.0.0.1:`port`.
-AgentConfig staticNode(std::uint16_t port, int nodeRank, int nnodes,
-                       std::chrono::milliseconds joinTimeout) {
-  AgentConfig c;
+RoundsSettings staticNode(std::uint16_t port, int nodeRank, int nnodes,
+                          std::chrono::milliseconds joinTimeout) {
+  RoundsSettings c;
   c.runId = "job";
   c.hostname = "test";
-  c.nnodes = nnodes;
-  c.nodeRank = nodeRank;
   c.masterAddr = "127.0.0.1";
   c.masterPort = port;
   RendezvousConfig& r = c.rendezvous;
@@ -54,7 +52,7 @@ AgentConfig staticNode(std::uint16_t port, int nodeRank, int nnodes,
 // and after it leaves the drain ends at once (nobody else is there).
 TEST(NodeRendezvous, AJobOfOneNodeFormsARoundLeavesAndDrains) {
   boost::asio::io_context io;
-  const AgentConfig config = staticNode(harness::freePort(), 0, 1, 30s);
+  const RoundsSettings config = staticNode(harness::freePort(), 0, 1, 30s);
   NodeRendezvous node(io, config);
   EXPECT_TRUE(node.hosting());
   std::optional<JoinResult> joined;
@@ -76,7 +74,7 @@ TEST(NodeRendezvous, AJobOfOneNodeFormsARoundLeavesAndDrains) {
 // missing node), told as answered, with the advice on what to check.
 TEST(NodeRendezvous, TheStoresJoinTimeoutIsAnAnswerNamingTheMissingNode) {
   boost::asio::io_context io;
-  const AgentConfig config = staticNode(harness::freePort(), 0, 2, 300ms);
+  const RoundsSettings config = staticNode(harness::freePort(), 0, 2, 300ms);
   NodeRendezvous node(io, config);
   std::optional<JoinResult> joined;
   node.asyncJoin([&](JoinResult r) { joined = std::move(r); });
@@ -101,7 +99,7 @@ TEST(NodeRendezvous, AStoreThatGoesAwayIsALossAndTheJoinHasNoAnswer) {
   auto server = std::make_unique<rendezvous::StoreServer>(options);
   server->start();
   boost::asio::io_context io;
-  const AgentConfig config = staticNode(server->port(), 1, 2, 60s);
+  const RoundsSettings config = staticNode(server->port(), 1, 2, 60s);
   NodeRendezvous node(io, config);
   EXPECT_FALSE(node.hosting());
   std::vector<std::string> lost;

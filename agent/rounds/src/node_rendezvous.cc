@@ -71,15 +71,15 @@ std::string anyAddressOfTheJobsFamily(const RendezvousConfig& r) {
   return v6 ? "::" : "0.0.0.0";
 }
 
-NodeRendezvous::NodeRendezvous(asio::io_context& io, const AgentConfig& config)
+NodeRendezvous::NodeRendezvous(asio::io_context& io, RoundsSettings settings)
     : io_(io),
-      config_(config),
-      rdzv_(config.rendezvous),
+      settings_(std::move(settings)),
+      rdzv_(settings_.rendezvous),
       endpoint_(hostPort(rdzv_.endpointHost, rdzv_.endpointPort)) {
-  nodeId_ = fmt::format("{}:{}:{}", config.hostname, ::getpid(), randomToken().substr(0, 6));
-  if (!config.useAgentStore) {
-    masterPort_ =
-        config.masterPort > 0 ? static_cast<std::uint16_t>(config.masterPort) : findFreePort();
+  nodeId_ = fmt::format("{}:{}:{}", settings_.hostname, ::getpid(), randomToken().substr(0, 6));
+  if (!settings_.useAgentStore) {
+    masterPort_ = settings_.masterPort > 0 ? static_cast<std::uint16_t>(settings_.masterPort)
+                                           : findFreePort();
   }
   if (rdzv_.backend == RendezvousBackendKind::kEtcd) {
     // No node hosts anything: the rounds live in etcd, and the workers'
@@ -122,7 +122,7 @@ void NodeRendezvous::connect() {
     options.etcd = rdzv_.etcd;
     options.etcd.requestTimeout = std::min(rdzv_.requestTimeout, rdzv_.keepAliveInterval * 2);
     options.etcd.silenceLimit = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
-    options.rdzvId = config_.runId;
+    options.rdzvId = settings_.runId;
     options.nodeId = nodeId_;
     const auto ttl = rdzv_.keepAliveInterval * rdzv_.keepAliveMaxAttempts;
     options.leaseTtl = std::chrono::ceil<std::chrono::seconds>(ttl);
@@ -184,7 +184,7 @@ bool NodeRendezvous::tryToHost(std::string& why) {
   // with a token, refused from every address, so between hosts only the
   // agents' authenticated protocol travels (docs/security.md; without a
   // token the store is open, as torchrun's).
-  options.strict = config_.strictStore || (config_.relayWorkersStore && !rdzv_.token.empty());
+  options.strict = settings_.strictStore || (settings_.relayWorkersStore && !rdzv_.token.empty());
   options.metricsPort = rdzv_.metricsPort;
   options.metricsHost = "0.0.0.0";
   try {
@@ -304,10 +304,10 @@ void NodeRendezvous::runEvents() {
 
 void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   protocol::JoinRequest request;
-  request.rdzvId = config_.runId;
+  request.rdzvId = settings_.runId;
   request.nodeId = nodeId_;
   request.nodeRank = rdzv_.nodeRank;
-  request.localWorldSize = static_cast<std::uint32_t>(config_.nprocPerNode);
+  request.localWorldSize = static_cast<std::uint32_t>(settings_.nprocPerNode);
   request.minNodes = static_cast<std::uint32_t>(rdzv_.minNodes);
   request.maxNodes = static_cast<std::uint32_t>(rdzv_.maxNodes);
   request.lastCallMs = static_cast<std::uint32_t>(rdzv_.lastCallTimeout.count());
@@ -316,7 +316,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
   request.address = rdzv_.localAddr;
   request.masterPort = masterPort_;
   request.fixedNodes = static_cast<std::uint32_t>(std::max(0, rdzv_.fixedNodes));
-  request.maxRestarts = config_.maxRestarts;
+  request.maxRestarts = settings_.maxRestarts;
   request.maxNodeFailures = static_cast<std::uint32_t>(rdzv_.maxNodeFailures);
   request.nodeCooldownMs = static_cast<std::uint32_t>(std::min<std::int64_t>(
       rdzv_.nodeCooldown.count(), std::numeric_limits<std::uint32_t>::max()));
@@ -333,7 +333,7 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
               client = client_.get();
             }
             if (client == nullptr) return std::nullopt;
-            return client->status(config_.runId);
+            return client->status(settings_.runId);
           },
           endpoint_, JoinProgress::stderrIsTerminal(), rdzv_.progressInterval);
       connect();
@@ -367,10 +367,10 @@ void NodeRendezvous::asyncJoin(std::function<void(JoinResult)> done) {
 void NodeRendezvous::asyncReportFailure(const FailureNotice& failure,
                                         std::function<void(FailureAnswer)> done) {
   protocol::NodeReport r;
-  r.rdzvId = config_.runId;
+  r.rdzvId = settings_.runId;
   r.nodeId = nodeId_;
   r.round = failure.round;
-  r.maxRestarts = config_.maxRestarts;
+  r.maxRestarts = settings_.maxRestarts;
   r.exitCode = failure.exitCode;
   r.report = failure.report;
   r.failedAtMs =
@@ -391,7 +391,7 @@ void NodeRendezvous::asyncReportFailure(const FailureNotice& failure,
 
 void NodeRendezvous::asyncLeave(std::int64_t round, int exitCode, std::function<void()> done) {
   protocol::NodeReport r;
-  r.rdzvId = config_.runId;
+  r.rdzvId = settings_.runId;
   r.nodeId = nodeId_;
   r.round = round;
   r.exitCode = exitCode;
@@ -411,7 +411,7 @@ void NodeRendezvous::publishNodeCounters(protocol::NodeCounters kind, std::strin
   asio::post(worker_, [this, kind, text = std::move(text)] {
     if (!client_ || lost_) return;
     try {
-      client_->publishNodeCounters(kind, config_.runId, nodeId_, text);
+      client_->publishNodeCounters(kind, settings_.runId, nodeId_, text);
     } catch (const Error& e) {
       DDPRUN_DEBUG("Node {} could not publish its counters: {}", nodeId_, e.what());
     }
@@ -421,7 +421,7 @@ void NodeRendezvous::publishNodeCounters(protocol::NodeCounters kind, std::strin
 void NodeRendezvous::asyncWaitUntilAllLeft(std::function<void()> done) {
   asio::post(worker_, [this, done = std::move(done)] {
     try {
-      if (client_ && !lost_) client_->waitUntilAllLeft(config_.runId, rdzv_.closeTimeout);
+      if (client_ && !lost_) client_->waitUntilAllLeft(settings_.runId, rdzv_.closeTimeout);
     } catch (const Error& e) {
       DDPRUN_WARN("Not every node left the rendezvous within the close timeout: {}", e.what());
     }

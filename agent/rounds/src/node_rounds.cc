@@ -18,7 +18,7 @@ namespace ddprun::agent {
 
 namespace protocol = rendezvous::protocol;
 
-NodeRounds makeLocalRounds(boost::asio::io_context& io, const AgentConfig& config) {
+NodeRounds makeLocalRounds(boost::asio::io_context& io, const RoundsSettings& config) {
   NodeRounds rounds;
   const std::string token = randomToken();
   rounds.workerToken = workerCredential(token, config.runId);
@@ -58,7 +58,7 @@ NodeRounds makeLocalRounds(boost::asio::io_context& io, const AgentConfig& confi
   return rounds;
 }
 
-NodeRounds makeRendezvousRounds(boost::asio::io_context& io, const AgentConfig& config,
+NodeRounds makeRendezvousRounds(boost::asio::io_context& io, const RoundsSettings& config,
                                 std::function<void(const protocol::Assignment&)> onAssigned) {
   NodeRounds rounds;
   rounds.rendezvous = std::make_unique<NodeRendezvous>(io, config);

@@ -7,16 +7,16 @@
 namespace ddprun::agent {
 
 RendezvousRounds::RendezvousRounds(
-    NodeRendezvous& rendezvous, AttemptStore* workersStore, const AgentConfig& config,
+    NodeRendezvous& rendezvous, AttemptStore* workersStore, const RoundsSettings& config,
     std::function<void(const rendezvous::protocol::Assignment&)> assigned)
     : rendezvous_(rendezvous),
       workersStore_(workersStore),
-      config_(config),
+      settings_(config),
       assigned_(std::move(assigned)) {}
 
 void RendezvousRounds::join(std::function<void(JoinResult)> done) {
   DDPRUN_INFO("Node {} is joining rendezvous '{}' ({} to {} nodes).", rendezvous_.nodeId(),
-              config_.runId, config_.rendezvous.minNodes, config_.rendezvous.maxNodes);
+              settings_.runId, settings_.rendezvous.minNodes, settings_.rendezvous.maxNodes);
   // This node's offer of a store for the round's workers, used if it
   // becomes group rank 0.
   if (workersStore_ != nullptr) {
@@ -34,7 +34,7 @@ void RendezvousRounds::join(std::function<void(JoinResult)> done) {
       assigned_(a);
       DDPRUN_INFO("Round {}: this node is group rank {} of {}; workers are ranks {} to {} of {}.",
                   a.round, a.groupRank, a.groupWorldSize, a.rankOffset,
-                  a.rankOffset + config_.nprocPerNode - 1, a.worldSize);
+                  a.rankOffset + settings_.nprocPerNode - 1, a.worldSize);
     }
     done(std::move(result));
   });
@@ -63,7 +63,7 @@ void RendezvousRounds::waitUntilAllLeft(std::function<void()> done) {
 }
 
 WorkersStore RendezvousRounds::workersStore(const rendezvous::protocol::Assignment& round) const {
-  const std::string prefix = fmt::format("{}/round_{}/", config_.runId, round.round);
+  const std::string prefix = fmt::format("{}/round_{}/", settings_.runId, round.round);
   if (const auto& store = rendezvous_.jobStore()) return {store->host, store->port, prefix};
   // No ddprun store holds the rounds (etcd): the workers' store is group rank 0's.
   return {round.masterAddr, static_cast<int>(round.masterPort), prefix};

@@ -33,9 +33,9 @@
 #include <string>
 #include <thread>
 
-#include "ddprun/agent/agent_config.h"
 #include "ddprun/agent/core/feature.h"
 #include "ddprun/agent/core/round_source.h"
+#include "ddprun/agent/rounds/rounds_settings.h"
 #include "ddprun/rendezvous/protocol.h"
 #include "ddprun/rendezvous/rendezvous_backend.h"
 #include "ddprun/rendezvous/store_server.h"
@@ -56,7 +56,7 @@ class NodeRendezvous : public NodeCountersSink {
   // Hosts the store if this node should. Throws ddprun::Error, or
   // ConfigError when node 0's static port (or is_host's) is taken. Connecting
   // happens with the first join, off the agent's thread.
-  NodeRendezvous(boost::asio::io_context& io, const AgentConfig& config);
+  NodeRendezvous(boost::asio::io_context& io, RoundsSettings settings);
   ~NodeRendezvous() override;
   NodeRendezvous(const NodeRendezvous&) = delete;
   NodeRendezvous& operator=(const NodeRendezvous&) = delete;
@@ -116,7 +116,7 @@ class NodeRendezvous : public NodeCountersSink {
   std::string withJoinAdvice(const std::string& timeout) const;
 
   boost::asio::io_context& io_;
-  const AgentConfig& config_;
+  const RoundsSettings settings_;
   const RendezvousConfig& rdzv_;
   std::string nodeId_;
   std::string endpoint_;

@@ -22,13 +22,13 @@
 #include <memory>
 #include <string>
 
-#include "ddprun/agent/agent_config.h"
 #include "ddprun/agent/core/node_lifecycle.h"
 #include "ddprun/agent/core/round_source.h"
 #include "ddprun/agent/core/workers_store_view.h"
 #include "ddprun/agent/rounds/attempt_store.h"
 #include "ddprun/agent/rounds/node_rendezvous.h"
 #include "ddprun/agent/rounds/relayed_rounds.h"
+#include "ddprun/agent/rounds/rounds_settings.h"
 
 namespace ddprun::agent {
 
@@ -45,9 +45,9 @@ struct NodeRounds : WorkersStoreView {
 };
 
 // Throws ddprun::Error when the store cannot listen (a taken --master_port).
-NodeRounds makeLocalRounds(boost::asio::io_context& io, const AgentConfig& config);
+NodeRounds makeLocalRounds(boost::asio::io_context& io, const RoundsSettings& config);
 NodeRounds makeRendezvousRounds(
-    boost::asio::io_context& io, const AgentConfig& config,
+    boost::asio::io_context& io, const RoundsSettings& config,
     std::function<void(const rendezvous::protocol::Assignment&)> onAssigned);
 
 // The interface that carries `address` (this node's address in the

@@ -13,6 +13,7 @@
 #include "ddprun/agent/core/round_source.h"
 #include "ddprun/agent/rounds/attempt_store.h"
 #include "ddprun/agent/rounds/node_rendezvous.h"
+#include "ddprun/agent/rounds/rounds_settings.h"
 
 namespace ddprun::agent {
 
@@ -20,7 +21,7 @@ class RendezvousRounds : public RoundSource {
  public:
   // `assigned` hears of each round this node got, before the lifecycle.
   RendezvousRounds(NodeRendezvous& rendezvous, AttemptStore* workersStore,
-                   const AgentConfig& config,
+                   const RoundsSettings& config,
                    std::function<void(const rendezvous::protocol::Assignment&)> assigned);
 
   void join(std::function<void(JoinResult)> done) override;
@@ -37,7 +38,7 @@ class RendezvousRounds : public RoundSource {
  private:
   NodeRendezvous& rendezvous_;
   AttemptStore* workersStore_;
-  const AgentConfig& config_;
+  const RoundsSettings settings_;
   std::function<void(const rendezvous::protocol::Assignment&)> assigned_;
   std::int64_t hostedRound_ = -1;  // the round whose workers' store this node serves
 
