@@ -33,6 +33,7 @@ struct Agent::Impl {
   void finish(int code);
 
   const AgentConfig config;
+  const WorkersSettings workers = workersSettingsOf(config);
   OrphanGuard guard;  // forked first, before any thread exists (see OrphanGuard)
   asio::io_context io{1};
   SignalSource signals{io};
@@ -45,7 +46,7 @@ struct Agent::Impl {
   std::vector<CpuPlacement> placements;  // --numa_binding, per local rank
   std::unique_ptr<FeatureSet> features;
   WorkerGroupRunner runner{
-      io, WorkerGroup::Shared{config, workersEnv, guard, router, runDir,
+      io, WorkerGroup::Shared{workers, workersEnv, guard, router, runDir,
                               [this](const WorkerEvent& e) { features->workerEvent(e); },
                               placements, nullptr}};
   NodeRounds rounds;
@@ -62,11 +63,7 @@ Agent::Impl::Impl(AgentConfig c) : config(std::move(c)) {
   if (!runDir.temporary()) {
     std::cerr << "ddprun: this launch's logs are in " << runDir.root().string() << "\n";
   }
-  const bool multiNode = config.rendezvous.mode != RendezvousMode::kStandalone;
-  const RoundsSettings roundsSettings = roundsSettingsOf(config);
-  rounds = multiNode
-               ? makeRendezvousRounds(io, roundsSettings, [this](const auto& a) { onAssigned(a); })
-               : makeLocalRounds(io, roundsSettings);
+  rounds = makeNodeRounds(io, roundsSettingsOf(config), [this](const auto& a) { onAssigned(a); });
   features = std::make_unique<FeatureSet>(FeatureContext{
       io, config, inherited, runDir.root(), !runDir.temporary(), runner, rounds,
       rounds.rendezvous.get(), guard.notice(), [this] { router.flushConsole(); },

@@ -16,7 +16,7 @@ std::map<std::string, std::string> asMap(const std::vector<std::string>& entries
 }
 
 TEST(WorkerEnv, TorchrunsVariablesAndDdprunsOwn) {
-  AgentConfig config;
+  WorkersSettings config;
   config.nprocPerNode = 4;
   config.role = "trainer";
   config.runId = "job";
@@ -64,27 +64,27 @@ TEST(WorkerEnv, TorchrunsVariablesAndDdprunsOwn) {
 }
 
 TEST(WorkerEnv, NcclAsyncErrorHandlingIsAlwaysSetUnderOneName) {
-  AgentConfig config;
+  WorkersSettings config;
   config.ncclAsyncErrorHandlingName = "NCCL_ASYNC_ERROR_HANDLING";  // PyTorch < 2.2
   auto env = asMap(buildWorkerEnv({}, config, WorkerIdentity{}));
   EXPECT_EQ(env.at("NCCL_ASYNC_ERROR_HANDLING"), "1");
   EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
-  env = asMap(buildWorkerEnv({}, AgentConfig{}, WorkerIdentity{}));  // PyTorch >= 2.2
+  env = asMap(buildWorkerEnv({}, WorkersSettings{}, WorkerIdentity{}));  // PyTorch >= 2.2
   EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
   EXPECT_FALSE(env.contains("NCCL_ASYNC_ERROR_HANDLING"));
   // A user's value under either name is the value, under the name this
   // PyTorch reads (torchrun 2.x would add 1 over a legacy 0).
-  env =
-      asMap(buildWorkerEnv({{"NCCL_ASYNC_ERROR_HANDLING", "0"}}, AgentConfig{}, WorkerIdentity{}));
+  env = asMap(
+      buildWorkerEnv({{"NCCL_ASYNC_ERROR_HANDLING", "0"}}, WorkersSettings{}, WorkerIdentity{}));
   EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
   env = asMap(
       buildWorkerEnv({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}},
-                     AgentConfig{}, WorkerIdentity{}));
+                     WorkersSettings{}, WorkerIdentity{}));
   EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
 }
 
 TEST(WorkerEnv, VirtualLocalRankNarrowsTheVisibleDevices) {
-  AgentConfig config;
+  WorkersSettings config;
   config.virtualLocalRank = true;
   WorkerIdentity id;
   id.localRank = 2;
@@ -100,7 +100,7 @@ TEST(WorkerEnv, VirtualLocalRankNarrowsTheVisibleDevices) {
 }
 
 TEST(WorkerEnv, SignalsToHandleReachTheWorkers) {
-  AgentConfig config;
+  WorkersSettings config;
   config.signalsToHandle = "SIGTERM,SIGUSR1";
   EXPECT_EQ(
       asMap(buildWorkerEnv({}, config, WorkerIdentity{})).at("TORCHELASTIC_SIGNALS_TO_HANDLE"),
@@ -108,7 +108,7 @@ TEST(WorkerEnv, SignalsToHandleReachTheWorkers) {
 }
 
 TEST(WorkerEnv, AgentValuesAndExtraEnvWin) {
-  AgentConfig config;
+  WorkersSettings config;
   config.extraEnv = {{"OMP_NUM_THREADS", "1"}};
   const auto env =
       asMap(buildWorkerEnv({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"}}, config, WorkerIdentity{}));
@@ -123,7 +123,7 @@ TEST(WorkerEnv, LocalRankMacro) {
 }
 
 TEST(WorkerEnv, SocketInterfaceUnlessTheUserChoseOne) {
-  AgentConfig config;
+  WorkersSettings config;
   WorkerIdentity id;
   id.socketInterface = "eth1";
   auto env = asMap(buildWorkerEnv({}, config, id));

@@ -95,6 +95,12 @@ NodeRounds makeRendezvousRounds(boost::asio::io_context& io, const RoundsSetting
   return rounds;
 }
 
+NodeRounds makeNodeRounds(boost::asio::io_context& io, const RoundsSettings& config,
+                          std::function<void(const protocol::Assignment&)> onAssigned) {
+  if (config.rendezvous.mode == RendezvousMode::kStandalone) return makeLocalRounds(io, config);
+  return makeRendezvousRounds(io, config, std::move(onAssigned));
+}
+
 std::string socketInterfaceFor(const std::string& address) {
   const std::string name = interfaceWithAddress(address).value_or("");
   if (name.empty()) return name;

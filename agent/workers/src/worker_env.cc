@@ -9,7 +9,7 @@
 namespace ddprun::agent {
 
 std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>& base,
-                                        const AgentConfig& config, const WorkerIdentity& id) {
+                                        const WorkersSettings& config, const WorkerIdentity& id) {
   std::map<std::string, std::string> env = base;
   const int localWorldSize = config.nprocPerNode;
   env[env::kRank] = std::to_string(id.rank);

@@ -20,8 +20,8 @@ namespace {
 // anyway (a process that escaped its group may still hold one).
 constexpr auto kDrainLimit = std::chrono::milliseconds(500);
 
-std::string substitutePrefix(std::string text, const AgentConfig& config, int rank, int localRank,
-                             int nodeRank) {
+std::string substitutePrefix(std::string text, const WorkersSettings& config, int rank,
+                             int localRank, int nodeRank) {
   const std::pair<const char*, std::string> vars[] = {
       {"${rank}", std::to_string(rank)}, {"${local_rank}", std::to_string(localRank)},
       {"${role_name}", config.role},     {"${node_rank}", std::to_string(nodeRank)},

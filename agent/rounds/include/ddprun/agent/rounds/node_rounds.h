@@ -44,6 +44,10 @@ struct NodeRounds : WorkersStoreView {
   std::optional<std::uint64_t> workerConnections() const override;
 };
 
+// The rounds of this node's mode: local for a standalone node (then
+// `onAssigned` is never called), else the job's rendezvous.
+NodeRounds makeNodeRounds(boost::asio::io_context& io, const RoundsSettings& config,
+                          std::function<void(const rendezvous::protocol::Assignment&)> onAssigned);
 // Throws ddprun::Error when the store cannot listen (a taken --master_port).
 NodeRounds makeLocalRounds(boost::asio::io_context& io, const RoundsSettings& config);
 NodeRounds makeRendezvousRounds(

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/agent/agent_config.h"
+#include "ddprun/agent/workers/workers_settings.h"
 
 namespace ddprun::agent {
 
@@ -35,9 +35,9 @@ struct WorkerIdentity {
 };
 
 // Returns "KEY=VALUE" entries: `base` (usually the agent's environ) with
-// torchrun's and ddprun's variables set for `id`, then config.extraEnv.
+// torchrun's and ddprun's variables set for `id`, then settings.extraEnv.
 std::vector<std::string> buildWorkerEnv(const std::map<std::string, std::string>& base,
-                                        const AgentConfig& config, const WorkerIdentity& id);
+                                        const WorkersSettings& config, const WorkerIdentity& id);
 
 // `text` with every occurrence of `macro` replaced by `value`.
 std::string replaceAll(std::string text, std::string_view macro, std::string_view value);

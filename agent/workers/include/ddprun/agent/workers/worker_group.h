@@ -19,7 +19,6 @@
 #include <set>
 #include <vector>
 
-#include "ddprun/agent/agent_config.h"
 #include "ddprun/agent/core/outcome.h"
 #include "ddprun/agent/core/worker_event.h"
 #include "ddprun/agent/output/log_pump.h"
@@ -28,6 +27,7 @@
 #include "ddprun/agent/workers/run_directory.h"
 #include "ddprun/agent/workers/worker_env.h"
 #include "ddprun/agent/workers/worker_process.h"
+#include "ddprun/agent/workers/workers_settings.h"
 
 namespace ddprun::agent {
 
@@ -38,7 +38,7 @@ class WorkerGroup {
 
   // What a group borrows from its agent for its whole life.
   struct Shared {
-    const AgentConfig& config;
+    const WorkersSettings& config;
     const std::map<std::string, std::string>& baseEnv;  // every worker inherits it
     OrphanGuard& guard;
     OutputRouter& router;
@@ -66,7 +66,7 @@ class WorkerGroup {
   // survivors after the shutdown timeout. A later call with SIGKILL ends
   // the grace period at once; any other later call changes nothing.
   void stop(int sig, std::chrono::milliseconds grace);
-  // A worker's failure: the survivors' stop (AgentConfig::survivorGrace).
+  // A worker's failure: the survivors' stop (WorkersSettings::survivorGrace).
   void stopSurvivors();
   // ddprun's terminal changed size (SIGWINCH): the workers' terminals follow
   // and the workers get SIGWINCH.
