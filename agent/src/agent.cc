@@ -39,8 +39,8 @@ struct Agent::Impl {
   SignalSource signals{io};
   asio::signal_set childSignals{io, SIGCHLD};
   asio::signal_set windowSignals{io};
-  RunDirectory runDir{config.logDir, config.runId, config.keepLogs};
-  OutputRouter router{io, config.tty};
+  RunDirectory runDir{config.output.logDir, config.runId, config.output.keepLogs};
+  OutputRouter router{io, config.output.tty};
   const Environment inherited = environmentMap();
   Environment workersEnv;  // what every worker inherits: `inherited` and the features'
   std::vector<CpuPlacement> placements;  // --numa_binding, per local rank
@@ -59,7 +59,7 @@ struct Agent::Impl {
 };
 
 Agent::Impl::Impl(AgentConfig c) : config(std::move(c)) {
-  signals.addStopSignals(config.forwardedSignals, config.underSlurm);
+  signals.addStopSignals(config.stopping.forwardedSignals, config.stopping.underSlurm);
   if (!runDir.temporary()) {
     std::cerr << "ddprun: this launch's logs are in " << runDir.root().string() << "\n";
   }
@@ -95,7 +95,7 @@ Agent::Impl::Impl(AgentConfig c) : config(std::move(c)) {
       std::move(settings), LifecyclePorts{runner, *rounds.source, clock, gate.get()});
   features->attach(*lifecycle, zygote.get());
   whenSignalled(childSignals, [this] { runner.reapAdopted(); });
-  if (router.consoleIsTerminal() || config.tty == WorkerTty::kAlways) {
+  if (router.consoleIsTerminal() || config.output.tty == WorkerTty::kAlways) {
     windowSignals.add(SIGWINCH);
     whenSignalled(windowSignals, [this] { runner.resizeTerminals(); });
   }
@@ -111,7 +111,7 @@ void Agent::Impl::onAssigned(const rendezvous::protocol::Assignment& round) {
 void Agent::Impl::waitForSignal() {
   signals.asyncWait([this](SignalSource::Received received) {
     router.endOpenLine();  // a progress bar's row is not ddprun's
-    actOnSignal(received, config.forwardedSignals, config.underSlurm,
+    actOnSignal(received, config.stopping.forwardedSignals, config.stopping.underSlurm,
                 [this](int signal, bool forward) { lifecycle->onSignal(signal, forward); });
     waitForSignal();
   });

@@ -354,50 +354,66 @@ std::vector<std::string> parsePreload(const std::string& text, bool python,
   return modules;
 }
 
-// What a failure costs and how the workers are stopped: the restart
-// budgets, the shutdown's timeouts (shorter under Slurm, before its
-// SIGKILL) and the back-off between restarts.
-void applyRestartOptions(const LaunchOptions& o, agent::AgentConfig& config) {
-  config.maxRestarts = integerOption("max_restarts", o.maxRestarts, 0, 1'000'000, "3");
-  config.maxNoProgressRestarts =
+// What a failure costs: the restart budgets and the back-off between
+// restarts.
+agent::RestartConfig restartOptions(const LaunchOptions& o) {
+  agent::RestartConfig restarts;
+  restarts.maxRestarts = integerOption("max_restarts", o.maxRestarts, 0, 1'000'000, "3");
+  restarts.maxNoProgressRestarts =
       integerOption("max_no_progress_restarts", o.maxNoProgressRestarts, -1, 1'000'000, "3");
   if (!o.noRestartExitCode.empty()) {
-    config.noRestartExitCode =
+    restarts.noRestartExitCode =
         integerOption("no_restart_exit_code", o.noRestartExitCode, 1, 255, "93");
   }
   secondsOption("monitor_interval", o.monitorInterval);
+  restarts.backoff.initial = secondsOption("restart_backoff_initial", o.restartBackoffInitial);
+  restarts.backoff.max = secondsOption("restart_backoff_max", o.restartBackoffMax);
+  return restarts;
+}
+
+// How the workers are stopped: the shutdown's timeouts (shorter under
+// Slurm, before its SIGKILL) and the signals that stop them.
+agent::StopConfig stopOptions(const LaunchOptions& o) {
+  agent::StopConfig stopping;
   const char* shutdownEnv = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
   if (!o.isGiven("shutdown_timeout") && shutdownEnv != nullptr) {
-    config.shutdownTimeout =
+    stopping.shutdownTimeout =
         secondsOption("shutdown_timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)", shutdownEnv);
   } else {
-    config.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
+    stopping.shutdownTimeout = secondsOption("shutdown_timeout", o.shutdownTimeout);
   }
-  config.survivorGrace = secondsOption("survivor_grace", o.survivorGrace);
+  stopping.survivorGrace = secondsOption("survivor_grace", o.survivorGrace);
   // Under Slurm, scancel and the time limit send SIGTERM to every process
   // of the step and SIGKILL KillWait later (30 s by default): ddprun's own
   // SIGKILL, its report and its error file must come before that.
   if (const char* jobId = std::getenv(env::kSlurmJobId); jobId != nullptr && *jobId != '\0') {
-    config.underSlurm = true;
+    stopping.underSlurm = true;
     if (!o.isGiven("shutdown_timeout") && shutdownEnv == nullptr) {
-      config.shutdownTimeout = kSlurmShutdownTimeout;
+      stopping.shutdownTimeout = kSlurmShutdownTimeout;
     }
   }
-  config.restartBackoff.initial = secondsOption("restart_backoff_initial", o.restartBackoffInitial);
-  config.restartBackoff.max = secondsOption("restart_backoff_max", o.restartBackoffMax);
+  stopping.forwardedSignals = parseSignals(o.signalsToHandle);
+  // Workers get the list in Python's spelling (SIGTERM,...), whatever the
+  // user typed: a start_processes() nested in a worker parses it with
+  // getattr(signal, name) and warns on any other spelling.
+  std::vector<std::string> names;
+  for (int sig : stopping.forwardedSignals) names.push_back(signalName(sig));
+  stopping.signalsToHandle = fmt::format("{}", fmt::join(names, ","));
+  return stopping;
 }
 
 // What watches the workers: the progress hook, the hang watchdog and the
 // uninterruptible-sleep timeout.
-void applySelfHealingOptions(const LaunchOptions& o, agent::AgentConfig& config) {
+agent::SelfHealingConfig selfHealingOptions(const LaunchOptions& o) {
+  agent::SelfHealingConfig healing;
   if (const char* hook = std::getenv(env::kProgressHook); hook != nullptr && *hook != '\0') {
     if (std::string(hook) != "0" && std::string(hook) != "1") {
       throw ConfigError(fmt::format("{}={} must be 0 (no progress hook) or 1; give e.g. {}=0",
                                     env::kProgressHook, hook, env::kProgressHook));
     }
-    config.progressHook = std::string(hook) == "1";
+    healing.progressHook = std::string(hook) == "1";
   }
-  config.watchdogTimeout = secondsOption("watchdog_timeout", o.watchdogTimeout);
+  healing.watchdogTimeout = secondsOption("watchdog_timeout", o.watchdogTimeout);
   if (const char* text = std::getenv(env::kUninterruptibleStateTimeout);
       text != nullptr && *text != '\0') {
     // torchrun 2.13+ turns an unreadable value off silently; ddprun says so.
@@ -407,20 +423,13 @@ void applySelfHealingOptions(const LaunchOptions& o, agent::AgentConfig& config)
           fmt::format("{}={} is not a number of seconds (0 or more, 0 = off); give e.g. {}=600",
                       env::kUninterruptibleStateTimeout, text, env::kUninterruptibleStateTimeout));
     }
-    config.uninterruptibleStateTimeout = *value;
+    healing.uninterruptibleStateTimeout = *value;
   }
+  return healing;
 }
 
-// Which signals are forwarded, and the torchrun options that ddprun
-// accepts but has no use for.
-void applySignalOptions(const LaunchOptions& o, agent::AgentConfig& config, std::string& notices) {
-  config.forwardedSignals = parseSignals(o.signalsToHandle);
-  // Workers get the list in Python's spelling (SIGTERM,...), whatever the
-  // user typed: a start_processes() nested in a worker parses it with
-  // getattr(signal, name) and warns on any other spelling.
-  std::vector<std::string> names;
-  for (int sig : config.forwardedSignals) names.push_back(signalName(sig));
-  config.signalsToHandle = fmt::format("{}", fmt::join(names, ","));
+// The torchrun options that ddprun accepts but has no use for.
+void checkUnusedOptions(const LaunchOptions& o, std::string& notices) {
   if (o.startMethod != "spawn" && o.startMethod != "fork" && o.startMethod != "forkserver") {
     throw ConfigError(fmt::format(
         "--start_method={} is not spawn, fork or forkserver; drop it (ddprun execs the program)",
@@ -446,8 +455,50 @@ void applySignalOptions(const LaunchOptions& o, agent::AgentConfig& config, std:
 }
 
 // Where the workers' output and the launch's records go.
-void applyOutputOptions(const LaunchOptions& o, agent::AgentConfig& config) {
-  config.eventLog = parseEventLogHandler(o.eventLogHandler);
+agent::OutputConfig outputOptions(const LaunchOptions& o, int nprocPerNode) {
+  agent::OutputConfig output;
+  output.eventLog = parseEventLogHandler(o.eventLogHandler);
+  output.duplicateStdoutFilters = parseFilterList(o.duplicateStdoutFilters);
+  output.duplicateStderrFilters = parseFilterList(o.duplicateStderrFilters);
+  if (const char* errorFile = std::getenv(env::kErrorFile); errorFile && *errorFile) {
+    output.launcherErrorFile = fs::absolute(errorFile);
+  }
+  output.redirects = stdSpecOption("redirects", o.redirects);
+  output.tee = stdSpecOption("tee", o.tee);
+  if (!o.localRanksFilter.empty()) {
+    output.localRanksFilter = parseRanksFilter(o.localRanksFilter, nprocPerNode);
+  }
+  if (!o.logDir.empty()) {
+    std::error_code ec;
+    if (fs::exists(o.logDir, ec) && !fs::is_directory(o.logDir, ec) && o.logDir != "/dev/null") {
+      throw ConfigError(fmt::format(
+          "--log_dir={} exists and is not a directory; give a directory path", o.logDir));
+    }
+    if (o.logDir != "/dev/null") output.logDir = fs::absolute(o.logDir);
+  }
+  output.keepLogs = output.redirects.any() || output.tee.any();
+  // --log_prefix / --log_line_prefix_template > PET_* > torchrun's variable.
+  if (o.isGiven("log_prefix")) {
+    output.logPrefixTemplate = o.logPrefix;
+  } else if (const char* p = std::getenv("PET_LOG_LINE_PREFIX_TEMPLATE"); p != nullptr) {
+    output.logPrefixTemplate = p;
+  } else if (const char* t = std::getenv(env::kLogLinePrefixTemplate); t != nullptr) {
+    output.logPrefixTemplate = t;
+  }
+  if (o.tty == "auto") {
+    output.tty = agent::WorkerTty::kAuto;
+  } else if (o.tty == "always") {
+    output.tty = agent::WorkerTty::kAlways;
+  } else if (o.tty == "never") {
+    output.tty = agent::WorkerTty::kNever;
+  } else {
+    throw ConfigError(fmt::format("--tty={} is not auto, always or never", o.tty));
+  }
+  return output;
+}
+
+// Where each worker runs: its NUMA binding and its view of the devices.
+void applyPlacementOptions(const LaunchOptions& o, agent::AgentConfig& config) {
   if (!o.numaBinding.empty() && o.numaBinding != "node" && o.numaBinding != "socket" &&
       o.numaBinding != "exclusive" && o.numaBinding != "core-complex") {
     throw ConfigError(
@@ -457,46 +508,6 @@ void applyOutputOptions(const LaunchOptions& o, agent::AgentConfig& config) {
   }
   config.numaBinding = o.numaBinding;
   config.virtualLocalRank = o.virtualLocalRank;
-  config.duplicateStdoutFilters = parseFilterList(o.duplicateStdoutFilters);
-  config.duplicateStderrFilters = parseFilterList(o.duplicateStderrFilters);
-  if (const char* errorFile = std::getenv(env::kErrorFile); errorFile && *errorFile) {
-    config.launcherErrorFile = fs::absolute(errorFile);
-  }
-  if (o.role.empty()) {
-    throw ConfigError("--role is empty; give a name, e.g. --role=trainer");
-  }
-  config.role = o.role;
-  config.redirects = stdSpecOption("redirects", o.redirects);
-  config.tee = stdSpecOption("tee", o.tee);
-  if (!o.localRanksFilter.empty()) {
-    config.localRanksFilter = parseRanksFilter(o.localRanksFilter, config.nprocPerNode);
-  }
-  if (!o.logDir.empty()) {
-    std::error_code ec;
-    if (fs::exists(o.logDir, ec) && !fs::is_directory(o.logDir, ec) && o.logDir != "/dev/null") {
-      throw ConfigError(fmt::format(
-          "--log_dir={} exists and is not a directory; give a directory path", o.logDir));
-    }
-    if (o.logDir != "/dev/null") config.logDir = fs::absolute(o.logDir);
-  }
-  config.keepLogs = config.redirects.any() || config.tee.any();
-  // --log_prefix / --log_line_prefix_template > PET_* > torchrun's variable.
-  if (o.isGiven("log_prefix")) {
-    config.logPrefixTemplate = o.logPrefix;
-  } else if (const char* p = std::getenv("PET_LOG_LINE_PREFIX_TEMPLATE"); p != nullptr) {
-    config.logPrefixTemplate = p;
-  } else if (const char* t = std::getenv(env::kLogLinePrefixTemplate); t != nullptr) {
-    config.logPrefixTemplate = t;
-  }
-  if (o.tty == "auto") {
-    config.tty = agent::WorkerTty::kAuto;
-  } else if (o.tty == "always") {
-    config.tty = agent::WorkerTty::kAlways;
-  } else if (o.tty == "never") {
-    config.tty = agent::WorkerTty::kNever;
-  } else {
-    throw ConfigError(fmt::format("--tty={} is not auto, always or never", o.tty));
-  }
 }
 
 // The program, what is preloaded for it and the arguments PyTorch's
@@ -576,7 +587,7 @@ void applyWorkerStoreOptions(const LaunchOptions& o, agent::AgentConfig& config)
       (o.storeRelay == "auto" && config.useAgentStore && config.rendezvous.maxNodes > 1);
 }
 
-// The job's id, this host's name and the workers' default thread count.
+// The job's id and role, this host's name and the workers' default thread count.
 void applyJobIdentity(const LaunchOptions& o, agent::AgentConfig& config, std::string& notices) {
   // Every node of a job must name the same rendezvous: only a job of one
   // node gets a random id when none was given.
@@ -588,6 +599,10 @@ void applyJobIdentity(const LaunchOptions& o, agent::AgentConfig& config, std::s
     throw ConfigError(fmt::format(
         "--rdzv_id={} cannot name a directory; use letters, digits, '-' or '_'", o.rdzvId));
   }
+  if (o.role.empty()) {
+    throw ConfigError("--role is empty; give a name, e.g. --role=trainer");
+  }
+  config.role = o.role;
   config.hostname = hostName();
   if (std::getenv(env::kOmpNumThreads) == nullptr && config.nprocPerNode > 1) {
     config.extraEnv[env::kOmpNumThreads] = "1";
@@ -620,8 +635,8 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
   integerOption("node_rank", o.nodeRank, 0, 1'000'000, "0");
   config.masterAddr = parseHost("master_addr", o.masterAddr);
   applyRendezvousOptions(o, environmentMap(), config);
-  applyRestartOptions(o, config);
-  applySelfHealingOptions(o, config);
+  config.restarts = restartOptions(o);
+  config.selfHealing = selfHealingOptions(o);
   if (!o.metricsPort.empty()) {
     config.rendezvous.metricsPort =
         static_cast<int>(integerOption("metrics_port", o.metricsPort, 1, 65535, "9400"));
@@ -632,8 +647,10 @@ agent::AgentConfig buildAgentConfig(const LaunchOptions& o, std::string& notices
           "status`; drop --metrics_port");
     }
   }
-  applySignalOptions(o, config, notices);
-  applyOutputOptions(o, config);
+  config.stopping = stopOptions(o);
+  checkUnusedOptions(o, notices);
+  config.output = outputOptions(o, config.nprocPerNode);
+  applyPlacementOptions(o, config);
   applyProgramOptions(o, config);
   applyWorkerStoreOptions(o, config);
   applyJobIdentity(o, config, notices);

@@ -126,15 +126,15 @@ TEST(RunConfig, BuildsTheAgentConfig) {
   std::string notices;
   const auto config = buildAgentConfig(o, notices);
   EXPECT_EQ(config.nprocPerNode, 3);
-  EXPECT_EQ(config.maxRestarts, 2);
-  EXPECT_EQ(config.shutdownTimeout, std::chrono::milliseconds(1500));
-  EXPECT_EQ(config.redirects.forRank(1), agent::Streams::kBoth);
-  EXPECT_EQ(*config.localRanksFilter, (std::set<int>{0, 2}));
+  EXPECT_EQ(config.restarts.maxRestarts, 2);
+  EXPECT_EQ(config.stopping.shutdownTimeout, std::chrono::milliseconds(1500));
+  EXPECT_EQ(config.output.redirects.forRank(1), agent::Streams::kBoth);
+  EXPECT_EQ(*config.output.localRanksFilter, (std::set<int>{0, 2}));
   EXPECT_EQ(config.runId, "myjob");
   EXPECT_EQ(config.command, (std::vector<std::string>{"/bin/echo", "${local_rank}"}));
   EXPECT_EQ(config.programName, "echo");
   // The default signals, in Python's spelling for the workers.
-  EXPECT_EQ(config.signalsToHandle, "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
+  EXPECT_EQ(config.stopping.signalsToHandle, "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
 }
 
 // ddprun-launch (torch.distributed.launch's command line): the script's
@@ -203,7 +203,7 @@ TEST(RunConfig, SignalsToHandleReachWorkersInPythonsSpelling) {
   o.signalsToHandle = "term, usr1,SIGINT,TERM";
   std::string notices;
   const auto config = buildAgentConfig(o, notices);
-  EXPECT_EQ(config.signalsToHandle, "SIGTERM,SIGUSR1,SIGINT");
+  EXPECT_EQ(config.stopping.signalsToHandle, "SIGTERM,SIGUSR1,SIGINT");
 }
 
 TEST(RunConfig, PythonProgramsRunUnbuffered) {

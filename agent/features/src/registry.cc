@@ -17,19 +17,19 @@ namespace {
 // Each feature's slice of the configuration.
 EventLogFeature::Settings eventLogSettings(const AgentConfig& c) {
   const auto& r = c.rendezvous;
-  return {c.eventLog,
+  return {c.output.eventLog,
           c.runId,
           c.hostname,
           c.role,
           r.backend == RendezvousBackendKind::kEtcd ? "etcd"
           : r.mode == RendezvousMode::kDynamic      ? "c10d"
                                                     : "static",
-          c.maxRestarts};
+          c.restarts.maxRestarts};
 }
 
 FailureReportFeature::Settings failureReportSettings(const AgentConfig& c, bool filesKept) {
   return {c.programName,
-          c.maxRestarts,
+          c.restarts.maxRestarts,
           c.rendezvous.mode != RendezvousMode::kStandalone,
           c.hostname,
           c.rendezvous.localAddr,
@@ -53,18 +53,19 @@ FeatureSet::FeatureSet(FeatureContext c) {
   const AgentConfig& config = c.config;
   const FeaturePorts ports{*this, c.workers, *this};
   auto events = std::make_unique<EventLogFeature>(eventLogSettings(config), c.runDirectory);
-  auto downtime = std::make_unique<DowntimeFeature>(c.io, c.runDirectory, config.progressHook,
-                                                    config.nprocPerNode, ports, *events, *this);
+  auto downtime =
+      std::make_unique<DowntimeFeature>(c.io, c.runDirectory, config.selfHealing.progressHook,
+                                        config.nprocPerNode, ports, *events, *this);
   const bool multiNode = config.rendezvous.mode != RendezvousMode::kStandalone;
   add(features_,
       std::make_unique<JobNotices>(multiNode, config.rendezvous.openStoreNotice, c.processNotice));
-  if (config.watchdogTimeout.count() > 0) {
-    add(features_,
-        std::make_unique<HangWatchdogFeature>(c.io, config.watchdogTimeout, c.workers, *this));
+  if (config.selfHealing.watchdogTimeout.count() > 0) {
+    add(features_, std::make_unique<HangWatchdogFeature>(c.io, config.selfHealing.watchdogTimeout,
+                                                         c.workers, *this));
   }
-  if (config.uninterruptibleStateTimeout.count() > 0) {
+  if (config.selfHealing.uninterruptibleStateTimeout.count() > 0) {
     add(features_, std::make_unique<UninterruptibleFeature>(
-                       c.io, config.uninterruptibleStateTimeout, c.workers, *this));
+                       c.io, config.selfHealing.uninterruptibleStateTimeout, c.workers, *this));
   }
   add(features_, std::make_unique<TrainedAloneNote>(
                      TrainedAloneNote::Settings{config.pythonProgram && config.useAgentStore,
@@ -79,8 +80,8 @@ FeatureSet::FeatureSet(FeatureContext c) {
   failureReport_ = &add(features_, std::make_unique<FailureReportFeature>(
                                        failureReportSettings(config, c.filesKept),
                                        std::move(c.flushConsole), std::move(c.flightRecorderDir)));
-  if (config.launcherErrorFile) {
-    add(features_, std::make_unique<LauncherErrorFileFeature>(*config.launcherErrorFile));
+  if (config.output.launcherErrorFile) {
+    add(features_, std::make_unique<LauncherErrorFileFeature>(*config.output.launcherErrorFile));
   }
   if (c.jobStore != nullptr) add(features_, std::make_unique<TheJobStoresCounters>(*c.jobStore));
   if (!multiNode && config.rendezvous.metricsPort > 0) {

@@ -99,6 +99,81 @@ struct RestartBackoffConfig {
   std::chrono::milliseconds max{std::chrono::seconds(30)};
 };
 
+// The option groups, each validated by the launcher into its slice
+// (launcher/src/run_config.cc) and cut further for the rooms.
+
+// What a failure costs: --max_restarts, the crash-loop stop, the back-off.
+struct RestartConfig {
+  int maxRestarts = 0;
+  // The crash-loop stop (docs/operations.md, "Crash loops"): restarts in a
+  // row without progress allowed (-1: never stop), and the exit code then
+  // (none: the failing worker's).
+  int maxNoProgressRestarts = 3;
+  std::optional<int> noRestartExitCode;
+  RestartBackoffConfig backoff;
+};
+
+// What watches the workers.
+struct SelfHealingConfig {
+  // Python workers get ddprun's progress hook (DDPRUN_PROGRESS_HOOK=0: not).
+  bool progressHook = true;
+  // --watchdog_timeout: a node none of whose workers progressed (CPU or
+  // I/O) for this long is hung; its first-stalled worker fails. Zero: off.
+  std::chrono::milliseconds watchdogTimeout{0};
+  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: a worker in uninterruptible
+  // sleep (state D) this long makes the node unhealthy: its workers are
+  // stopped and not restarted. Zero: off.
+  std::chrono::milliseconds uninterruptibleStateTimeout{0};
+};
+
+// How the workers are stopped, and which signals stop them.
+struct StopConfig {
+  // SIGTERM to SIGKILL grace when stopping workers.
+  std::chrono::milliseconds shutdownTimeout{std::chrono::seconds(30)};
+  // A worker's failure stops its survivors (and those of other nodes) with
+  // SIGTERM, then SIGKILL after this (at most shutdownTimeout, which a stop
+  // signal from the user or the scheduler keeps): their world is broken, so
+  // a handler may flush, not talk to its peers (docs/cli.md).
+  std::chrono::milliseconds survivorGrace{50};
+  // Signals ddprun handles and forwards to every worker's process group.
+  std::vector<int> forwardedSignals;
+  // TORCHELASTIC_SIGNALS_TO_HANDLE for workers: the forwarded signals in
+  // Python's spelling ("SIGTERM,SIGINT"), however --signals_to_handle spelt them.
+  std::string signalsToHandle;
+  // Under Slurm (SLURM_JOB_ID): a signal sent by a slurmstepd went to every
+  // process of the job step, the workers included; ddprun never forwards
+  // it. SIGTERM and SIGINT from it stop the workers (scancel, the time
+  // limit: ddprun waits the grace period, then SIGKILLs); any other (the
+  // early warning of --signal=SIG@T, scancel --signal) leaves them
+  // training. SIGUSR1 and SIGUSR2 are handled even when not forwarded, so
+  // that an early warning never kills ddprun (docs/multinode.md).
+  bool underSlurm = false;
+};
+
+// Where the workers' output and the launch's records go.
+struct OutputConfig {
+  // Every launch writes under its own new directory
+  // <logDir>/<run_id>_<random>/. Without logDir: a new temporary directory,
+  // removed at exit unless keepLogs (redirects or tee write files there).
+  std::optional<std::filesystem::path> logDir;
+  bool keepLogs = false;
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::set<int>> localRanksFilter;  // console shows only these
+  // Console line prefix; ${rank}, ${local_rank}, ${role_name}, ${node_rank}
+  // and ${hostname} are substituted. Empty: no prefix.
+  std::string logPrefixTemplate = "[rank ${rank}]: ";
+  WorkerTty tty = WorkerTty::kAuto;
+  // --duplicate_std{out,err}_filters: tee'd lines containing any of these
+  // also go to <attempt dir>/filtered_std{out,err}.log (all ranks).
+  std::vector<std::string> duplicateStdoutFilters;
+  std::vector<std::string> duplicateStderrFilters;
+  EventLogConfig eventLog;
+  // The launcher's own TORCHELASTIC_ERROR_FILE (set by a scheduler): the
+  // root cause is written there in torchelastic's JSON format.
+  std::optional<std::filesystem::path> launcherErrorFile;
+};
+
 struct AgentConfig {
   // The worker's argv: command[0] is an absolute path to an executable. The
   // literal "${local_rank}" in any argument is replaced per worker.
@@ -117,66 +192,18 @@ struct AgentConfig {
   std::string masterAddr = "127.0.0.1";
   int masterPort = 0;
 
-  int maxRestarts = 0;
-  // The crash-loop stop (docs/operations.md, "Crash loops"): restarts in a
-  // row without progress allowed (-1: never stop), and the exit code then
-  // (none: the failing worker's).
-  int maxNoProgressRestarts = 3;
-  std::optional<int> noRestartExitCode;
-  // Python workers get ddprun's progress hook (DDPRUN_PROGRESS_HOOK=0: not).
-  bool progressHook = true;
-  RestartBackoffConfig restartBackoff;
-  // --watchdog_timeout: a node none of whose workers progressed (CPU or
-  // I/O) for this long is hung; its first-stalled worker fails. Zero: off.
-  std::chrono::milliseconds watchdogTimeout{0};
-  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: a worker in uninterruptible
-  // sleep (state D) this long makes the node unhealthy: its workers are
-  // stopped and not restarted. Zero: off.
-  std::chrono::milliseconds uninterruptibleStateTimeout{0};
-  // SIGTERM to SIGKILL grace when stopping workers.
-  std::chrono::milliseconds shutdownTimeout{std::chrono::seconds(30)};
-
-  // Logs. Every launch writes under its own new directory
-  // <logDir>/<run_id>_<random>/. Without logDir: a new temporary directory,
-  // removed at exit unless keepLogs (redirects or tee write files there).
-  std::optional<std::filesystem::path> logDir;
-  bool keepLogs = false;
-  StdSpec redirects;
-  StdSpec tee;
-  std::optional<std::set<int>> localRanksFilter;  // console shows only these
-  // Console line prefix; ${rank}, ${local_rank}, ${role_name}, ${node_rank}
-  // and ${hostname} are substituted. Empty: no prefix.
-  std::string logPrefixTemplate = "[rank ${rank}]: ";
-  WorkerTty tty = WorkerTty::kAuto;
+  RestartConfig restarts;
+  SelfHealingConfig selfHealing;
+  StopConfig stopping;
+  OutputConfig output;
   // The program runs under Python (a .py script, -m, --run_path).
   bool pythonProgram = false;
-  // --duplicate_std{out,err}_filters: tee'd lines containing any of these
-  // also go to <attempt dir>/filtered_std{out,err}.log (all ranks).
-  std::vector<std::string> duplicateStdoutFilters;
-  std::vector<std::string> duplicateStderrFilters;
 
-  // Signals ddprun handles and forwards to every worker's process group.
-  std::vector<int> forwardedSignals;
-  // Under Slurm (SLURM_JOB_ID): a signal sent by a slurmstepd went to every
-  // process of the job step, the workers included; ddprun never forwards
-  // it. SIGTERM and SIGINT from it stop the workers (scancel, the time
-  // limit: ddprun waits the grace period, then SIGKILLs); any other (the
-  // early warning of --signal=SIG@T, scancel --signal) leaves them
-  // training. SIGUSR1 and SIGUSR2 are handled even when not forwarded, so
-  // that an early warning never kills ddprun (docs/multinode.md).
-  bool underSlurm = false;
-  // TORCHELASTIC_SIGNALS_TO_HANDLE for workers: the forwarded signals in
-  // Python's spelling ("SIGTERM,SIGINT"), however --signals_to_handle spelt them.
-  std::string signalsToHandle;
   // --virtual_local_rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to
   // the worker's own device.
   bool virtualLocalRank = false;
   // --numa_binding: "node", "socket", "exclusive", "core-complex" or empty.
   std::string numaBinding;
-  EventLogConfig eventLog;
-  // The launcher's own TORCHELASTIC_ERROR_FILE (set by a scheduler): the
-  // root cause is written there in torchelastic's JSON format.
-  std::optional<std::filesystem::path> launcherErrorFile;
   // The name under which NCCL async error handling is given to workers:
   // TORCH_NCCL_ASYNC_ERROR_HANDLING (PyTorch >= 2.2) or the older
   // NCCL_ASYNC_ERROR_HANDLING. Always set, as torchrun does (to the user's
@@ -206,11 +233,6 @@ struct AgentConfig {
   // when unsafe; kModules: exactly `preload`, refused when unsafe.
   PreloadMode preloadMode = PreloadMode::kOff;
   std::vector<std::string> preload;  // kModules
-  // A worker's failure stops its survivors (and those of other nodes) with
-  // SIGTERM, then SIGKILL after this (at most shutdownTimeout, which a stop
-  // signal from the user or the scheduler keeps): their world is broken, so
-  // a handler may flush, not talk to its peers (docs/cli.md).
-  std::chrono::milliseconds survivorGrace{50};
 
   // Extra environment set for every worker (after torchrun's variables are
   // computed, so these win). Used for OMP_NUM_THREADS and the like.

@@ -33,7 +33,7 @@ inline RoundsSettings roundsSettingsOf(const AgentConfig& c) {
   return RoundsSettings{.runId = c.runId,
                         .hostname = c.hostname,
                         .nprocPerNode = c.nprocPerNode,
-                        .maxRestarts = c.maxRestarts,
+                        .maxRestarts = c.restarts.maxRestarts,
                         .useAgentStore = c.useAgentStore,
                         .strictStore = c.strictStore,
                         .relayWorkersStore = c.relayWorkersStore,

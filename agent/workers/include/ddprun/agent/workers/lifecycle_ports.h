@@ -40,14 +40,14 @@ class LoopClock : public LifecycleClock {
 
 inline LifecycleSettings lifecycleSettingsOf(const AgentConfig& config) {
   LifecycleSettings s;
-  s.maxRestarts = config.maxRestarts;
+  s.maxRestarts = config.restarts.maxRestarts;
   s.workersPerNode = config.nprocPerNode;
-  s.shutdownTimeout = config.shutdownTimeout;
-  s.survivorGrace = config.survivorGrace;
-  s.backoff = {config.restartBackoff.initial, config.restartBackoff.max};
+  s.shutdownTimeout = config.stopping.shutdownTimeout;
+  s.survivorGrace = config.stopping.survivorGrace;
+  s.backoff = {config.restarts.backoff.initial, config.restarts.backoff.max};
   s.backoffSeed = std::random_device{}();
-  s.maxNoProgressRestarts = config.maxNoProgressRestarts;
-  s.noRestartExitCode = config.noRestartExitCode;
+  s.maxNoProgressRestarts = config.restarts.maxNoProgressRestarts;
+  s.noRestartExitCode = config.restarts.noRestartExitCode;
   return s;
 }
 

@@ -51,20 +51,20 @@ inline WorkersSettings workersSettingsOf(const AgentConfig& c) {
                          .role = c.role,
                          .runId = c.runId,
                          .hostname = c.hostname,
-                         .maxRestarts = c.maxRestarts,
+                         .maxRestarts = c.restarts.maxRestarts,
                          .useAgentStore = c.useAgentStore,
                          .ncclAsyncErrorHandlingName = c.ncclAsyncErrorHandlingName,
-                         .signalsToHandle = c.signalsToHandle,
+                         .signalsToHandle = c.stopping.signalsToHandle,
                          .virtualLocalRank = c.virtualLocalRank,
                          .extraEnv = c.extraEnv,
-                         .redirects = c.redirects,
-                         .tee = c.tee,
-                         .localRanksFilter = c.localRanksFilter,
-                         .logPrefixTemplate = c.logPrefixTemplate,
-                         .duplicateStdoutFilters = c.duplicateStdoutFilters,
-                         .duplicateStderrFilters = c.duplicateStderrFilters,
-                         .shutdownTimeout = c.shutdownTimeout,
-                         .survivorGrace = c.survivorGrace};
+                         .redirects = c.output.redirects,
+                         .tee = c.output.tee,
+                         .localRanksFilter = c.output.localRanksFilter,
+                         .logPrefixTemplate = c.output.logPrefixTemplate,
+                         .duplicateStdoutFilters = c.output.duplicateStdoutFilters,
+                         .duplicateStderrFilters = c.output.duplicateStderrFilters,
+                         .shutdownTimeout = c.stopping.shutdownTimeout,
+                         .survivorGrace = c.stopping.survivorGrace};
 }
 
 }  // namespace ddprun::agent
