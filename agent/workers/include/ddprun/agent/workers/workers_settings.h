@@ -33,14 +33,14 @@ struct WorkersSettings {
   std::string signalsToHandle;  // TORCHELASTIC_SIGNALS_TO_HANDLE, "" if none
   bool virtualLocalRank = false;
   std::map<std::string, std::string> extraEnv;  // set last: these win
-  // Output (AgentConfig's fields of the same names).
+  // Output: OutputConfig's fields that the workers' streams need.
   StdSpec redirects;
   StdSpec tee;
   std::optional<std::set<int>> localRanksFilter;
   std::string logPrefixTemplate = "[rank ${rank}]: ";
   std::vector<std::string> duplicateStdoutFilters;
   std::vector<std::string> duplicateStderrFilters;
-  // Stopping: SIGTERM to SIGKILL, and a failed worker's survivors' grace.
+  // Stopping (StopConfig's): SIGTERM to SIGKILL, and a failed worker's survivors' grace.
   std::chrono::milliseconds shutdownTimeout{std::chrono::seconds(30)};
   std::chrono::milliseconds survivorGrace{50};
 };
